@@ -1,0 +1,139 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	pb "github.com/weftfs/weft/proto/weftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// writeChunk writes data at off within chunk (ino, index) to every replica in
+// parallel. It succeeds only if all replicas took the bytes: a replica that
+// silently missed a write would serve stale data after a failover.
+func (c *Client) writeChunk(ctx context.Context, ino core.Ino, index uint64, off int64, data []byte, sync bool) ([]int, error) {
+	reps := replicas(ino, index, len(c.stores), c.cfg.Replication)
+	req := &pb.WriteChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off, Data: data, Sync: sync}
+	err := c.onStores(reps, func(s int) error {
+		return call(ctx, c.stores[s], pb.MethodWriteChunk, req, &pb.WriteChunkReply{})
+	})
+	return reps, err
+}
+
+// readChunk reads up to n bytes at off of chunk (ino, index) from the first
+// replica that answers; a replica that is down or returns corrupt data is
+// skipped. The result may be short (the chunk ends, or is a hole).
+func (c *Client) readChunk(ctx context.Context, ino core.Ino, index uint64, off, n int64) ([]byte, error) {
+	reps := replicas(ino, index, len(c.stores), c.cfg.Replication)
+	req := &pb.ReadChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off, Length: n}
+	var last error
+	for _, s := range reps {
+		var r pb.ReadChunkReply
+		err := c.callIdempotentOnce(ctx, s, pb.MethodReadChunk, req, &r, len(reps) > 1)
+		if err == nil {
+			return r.Data, nil
+		}
+		last = err
+		if !failoverable(err) {
+			return nil, err
+		}
+		c.log.Warn("chunk read failed over", "ino", ino, "index", index, "store", s, "err", err)
+	}
+	return nil, last
+}
+
+// callIdempotentOnce calls store s once when other replicas can take over,
+// and with retries while it is the only one.
+func (c *Client) callIdempotentOnce(ctx context.Context, s int, method uint16, req, resp proto.Message, others bool) error {
+	if others {
+		return call(ctx, c.stores[s], method, req, resp)
+	}
+	return c.callIdempotent(ctx, c.stores[s], method, req, resp)
+}
+
+// failoverable reports whether another replica may succeed where one failed.
+func failoverable(err error) bool {
+	switch errs.KindOf(err) {
+	case errs.Unavailable, errs.Corrupt, errs.IO, errs.Timeout:
+		return true
+	}
+	return false
+}
+
+// onStores runs fn for each store in parallel and returns the first error.
+func (c *Client) onStores(stores []int, fn func(s int) error) error {
+	if len(stores) == 1 {
+		return fn(stores[0])
+	}
+	errc := make(chan error, len(stores))
+	for _, s := range stores {
+		go func() { errc <- fn(s) }()
+	}
+	var first error
+	for range stores {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func allStores(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// shrinkChunks drops file bytes at and past size from the stores: whole
+// chunks past it, and the tail of the chunk it falls in.
+func (c *Client) shrinkChunks(ctx context.Context, ino core.Ino, size uint64) error {
+	cs := uint64(c.cfg.ChunkSize)
+	from := core.ChunkCount(size, c.cfg.ChunkSize)
+	err := c.onStores(allStores(len(c.stores)), func(s int) error {
+		return call(ctx, c.stores[s], pb.MethodDeleteChunks, &pb.DeleteChunksRequest{Ino: uint64(ino), From: from}, &pb.DeleteChunksReply{})
+	})
+	if err != nil || size%cs == 0 {
+		return err
+	}
+	idx := size / cs
+	req := &pb.TruncateChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: idx}, Size: int64(size % cs)}
+	return c.onStores(replicas(ino, idx, len(c.stores), c.cfg.Replication), func(s int) error {
+		return call(ctx, c.stores[s], pb.MethodTruncateChunk, req, &pb.TruncateChunkReply{})
+	})
+}
+
+// reclaimChunks deletes every chunk of a freed file in the background. A
+// store that is down keeps the chunks until `weft gc` finds them; inode
+// numbers are never reused, so leftovers are garbage, never data.
+func (c *Client) reclaimChunks(ino core.Ino) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := c.onStores(allStores(len(c.stores)), func(s int) error {
+			return call(ctx, c.stores[s], pb.MethodDeleteChunks, &pb.DeleteChunksRequest{Ino: uint64(ino)}, &pb.DeleteChunksReply{})
+		})
+		if err != nil {
+			c.log.Warn("reclaiming chunks failed; weft gc will find them", "ino", ino, "err", err)
+		}
+	}()
+}
+
+// syncStores makes every chunk of ino durable on the given stores.
+func (c *Client) syncStores(ctx context.Context, ino core.Ino, stores map[int]bool) error {
+	list := make([]int, 0, len(stores))
+	for s := range stores {
+		list = append(list, s)
+	}
+	if len(list) == 0 {
+		return nil
+	}
+	return c.onStores(list, func(s int) error {
+		return call(ctx, c.stores[s], pb.MethodSyncChunks, &pb.SyncChunksRequest{Ino: uint64(ino)}, &pb.SyncChunksReply{})
+	})
+}

@@ -1,0 +1,184 @@
+// Package client is weft's client library: a POSIX-shaped Go API over the
+// wire protocol. It resolves paths, talks to the meta servers for the
+// namespace and directly to the store servers for file data, buffers writes
+// (write-back, bounded memory per open file), reads ahead on sequential
+// streams, and places chunks on store servers by rendezvous hashing with
+// replication R.
+//
+// Two layers: the *At and Ref methods work on inode numbers, as the FUSE layer
+// needs; the path methods (Stat, Open, Mkdir, ...) resolve paths on top of
+// them, as a program or the CLI needs.
+//
+// Consistency is close-to-open: what a client writes becomes visible to other
+// clients when it closes or syncs the file; size and mtime are committed to the
+// meta server then. Leases come later (DESIGN: consistency).
+package client
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/rpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// Config says where the servers are and how the cluster lays out data.
+type Config struct {
+	MetaAddrs   []string // meta servers, index = server id
+	StoreAddrs  []string // store servers, index = store id
+	ChunkSize   int64    // bytes per chunk (default 4 MiB)
+	Replication int      // replicas per chunk (default 1)
+	InlineLimit int      // largest file kept inline in its meta record (default 4096)
+	// WriteBuffer bounds the bytes buffered or in flight per open file
+	// (default 4 chunks); writers wait beyond it.
+	WriteBuffer int64
+	// ReadAhead is how many chunks ahead of a sequential reader are fetched
+	// (default 2).
+	ReadAhead int
+	// SyncOnClose makes close as durable as fsync (the cluster's sync
+	// durability mode): chunks are synced on the stores before the commit.
+	SyncOnClose bool
+	Creds       core.Creds // identity of requests without WithCreds
+	Logger    *slog.Logger
+	// RetryFor bounds how long idempotent requests (lookups, reads) retry
+	// against an unreachable server before failing (default 10s).
+	RetryFor time.Duration
+}
+
+func (c *Config) setDefaults() error {
+	if len(c.MetaAddrs) == 0 {
+		return errs.New(errs.Invalid, "client config", "no meta server address")
+	}
+	if len(c.StoreAddrs) == 0 {
+		return errs.New(errs.Invalid, "client config", "no store server address")
+	}
+	if c.ChunkSize == 0 {
+		c.ChunkSize = 4 << 20
+	}
+	if c.ChunkSize < 4096 || c.ChunkSize&(c.ChunkSize-1) != 0 {
+		return errs.New(errs.Invalid, "client config", "chunk size %d is not a power of two ≥ 4096", c.ChunkSize)
+	}
+	if c.Replication == 0 {
+		c.Replication = 1
+	}
+	if c.Replication < 1 || c.Replication > len(c.StoreAddrs) {
+		return errs.New(errs.Invalid, "client config", "replication %d with %d store servers", c.Replication, len(c.StoreAddrs))
+	}
+	if c.InlineLimit == 0 {
+		c.InlineLimit = 4096
+	}
+	if c.WriteBuffer == 0 {
+		c.WriteBuffer = 4 * c.ChunkSize
+	}
+	if c.WriteBuffer < c.ChunkSize {
+		c.WriteBuffer = c.ChunkSize
+	}
+	if c.ReadAhead == 0 {
+		c.ReadAhead = 2
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.RetryFor == 0 {
+		c.RetryFor = 10 * time.Second
+	}
+	return nil
+}
+
+// Client is a connection to one weft cluster. It is safe for concurrent use.
+type Client struct {
+	cfg    Config
+	log    *slog.Logger
+	metas  []*rpc.Peer
+	stores []*rpc.Peer
+
+	mu struct {
+		sync.Mutex
+		open map[core.Ino]*openInode // files with open handles
+	}
+	bg sync.WaitGroup // background chunk reclaims
+}
+
+// New connects lazily to the cluster described by cfg: no server is contacted
+// until the first request.
+func New(cfg Config) (*Client, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger}
+	opts := rpc.DialOptions{Logger: cfg.Logger}
+	for _, a := range cfg.MetaAddrs {
+		c.metas = append(c.metas, rpc.NewPeer(a, opts))
+	}
+	for _, a := range cfg.StoreAddrs {
+		c.stores = append(c.stores, rpc.NewPeer(a, opts))
+	}
+	c.mu.open = make(map[core.Ino]*openInode)
+	return c, nil
+}
+
+// Close waits for background work and closes the connections. Files still
+// open are not flushed: close them first.
+func (c *Client) Close() error {
+	c.bg.Wait()
+	var first error
+	for _, p := range append(append([]*rpc.Peer(nil), c.metas...), c.stores...) {
+		if err := p.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// ChunkSize returns the cluster's chunk size.
+func (c *Client) ChunkSize() int64 { return c.cfg.ChunkSize }
+
+type credsKey struct{}
+
+// WithCreds returns a context whose requests run as creds (the FUSE layer
+// passes the calling process's identity this way).
+func WithCreds(ctx context.Context, creds core.Creds) context.Context {
+	return context.WithValue(ctx, credsKey{}, creds)
+}
+
+func (c *Client) creds(ctx context.Context) core.Creds {
+	if cr, ok := ctx.Value(credsKey{}).(core.Creds); ok {
+		return cr
+	}
+	return c.cfg.Creds
+}
+
+// metaFor returns the meta server responsible for directory dir. One server
+// for now; GIGA+ routing replaces this.
+func (c *Client) metaFor(core.Ino) *rpc.Peer { return c.metas[0] }
+
+// call sends a mutating request once: a retry after a lost reply could apply
+// it twice.
+func call(ctx context.Context, p *rpc.Peer, method uint16, req, resp proto.Message) error {
+	return p.Call(ctx, method, req, resp)
+}
+
+// callIdempotent retries a request that is safe to repeat while its server
+// is unreachable, for up to Config.RetryFor.
+func (c *Client) callIdempotent(ctx context.Context, p *rpc.Peer, method uint16, req, resp proto.Message) error {
+	deadline := time.Now().Add(c.cfg.RetryFor)
+	backoff := 20 * time.Millisecond
+	for {
+		err := p.Call(ctx, method, req, resp)
+		if !errs.Is(err, errs.Unavailable) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errs.Wrap(errs.Canceled, "retry", "", ctx.Err())
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
+	}
+}

@@ -1,0 +1,288 @@
+package client
+
+import (
+	"context"
+	"io"
+	"sync"
+	"syscall"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	pb "github.com/weftfs/weft/proto/weftpb"
+)
+
+// Open flags, Linux values (as os.O_*).
+const (
+	oRDONLY    = syscall.O_RDONLY
+	oWRONLY    = syscall.O_WRONLY
+	oRDWR      = syscall.O_RDWR
+	oACCMODE   = syscall.O_ACCMODE
+	oCREAT     = syscall.O_CREAT
+	oEXCL      = syscall.O_EXCL
+	oTRUNC     = syscall.O_TRUNC
+	oAPPEND    = syscall.O_APPEND
+	oNOFOLLOW  = syscall.O_NOFOLLOW
+	oDIRECTORY = syscall.O_DIRECTORY
+)
+
+// File is an open file: a handle with its own offset and access mode over
+// the file's shared open state. Its methods implement io.Reader, io.ReaderAt,
+// io.Writer, io.WriterAt, io.Seeker and io.Closer.
+type File struct {
+	c     *Client
+	n     *openInode
+	flags int
+
+	mu struct {
+		sync.Mutex
+		pos     int64
+		lastEnd int64 // where the previous read ended, to detect streams
+		streak  int   // consecutive sequential reads
+		closed  bool
+	}
+}
+
+// OpenRef opens the file ref names with flags (O_RDONLY, O_WRONLY, O_RDWR,
+// O_TRUNC, O_APPEND).
+func (c *Client) OpenRef(ctx context.Context, ref Ref, flags int) (*File, error) {
+	var r pb.OpenReply
+	err := call(ctx, c.metaFor(ref.Parent), pb.MethodOpen,
+		&pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: uint32(flags)}, &r)
+	if err != nil {
+		return nil, err
+	}
+	return c.newFile(ctx, ref, &r, flags, flags&oTRUNC != 0)
+}
+
+// newFile wraps an open (or create) reply in a handle. truncated says the
+// server just cut the file to zero: this client drops what it buffered and
+// the stores drop the old chunks before anyone can write into the holes.
+func (c *Client) newFile(ctx context.Context, ref Ref, r *pb.OpenReply, flags int, truncated bool) (*File, error) {
+	if core.IsDir(r.Attr.GetMode()) && flags&oACCMODE != oRDONLY {
+		return nil, errs.New(errs.IsDir, "open", "%s is a directory", ref.Name)
+	}
+	n := c.acquireOpen(ref, r, c.creds(ctx))
+	if truncated {
+		n.mu.Lock()
+		clear(n.mu.dirty)
+		clear(n.mu.cache)
+		n.mu.size, n.mu.inline, n.mu.data = 0, r.Attr.GetInline(), nil
+		n.mu.Unlock()
+		if r.OldSize > 0 && !r.Attr.GetInline() {
+			if err := c.shrinkChunks(ctx, ref.Ino, 0); err != nil {
+				c.releaseOpen(n)
+				return nil, err
+			}
+		}
+	}
+	f := &File{c: c, n: n, flags: flags}
+	return f, nil
+}
+
+// Ino returns the file's inode number.
+func (f *File) Ino() core.Ino { return f.n.ino }
+
+// Ref returns how the meta server finds the file.
+func (f *File) Ref() Ref {
+	f.n.mu.Lock()
+	defer f.n.mu.Unlock()
+	return f.n.mu.ref
+}
+
+func (f *File) check(op string, write bool) error {
+	if f.mu.closed {
+		return errs.New(errs.BadHandle, op, "file is closed")
+	}
+	acc := f.flags & oACCMODE
+	if write && acc == oRDONLY || !write && acc == oWRONLY {
+		return errs.New(errs.BadHandle, op, "file not open for %s", op)
+	}
+	return nil
+}
+
+// ReadAt reads len(p) bytes at off; it returns io.EOF when fewer were there.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errs.New(errs.Invalid, "read", "negative offset")
+	}
+	f.mu.Lock()
+	if err := f.check("read", false); err != nil {
+		f.mu.Unlock()
+		return 0, err
+	}
+	seq := f.noteReadLocked(off, len(p))
+	f.mu.Unlock()
+	total := 0
+	for total < len(p) {
+		k, err := f.n.read(context.Background(), p[total:], off+int64(total), seq)
+		total += k
+		if err != nil {
+			return total, err
+		}
+		if k == 0 {
+			return total, io.EOF
+		}
+	}
+	return total, nil
+}
+
+// noteReadLocked tracks whether reads follow each other and reports a stream
+// after two in a row.
+func (f *File) noteReadLocked(off int64, n int) bool {
+	if off == f.mu.lastEnd {
+		f.mu.streak++
+	} else {
+		f.mu.streak = 0
+	}
+	f.mu.lastEnd = off + int64(n)
+	return f.mu.streak >= 1 || off == 0 && n >= 64<<10
+}
+
+// Read reads from the handle's offset.
+func (f *File) Read(p []byte) (int, error) {
+	f.mu.Lock()
+	if err := f.check("read", false); err != nil {
+		f.mu.Unlock()
+		return 0, err
+	}
+	off := f.mu.pos
+	seq := f.noteReadLocked(off, len(p))
+	f.mu.Unlock()
+	k, err := f.n.read(context.Background(), p, off, seq)
+	f.mu.Lock()
+	f.mu.pos = off + int64(k)
+	f.mu.Unlock()
+	return k, err
+}
+
+// WriteAt writes p at off (at the end of the file with O_APPEND).
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errs.New(errs.Invalid, "write", "negative offset")
+	}
+	f.mu.Lock()
+	err := f.check("write", true)
+	f.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	if f.flags&oAPPEND != 0 {
+		_, err := f.append(p)
+		return len(p), err
+	}
+	if err := f.n.write(p, off); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// append writes p at the current end of the file and returns where.
+func (f *File) append(p []byte) (int64, error) {
+	f.n.mu.Lock()
+	off := int64(f.n.mu.size)
+	f.n.mu.Unlock()
+	// Holding no lock across write is safe enough within one client only if
+	// appenders are serialized; they are, by the handle's mutex in Write.
+	return off, f.n.write(p, off)
+}
+
+// Write writes at the handle's offset (or the end with O_APPEND).
+func (f *File) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check("write", true); err != nil {
+		return 0, err
+	}
+	off := f.mu.pos
+	if f.flags&oAPPEND != 0 {
+		var err error
+		if off, err = f.append(p); err != nil {
+			return 0, err
+		}
+	} else if err := f.n.write(p, off); err != nil {
+		return 0, err
+	}
+	f.mu.pos = off + int64(len(p))
+	return len(p), nil
+}
+
+// Seek sets the handle's offset.
+func (f *File) Seek(offset int64, whence int) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var base int64
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		base = f.mu.pos
+	case io.SeekEnd:
+		f.n.mu.Lock()
+		base = int64(f.n.mu.size)
+		f.n.mu.Unlock()
+	default:
+		return 0, errs.New(errs.Invalid, "seek", "bad whence %d", whence)
+	}
+	if base+offset < 0 {
+		return 0, errs.New(errs.Invalid, "seek", "negative offset")
+	}
+	f.mu.pos = base + offset
+	return f.mu.pos, nil
+}
+
+// Truncate sets the file's size (ftruncate: the handle must be writable).
+func (f *File) Truncate(size int64) error {
+	return f.TruncateContext(context.Background(), size)
+}
+
+// TruncateContext is Truncate with the caller's context (and identity).
+func (f *File) TruncateContext(ctx context.Context, size int64) error {
+	f.mu.Lock()
+	err := f.check("truncate", true)
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if size < 0 {
+		return errs.New(errs.Invalid, "truncate", "negative size")
+	}
+	if _, ok := ctx.Value(credsKey{}).(core.Creds); !ok {
+		f.n.mu.Lock()
+		ctx = WithCreds(ctx, f.n.mu.creds)
+		f.n.mu.Unlock()
+	}
+	return f.n.truncate(ctx, uint64(size), true)
+}
+
+// Flush makes this handle's writes visible to other clients (what close
+// does, without closing).
+func (f *File) Flush() error {
+	return f.n.flush(context.Background(), f.c.cfg.SyncOnClose)
+}
+
+// Sync makes the file's data and size durable (fsync).
+func (f *File) Sync() error {
+	return f.n.flush(context.Background(), true)
+}
+
+// Stat returns the file's attributes as this client sees them.
+func (f *File) Stat() (core.Attr, error) {
+	return f.c.GetAttr(context.Background(), f.Ref())
+}
+
+// Close flushes (see Flush) and releases the handle. The handle is released
+// even when the flush fails; the error says the writes may be lost.
+func (f *File) Close() error {
+	f.mu.Lock()
+	if f.mu.closed {
+		f.mu.Unlock()
+		return errs.New(errs.BadHandle, "close", "file already closed")
+	}
+	f.mu.closed = true
+	f.mu.Unlock()
+	var err error
+	if f.flags&oACCMODE != oRDONLY {
+		err = f.n.flush(context.Background(), f.c.cfg.SyncOnClose)
+	}
+	f.c.releaseOpen(f.n)
+	return err
+}

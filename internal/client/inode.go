@@ -1,0 +1,344 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	pb "github.com/weftfs/weft/proto/weftpb"
+)
+
+// openInode is this client's state of a file with open handles: every handle
+// of one file shares it, so they agree on size and see each other's writes.
+//
+// Writes are buffered per chunk as one contiguous dirty range; a range is
+// uploaded when its chunk is full, when a write does not touch it, when the
+// buffer limit is reached, or on flush. Uploads of one chunk are chained, so
+// a later range never lands before an earlier one. Reads first push out the
+// dirty ranges they overlap, so a handle reads its own writes.
+type openInode struct {
+	c   *Client
+	ino core.Ino
+
+	mu struct {
+		sync.Mutex
+		ref      Ref
+		creds    core.Creds // identity that commits (the first opener's)
+		refs     int
+		size     uint64
+		mtime    time.Time
+		inline   bool
+		data     []byte // the whole content while inline
+		modified bool   // size, mtime or content not yet committed
+		dirty    map[uint64]*dirtyRange
+		buffered int64                    // bytes dirty or uploading
+		inflight map[uint64]chan struct{} // newest upload per chunk, closed when done
+		err      error                    // first failed upload, reported by the next flush
+		written  map[int]bool             // stores written since the last sync
+		cache    map[uint64]*fetch        // read-ahead, by chunk
+		drained  sync.Cond                // broadcast when an upload ends
+	}
+}
+
+type dirtyRange struct {
+	off int64 // within the chunk
+	buf []byte
+}
+
+type fetch struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// acquireOpen returns the shared state of the file an open reply describes,
+// creating it on first open. A file already open here keeps its unflushed
+// writes; if it has none, it takes the server's newer view (close-to-open).
+func (c *Client) acquireOpen(ref Ref, r *pb.OpenReply, creds core.Creds) *openInode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.mu.open[ref.Ino]
+	if n == nil {
+		n = &openInode{c: c, ino: ref.Ino}
+		n.mu.drained.L = &n.mu.Mutex
+		n.mu.dirty = make(map[uint64]*dirtyRange)
+		n.mu.inflight = make(map[uint64]chan struct{})
+		n.mu.written = make(map[int]bool)
+		n.mu.cache = make(map[uint64]*fetch)
+		c.mu.open[ref.Ino] = n
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.refs == 0 {
+		n.mu.creds = creds
+	}
+	n.mu.refs++
+	n.mu.ref = ref
+	if !n.mu.modified && n.mu.buffered == 0 {
+		n.mu.size = r.Attr.GetSize()
+		n.mu.mtime = time.Unix(0, r.Attr.GetMtimeNs())
+		n.mu.inline = r.Attr.GetInline()
+		n.mu.data = append([]byte(nil), r.InlineData...)
+		clear(n.mu.cache)
+	}
+	return n
+}
+
+// lookupOpen returns the open state of ino with a reference taken, or nil.
+func (c *Client) lookupOpen(ino core.Ino) *openInode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.mu.open[ino]
+	if n != nil {
+		n.mu.Lock()
+		n.mu.refs++
+		n.mu.Unlock()
+	}
+	return n
+}
+
+// releaseOpen drops a reference; the last one forgets the state.
+func (c *Client) releaseOpen(n *openInode) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.mu.refs--
+	if n.mu.refs == 0 && c.mu.open[n.ino] == n {
+		delete(c.mu.open, n.ino)
+	}
+}
+
+// overlayOpen replaces size and mtime with this client's uncommitted ones.
+func (c *Client) overlayOpen(a core.Attr) core.Attr {
+	c.mu.Lock()
+	n := c.mu.open[a.Ino]
+	c.mu.Unlock()
+	if n == nil {
+		return a
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.modified {
+		a.Size = n.mu.size
+		a.Mtime = n.mu.mtime
+	}
+	return a
+}
+
+// write buffers p at off.
+func (n *openInode) write(p []byte, off int64) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.mu.err; err != nil {
+		return err
+	}
+	end := off + int64(len(p))
+	if end < off || uint64(end) > maxFileSize {
+		return errs.New(errs.TooBig, "write", "offset %d + %d bytes is past the largest file", off, len(p))
+	}
+	n.mu.modified = true
+	n.mu.mtime = time.Now()
+	n.mu.size = max(n.mu.size, uint64(end))
+	if n.mu.inline {
+		if end <= int64(n.c.cfg.InlineLimit) {
+			if int64(len(n.mu.data)) < end {
+				n.mu.data = append(n.mu.data, make([]byte, end-int64(len(n.mu.data)))...)
+			}
+			copy(n.mu.data[off:], p)
+			return nil
+		}
+		n.uninlineLocked()
+	}
+	cs := n.c.cfg.ChunkSize
+	for _, s := range core.Spans(off, int64(len(p)), cs) {
+		n.bufferLocked(s.Index, s.Offset, p[s.FileOf-off:s.FileOf-off+s.Len])
+	}
+	for n.mu.buffered > n.c.cfg.WriteBuffer && n.mu.err == nil {
+		n.uploadAllLocked()
+		n.mu.drained.Wait()
+	}
+	return n.mu.err
+}
+
+// bufferLocked merges piece at off of chunk idx into its dirty range, or
+// uploads that range and starts a new one when the two do not touch.
+func (n *openInode) bufferLocked(idx uint64, off int64, piece []byte) {
+	delete(n.mu.cache, idx)
+	end := off + int64(len(piece))
+	d := n.mu.dirty[idx]
+	if d != nil && off <= d.off+int64(len(d.buf)) && end >= d.off {
+		lo, hi := min(d.off, off), max(d.off+int64(len(d.buf)), end)
+		if lo < d.off || hi > d.off+int64(len(d.buf)) {
+			buf := make([]byte, hi-lo, max(hi-lo, int64(cap(d.buf))))
+			copy(buf[d.off-lo:], d.buf)
+			n.mu.buffered += int64(len(buf) - len(d.buf))
+			d.buf, d.off = buf, lo
+		}
+		copy(d.buf[off-d.off:], piece)
+	} else {
+		if d != nil {
+			n.startUploadLocked(idx, d)
+		}
+		d = &dirtyRange{off: off, buf: append(make([]byte, 0, min(n.c.cfg.ChunkSize-off, 1<<20)), piece...)}
+		n.mu.dirty[idx] = d
+		n.mu.buffered += int64(len(piece))
+	}
+	if d.off == 0 && int64(len(d.buf)) == n.c.cfg.ChunkSize {
+		n.startUploadLocked(idx, d)
+	}
+}
+
+// uninlineLocked turns an inline file into a chunked one: its content
+// becomes the first dirty range of chunk 0, uploaded before the commit that
+// tells the meta server the file is chunked.
+func (n *openInode) uninlineLocked() {
+	n.mu.inline = false
+	n.mu.modified = true
+	if len(n.mu.data) > 0 {
+		n.mu.dirty[0] = &dirtyRange{buf: n.mu.data}
+		n.mu.buffered += int64(len(n.mu.data))
+	}
+	n.mu.data = nil
+}
+
+// startUploadLocked sends d to chunk idx's replicas in the background,
+// after any earlier upload of the same chunk.
+func (n *openInode) startUploadLocked(idx uint64, d *dirtyRange) {
+	if n.mu.dirty[idx] == d {
+		delete(n.mu.dirty, idx)
+	}
+	prev := n.mu.inflight[idx]
+	done := make(chan struct{})
+	n.mu.inflight[idx] = done
+	go func() {
+		defer close(done)
+		if prev != nil {
+			<-prev
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), uploadTimeout)
+		reps, err := n.c.writeChunk(ctx, n.ino, idx, d.off, d.buf, false)
+		cancel()
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if err != nil && n.mu.err == nil {
+			n.mu.err = errs.Wrap(errs.KindOf(err), "write back", "", err)
+		}
+		for _, s := range reps {
+			n.mu.written[s] = true
+		}
+		n.mu.buffered -= int64(len(d.buf))
+		if n.mu.inflight[idx] == done {
+			delete(n.mu.inflight, idx)
+		}
+		n.mu.drained.Broadcast()
+	}()
+}
+
+const uploadTimeout = 2 * time.Minute
+
+// maxFileSize bounds offsets so that chunk arithmetic never overflows.
+const maxFileSize = 1 << 50
+
+func (n *openInode) uploadAllLocked() {
+	for idx, d := range n.mu.dirty {
+		n.startUploadLocked(idx, d)
+	}
+}
+
+// drainLocked uploads every dirty range and waits until no upload is in
+// flight; it returns (and clears) the first upload error.
+func (n *openInode) drainLocked() error {
+	n.uploadAllLocked()
+	for len(n.mu.inflight) > 0 {
+		n.mu.drained.Wait()
+	}
+	err := n.mu.err
+	n.mu.err = nil
+	return err
+}
+
+// flush makes this client's writes visible to others: uploads, then (with
+// durable) makes the chunks durable on the stores, then commits size, mtime
+// and inline content to the meta server.
+func (n *openInode) flush(ctx context.Context, durable bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.flushLocked(ctx, durable)
+}
+
+func (n *openInode) flushLocked(ctx context.Context, durable bool) error {
+	if err := n.drainLocked(); err != nil {
+		return err
+	}
+	if durable && !n.mu.inline && len(n.mu.written) > 0 {
+		if err := n.c.syncStores(ctx, n.ino, n.mu.written); err != nil {
+			return err
+		}
+		clear(n.mu.written)
+	}
+	if !n.mu.modified {
+		return nil
+	}
+	req := &pb.CommitRequest{
+		Creds: credsPB(n.mu.creds), Node: n.mu.ref.pb(), Size: n.mu.size,
+		MtimeNs: n.mu.mtime.UnixNano(), Inline: n.mu.inline,
+	}
+	if n.mu.inline {
+		if uint64(len(n.mu.data)) < n.mu.size {
+			n.mu.data = append(n.mu.data, make([]byte, n.mu.size-uint64(len(n.mu.data)))...)
+		}
+		req.InlineData = n.mu.data
+	}
+	var r pb.CommitReply
+	if err := call(ctx, n.c.metaFor(n.mu.ref.Parent), pb.MethodCommit, req, &r); err != nil {
+		return err
+	}
+	n.mu.modified = false
+	return nil
+}
+
+// uninline moves an inline file's content to the stores and commits it as
+// chunked.
+func (n *openInode) uninline(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.mu.inline {
+		return nil
+	}
+	n.uninlineLocked()
+	return n.flushLocked(ctx, n.c.cfg.SyncOnClose)
+}
+
+// truncate sets the file's size through the meta server, after pushing out
+// buffered writes so none lands past the new end afterwards.
+func (n *openInode) truncate(ctx context.Context, size uint64, byHandle bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if size > maxFileSize {
+		return errs.New(errs.TooBig, "truncate", "size %d is past the largest file", size)
+	}
+	if n.mu.inline && size > uint64(n.c.cfg.InlineLimit) {
+		n.uninlineLocked()
+	}
+	if err := n.flushLocked(ctx, false); err != nil {
+		return err
+	}
+	clear(n.mu.cache)
+	ref := n.mu.ref
+	sz := size
+	a, err := n.c.setAttr(ctx, ref, SetAttr{Size: &sz}, byHandle)
+	if err != nil {
+		return err
+	}
+	n.mu.size = a.Size
+	n.mu.mtime = a.Mtime
+	if n.mu.inline {
+		if uint64(len(n.mu.data)) > size {
+			n.mu.data = n.mu.data[:size]
+		}
+	}
+	return nil
+}
