@@ -32,7 +32,7 @@ type Config struct {
 	StoreAddrs  []string // store servers, index = store id
 	ChunkSize   int64    // bytes per chunk (default 4 MiB)
 	Replication int      // replicas per chunk (default 1)
-	InlineLimit int      // largest file kept inline in its meta record (default 4096)
+	InlineLimit int      // largest file kept inline in its meta record (default 4096; < 0: none)
 	// WriteBuffer bounds the bytes buffered or in flight per open file
 	// (default 4 chunks); writers wait beyond it.
 	WriteBuffer int64

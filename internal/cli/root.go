@@ -1,0 +1,133 @@
+// Package cli holds weft's command line: the cobra command tree, its flags,
+// and how commands turn flags and the cluster file into running servers or
+// client calls. It owns no behaviour of its own beyond that: servers come from
+// package cluster, file operations from package client.
+//
+// Commands return errors and never exit the process; cmd/weft maps the error
+// to an exit code with ExitCode (the table is in docs/cli.md). Output for
+// people goes to the command's stdout, logs to its stderr: JSON for servers
+// (weft up, meta, store), text for everything else.
+package cli
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/weftfs/weft/internal/config"
+)
+
+// ClusterEnv is the environment variable that names the cluster file when
+// --cluster is not given.
+const ClusterEnv = "WEFT_CLUSTER"
+
+// app is what every command shares: the values of the persistent flags.
+// It lives in NewRoot, never in package variables, so tests can build as
+// many command trees as they like.
+type app struct {
+	logLevel    string
+	clusterPath string
+	level       slog.Level // parsed from logLevel before any command runs
+}
+
+// NewRoot returns the weft command tree.
+func NewRoot() *cobra.Command {
+	a := &app{}
+	root := &cobra.Command{
+		Use:   "weft",
+		Short: "weft is a distributed POSIX file system",
+		Long: "weft is a distributed POSIX file system: metadata servers, storage servers\n" +
+			"and clients, described by one cluster file.\n\n" +
+			"Start here: 'weft up' runs a complete single-machine cluster.",
+		SilenceErrors: true, // cmd/weft prints the error once
+		SilenceUsage:  true, // a failing command should not print its usage
+		Args:          unknownCommand,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cmd.Help()
+		},
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.level.UnmarshalText([]byte(a.logLevel)); err != nil {
+				return usageErrorf(cmd, "--log-level %q is not one of debug, info, warn, error", a.logLevel)
+			}
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError(cmd, err)
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	pf.StringVar(&a.clusterPath, "cluster", os.Getenv(ClusterEnv),
+		"cluster file (default $"+ClusterEnv+"; weft up prints it)")
+
+	for _, newCmd := range []func(*app) *cobra.Command{
+		newUpCommand,
+		newMetaCommand,
+		newStoreCommand,
+		newVersionCommand,
+	} {
+		root.AddCommand(newCmd(a))
+	}
+	addFileCommands(root, a)
+	return root
+}
+
+// serverLogger returns the JSON logger of a server process.
+func (a *app) serverLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: a.level}))
+}
+
+// cliLogger returns the text logger of a client command.
+func (a *app) cliLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: a.level}))
+}
+
+// loadCluster reads the cluster file named by path, or by --cluster (or
+// $WEFT_CLUSTER) if path is empty.
+func (a *app) loadCluster(path string) (*config.Cluster, error) {
+	if path == "" {
+		path = a.clusterPath
+	}
+	if path == "" {
+		return nil, &configError{err: fmt.Errorf("no cluster file: pass --cluster FILE or set %s (weft up prints the path)", ClusterEnv)}
+	}
+	c, err := config.Load(path)
+	if err != nil {
+		return nil, &configError{err: err}
+	}
+	return c, nil
+}
+
+// unknownCommand rejects positional arguments to the root, which can only be
+// a misspelt command.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q", args[0])
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return usageErrorf(cmd, "%s", msg)
+}
+
+// noArgs rejects positional arguments of a command that takes none.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErrorf(cmd, "unexpected argument %q", args[0])
+	}
+	return nil
+}
+
+// defaultDataDir is where weft up keeps its data unless told otherwise.
+func defaultDataDir() string {
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".weft")
+	}
+	return filepath.Join(os.TempDir(), "weft-data")
+}

@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/weftfs/weft/internal/cluster"
+	"github.com/weftfs/weft/internal/config"
+)
+
+type upFlags struct {
+	data        string
+	durability  string
+	backend     string
+	memLimit    string
+	metricsAddr string
+}
+
+func newUpCommand(a *app) *cobra.Command {
+	var f upFlags
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run a single-machine cluster: one meta and one store server",
+		Long: "Run one meta server and one store server in this process, with all data\n" +
+			"under --data. The first start picks free loopback ports and writes\n" +
+			"DATA/weft.toml; later starts reuse it, so clients keep working.\n" +
+			"Stops cleanly on Ctrl-C or SIGTERM.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runUp(cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.data, "data", defaultDataDir(), "directory for the cluster file and all data")
+	fl.StringVar(&f.durability, "durability", "", "when metadata changes are acknowledged: sync or async (default: as before, else sync)")
+	fl.StringVar(&f.backend, "backend", "", "where the store keeps file data: disk or mem (default: as before, else disk)")
+	fl.StringVar(&f.memLimit, "mem-limit", "", "bytes the mem backend may hold, such as 2GiB (default: as before, else 1GiB)")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at host:port/metrics")
+	return cmd
+}
+
+func (a *app) runUp(cmd *cobra.Command, f upFlags) error {
+	opts := cluster.EmbeddedOptions{
+		Dir:         f.data,
+		Durability:  f.durability,
+		Backend:     f.backend,
+		MetricsAddr: f.metricsAddr,
+		Logger:      a.serverLogger(cmd.ErrOrStderr()),
+	}
+	if err := checkChoice(cmd, "durability", f.durability, config.DurabilitySync, config.DurabilityAsync); err != nil {
+		return err
+	}
+	if err := checkChoice(cmd, "backend", f.backend, config.BackendDisk, config.BackendMem); err != nil {
+		return err
+	}
+	if f.memLimit != "" {
+		n, err := config.ParseByteSize(f.memLimit)
+		if err != nil || n <= 0 {
+			return usageErrorf(cmd, "--mem-limit %q is not a size above 0, such as 512MiB or 2GiB", f.memLimit)
+		}
+		opts.MemLimit = int64(n)
+	}
+
+	ctx := cmd.Context()
+	e, err := cluster.StartEmbedded(ctx, opts)
+	if err != nil {
+		return err
+	}
+	printUpBanner(cmd.OutOrStdout(), e)
+	<-ctx.Done()
+	fmt.Fprintln(cmd.OutOrStdout(), "weft: stopping")
+	return e.Close()
+}
+
+func printUpBanner(w io.Writer, e *cluster.Embedded) {
+	cfg := e.Config()
+	fmt.Fprintf(w, "weft is up: meta %s, store %s (%s backend, %s durability)\n",
+		e.MetaAddr(), e.StoreAddr(), cfg.Store[0].Backend, cfg.Durability)
+	if m := e.MetricsAddr(); m != "" {
+		fmt.Fprintf(w, "metrics:      http://%s/metrics\n", m)
+	}
+	fmt.Fprintf(w, "cluster file: %s\n\n", e.ClusterFile())
+	fmt.Fprintf(w, "Use it from another shell:\n\n")
+	fmt.Fprintf(w, "    export %s=%s\n", ClusterEnv, shellQuote(e.ClusterFile()))
+	fmt.Fprintf(w, "    weft put ./some-file /some-file\n")
+	fmt.Fprintf(w, "    weft ls /\n")
+	fmt.Fprintf(w, "    weft get /some-file ./copy\n\n")
+	fmt.Fprintf(w, "Press Ctrl-C to stop.\n")
+}
+
+// checkChoice accepts "" (not given) or one of choices.
+func checkChoice(cmd *cobra.Command, flag, value string, choices ...string) error {
+	if value == "" || slices.Contains(choices, value) {
+		return nil
+	}
+	return usageErrorf(cmd, "--%s %q is not one of %s", flag, value, strings.Join(choices, ", "))
+}
+
+// shellQuote quotes s for a POSIX shell when it needs quoting.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:@%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,32 @@
+package cluster
+
+import (
+	"log/slog"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/core"
+)
+
+// ClientConfig is the client library's view of a cluster file: where the
+// servers are and how data is laid out, with creds as the default identity.
+func ClientConfig(cfg *config.Cluster, creds core.Creds, log *slog.Logger) client.Config {
+	cc := client.Config{
+		ChunkSize:   int64(cfg.ChunkSize),
+		Replication: cfg.Replication,
+		InlineLimit: cfg.InlineLimit,
+		SyncOnClose: cfg.Durability == config.DurabilitySync,
+		Creds:       creds,
+		Logger:      log,
+	}
+	if cc.InlineLimit == 0 {
+		cc.InlineLimit = -1 // the file turns inlining off; the library's 0 means default
+	}
+	for _, m := range cfg.Meta {
+		cc.MetaAddrs = append(cc.MetaAddrs, m.Addr)
+	}
+	for _, s := range cfg.Store {
+		cc.StoreAddrs = append(cc.StoreAddrs, s.Addr)
+	}
+	return cc
+}

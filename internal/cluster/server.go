@@ -1,0 +1,283 @@
+// Package cluster starts weft's servers inside a process: one meta or store
+// server from its cluster file entry (weft meta, weft store), the embedded
+// one-meta-one-store cluster of weft up, and, for tests and benchmarks,
+// clusters on loopback ports.
+//
+// A started server owns four things that must go away in order on Close:
+// the metrics HTTP server, the RPC server (which stops accepting, closes
+// connections and waits for running handlers), and only then the role's
+// state (Pebble, chunk files), because a handler still running against a
+// closed Pebble would crash the process. Close is bounded in time; if
+// handlers do not finish, the role's state is left open rather than closed
+// under them, and Close reports it.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/meta"
+	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/internal/store"
+)
+
+// CloseTimeout bounds how long Close waits for running requests.
+const CloseTimeout = 10 * time.Second
+
+// Options adjust how StartMeta and StartStore run a server. The zero value
+// runs the server exactly as its cluster file entry says.
+type Options struct {
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
+	// Dir, if set, replaces the entry's data directory.
+	Dir string
+	// MetricsAddr, if set, replaces the entry's metrics_addr.
+	MetricsAddr string
+	// Listener, if set, is served instead of listening on the entry's
+	// address. The server closes it.
+	Listener net.Listener
+	// MetricsListener, if set, serves metrics instead of listening on the
+	// metrics address. The server closes it.
+	MetricsListener net.Listener
+	// Registry, if set, receives the server's metrics; its owner is
+	// expected to have added the Go and process collectors. If nil, the
+	// server gets its own registry with them.
+	Registry *prometheus.Registry
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is one running meta or store server.
+type Server struct {
+	role    string
+	id      int
+	log     *slog.Logger
+	addr    string
+	rpc     *rpc.Server
+	served  chan struct{} // closed when the RPC Serve loop returns
+	state   io.Closer     // *meta.Server or *store.Server
+	metrics *metricsServer
+	reg     *prometheus.Registry
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// StartMeta opens meta server id of cfg and serves it. ctx bounds the start
+// only; the server runs until Close.
+func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (*Server, error) {
+	if id < 0 || id >= len(cfg.Meta) {
+		return nil, errs.New(errs.Invalid, "start meta", "id %d: the cluster file has meta servers 0..%d", id, len(cfg.Meta)-1)
+	}
+	entry := cfg.Meta[id]
+	dir := pick(opts.Dir, entry.Dir)
+	if dir == "" {
+		return nil, errs.New(errs.Invalid, "start meta", "meta[%d].dir is empty: set dir in the cluster file or pass --data", id)
+	}
+	return start(ctx, "meta", id, entry.Addr, pick(opts.MetricsAddr, entry.MetricsAddr), opts,
+		func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux) (io.Closer, error) {
+			s, err := meta.Open(meta.Config{
+				ID:          id,
+				Dir:         dir,
+				Durability:  cfg.Durability,
+				InlineLimit: cfg.InlineLimit,
+				Logger:      log,
+				Registry:    reg,
+				Now:         opts.Now,
+			})
+			if err != nil {
+				return nil, err
+			}
+			s.Register(mux)
+			return s, nil
+		})
+}
+
+// StartStore opens store server id of cfg and serves it. ctx bounds the
+// start only; the server runs until Close.
+func StartStore(ctx context.Context, cfg *config.Cluster, id int, opts Options) (*Server, error) {
+	if id < 0 || id >= len(cfg.Store) {
+		return nil, errs.New(errs.Invalid, "start store", "id %d: the cluster file has store servers 0..%d", id, len(cfg.Store)-1)
+	}
+	entry := cfg.Store[id]
+	dir := pick(opts.Dir, entry.Dir)
+	if dir == "" && entry.Backend == config.BackendDisk {
+		return nil, errs.New(errs.Invalid, "start store", "store[%d].dir is empty: the disk backend needs a data directory; set dir in the cluster file or pass --data", id)
+	}
+	return start(ctx, "store", id, entry.Addr, pick(opts.MetricsAddr, entry.MetricsAddr), opts,
+		func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux) (io.Closer, error) {
+			s, err := store.Open(store.Config{
+				ID:       id,
+				Dir:      dir,
+				Backend:  entry.Backend,
+				MemLimit: int64(entry.MemLimit),
+				Logger:   log,
+				Registry: reg,
+			})
+			if err != nil {
+				return nil, err
+			}
+			s.Register(mux)
+			return s, nil
+		})
+}
+
+type openFunc func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux) (io.Closer, error)
+
+// start does what both roles share: registry, listeners, role state, RPC
+// and metrics servers. On failure everything opened so far is closed.
+func start(ctx context.Context, role string, id int, addr, metricsAddr string, opts Options, open openFunc) (_ *Server, err error) {
+	op := "start " + role
+	if err := ctx.Err(); err != nil {
+		return nil, errs.Wrap(errs.Canceled, op, "", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("role", role, "id", id)
+	reg := opts.Registry
+	if reg == nil {
+		reg = NewRegistry()
+	}
+
+	var cleanup []func()
+	defer func() {
+		if err != nil {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
+
+	ln := opts.Listener
+	if ln == nil {
+		var lc net.ListenConfig
+		if ln, err = lc.Listen(ctx, "tcp", addr); err != nil {
+			return nil, errs.Wrap(errs.Unavailable, op, fmt.Sprintf("%s[%d] listen %s", role, id, addr), err)
+		}
+	}
+	cleanup = append(cleanup, func() { ln.Close() })
+
+	var ms *metricsServer
+	if opts.MetricsListener != nil || metricsAddr != "" {
+		ms, err = startMetrics(ctx, reg, metricsAddr, opts.MetricsListener, log)
+		if err != nil {
+			return nil, errs.WithPath(err, op, fmt.Sprintf("%s[%d] metrics", role, id))
+		}
+		cleanup = append(cleanup, func() { ms.close(context.Background()) })
+	}
+
+	mux := rpc.NewMux()
+	state, err := open(log, reg, mux)
+	if err != nil {
+		return nil, errs.WithPath(err, op, fmt.Sprintf("%s[%d]", role, id))
+	}
+
+	s := &Server{
+		role:    role,
+		id:      id,
+		log:     log,
+		addr:    ln.Addr().String(),
+		state:   state,
+		metrics: ms,
+		reg:     reg,
+		served:  make(chan struct{}),
+	}
+	s.rpc = rpc.NewServer(mux, rpc.ServerOptions{
+		Logger:   log,
+		Observer: rpc.NewMetrics(reg, "weft_"+role),
+	})
+	go func() {
+		defer close(s.served)
+		if err := s.rpc.Serve(ln); err != nil {
+			log.Error("rpc server stopped", "err", err)
+		}
+	}()
+	attrs := []any{"addr", s.addr}
+	if ms != nil {
+		attrs = append(attrs, "metrics_addr", ms.addr)
+	}
+	log.Info(role+" server started", attrs...)
+	return s, nil
+}
+
+// Addr returns the address the server listens on.
+func (s *Server) Addr() string { return s.addr }
+
+// MetricsAddr returns the address of the metrics HTTP server, or "" if it
+// serves none.
+func (s *Server) MetricsAddr() string {
+	if s.metrics == nil {
+		return ""
+	}
+	return s.metrics.addr
+}
+
+// Registry returns the Prometheus registry holding the server's metrics.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Close stops the server gracefully within CloseTimeout. It is safe to call
+// more than once; later calls return the first call's result.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close(CloseTimeout) })
+	return s.closeErr
+}
+
+func (s *Server) close(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var errList []error
+	if s.metrics != nil {
+		if err := s.metrics.close(ctx); err != nil {
+			errList = append(errList, err)
+		}
+	}
+
+	rpcDone := make(chan error, 1)
+	go func() { rpcDone <- s.rpc.Close() }()
+	select {
+	case err := <-rpcDone:
+		if err != nil {
+			errList = append(errList, errs.Wrap(errs.IO, "close "+s.role, "rpc", err))
+		}
+	case <-ctx.Done():
+		// Requests still running use the role's state: leave it open.
+		s.log.Error("requests still running at close; data directory left open", "waited", timeout)
+		errList = append(errList, errs.New(errs.Timeout, "close "+s.role,
+			"requests still running after %v; %s[%d] state left open", timeout, s.role, s.id))
+		return errors.Join(errList...)
+	}
+	<-s.served
+
+	if err := s.state.Close(); err != nil {
+		errList = append(errList, errs.WithPath(err, "close "+s.role, fmt.Sprintf("%s[%d]", s.role, s.id)))
+	}
+	s.log.Info(s.role + " server stopped")
+	return errors.Join(errList...)
+}
+
+func pick(override, fromFile string) string {
+	if override != "" {
+		return override
+	}
+	return fromFile
+}
+
+// serveHTTP runs srv on ln; http.ErrServerClosed after Shutdown is expected.
+func serveHTTP(srv *http.Server, ln net.Listener, log *slog.Logger) {
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Error("metrics server stopped", "err", err)
+	}
+}

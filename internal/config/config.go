@@ -1,0 +1,124 @@
+// Package config owns weft's cluster file: the typed description of a cluster
+// (its meta and store servers, chunk size, replication, durability), its
+// defaults, its validation, and reading and writing it as TOML.
+//
+// One file describes the whole cluster and every process reads the same file:
+// a server finds its own entry by index (the position in the [[meta]] or
+// [[store]] list is the server id, which GIGA+ placement and inode numbers
+// depend on, so entries may be appended but never reordered), and clients find
+// every server's address in it. Decoding is strict: a key weft does not know is
+// an error naming the key and its line, because a misspelt setting that is
+// silently ignored is worse than one that stops the start.
+package config
+
+// Defaults and limits of the cluster settings.
+const (
+	DefaultName           = "weft"
+	DefaultChunkSize      = 4 << 20
+	MinChunkSize          = 64 << 10
+	MaxChunkSize          = 64 << 20
+	DefaultReplication    = 1
+	DefaultInlineLimit    = 4096
+	MaxInlineLimit        = 64 << 10
+	DefaultSplitThreshold = 4000
+	MinSplitThreshold     = 2
+
+	DurabilitySync  = "sync"  // acknowledged after the WAL record is on disk
+	DurabilityAsync = "async" // acknowledged when applied; WAL synced in the background
+
+	BackendDisk = "disk" // chunk files under the server's data directory
+	BackendMem  = "mem"  // chunks in RAM, bounded by mem_limit
+)
+
+// Cluster is the content of a cluster file.
+type Cluster struct {
+	// Name identifies the cluster in logs and metrics.
+	Name string `toml:"name"`
+	// ChunkSize is the size of a file data chunk, a power of two in
+	// [MinChunkSize, MaxChunkSize]. Changing it on a cluster that holds files
+	// makes their data unreadable.
+	ChunkSize ByteSize `toml:"chunk_size"`
+	// Replication is how many store servers hold each chunk.
+	Replication int `toml:"replication"`
+	// Durability is when a meta server acknowledges a change: DurabilitySync
+	// or DurabilityAsync.
+	Durability string `toml:"durability"`
+	// InlineLimit is the largest file whose content lives in its metadata
+	// record; 0 turns inlining off.
+	InlineLimit int `toml:"inline_limit"`
+	// SplitThreshold is how many entries a directory partition holds before
+	// its server splits it (GIGA+).
+	SplitThreshold int `toml:"split_threshold"`
+
+	// Meta lists the metadata servers; the index is the server id.
+	Meta []MetaServer `toml:"meta"`
+	// Store lists the storage servers; the index is the server id.
+	Store []StoreServer `toml:"store"`
+}
+
+// MetaServer is one metadata server's entry.
+type MetaServer struct {
+	// Addr is host:port, both where the server listens and where clients
+	// and other servers reach it.
+	Addr string `toml:"addr"`
+	// Dir is the server's data directory. A relative path in a file read by
+	// Load is relative to the file's directory. It may be left empty in a
+	// shared file and given on the command line instead.
+	Dir string `toml:"dir,omitempty"`
+	// MetricsAddr, if set, is where the server serves Prometheus metrics.
+	MetricsAddr string `toml:"metrics_addr,omitempty"`
+}
+
+// StoreServer is one storage server's entry.
+type StoreServer struct {
+	Addr        string `toml:"addr"`
+	Dir         string `toml:"dir,omitempty"`
+	MetricsAddr string `toml:"metrics_addr,omitempty"`
+	// Backend is BackendDisk or BackendMem.
+	Backend string `toml:"backend"`
+	// MemLimit bounds the bytes of chunk data a mem backend holds. In the
+	// file it is an integer or a string such as "2GiB".
+	MemLimit ByteSize `toml:"mem_limit,omitzero"`
+}
+
+// Default returns a cluster with every setting at its default and no
+// servers.
+func Default() *Cluster {
+	return &Cluster{
+		Name:           DefaultName,
+		ChunkSize:      DefaultChunkSize,
+		Replication:    DefaultReplication,
+		Durability:     DurabilitySync,
+		InlineLimit:    DefaultInlineLimit,
+		SplitThreshold: DefaultSplitThreshold,
+	}
+}
+
+// DefaultMetaServer returns a meta server entry for addr and dir.
+func DefaultMetaServer(addr, dir string) MetaServer {
+	return MetaServer{Addr: addr, Dir: dir}
+}
+
+// DefaultStoreServer returns a store server entry with the disk backend.
+func DefaultStoreServer(addr, dir string) StoreServer {
+	return StoreServer{Addr: addr, Dir: dir, Backend: BackendDisk}
+}
+
+// Clone returns a deep copy of c, so callers can apply command-line overrides
+// without changing a shared configuration.
+func (c *Cluster) Clone() *Cluster {
+	d := *c
+	d.Meta = append([]MetaServer(nil), c.Meta...)
+	d.Store = append([]StoreServer(nil), c.Store...)
+	return &d
+}
+
+// applyElementDefaults fills settings of list entries that TOML decoding
+// leaves at their zero value because entries are created empty.
+func (c *Cluster) applyElementDefaults() {
+	for i := range c.Store {
+		if c.Store[i].Backend == "" {
+			c.Store[i].Backend = BackendDisk
+		}
+	}
+}

@@ -1,0 +1,228 @@
+package meta
+
+import (
+	"context"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// Lookup resolves a name in a directory. The caller needs search permission on
+// the directory; "." and ".." are the client's business and Invalid here.
+func (s *Server) Lookup(_ context.Context, req *weftpb.LookupRequest) (*weftpb.LookupReply, error) {
+	const op = "lookup"
+	c, err := credsOf(op, req.GetCreds())
+	if err != nil {
+		return nil, err
+	}
+	if err := validName(op, req.Name); err != nil {
+		return nil, err
+	}
+	reply := &weftpb.LookupReply{}
+	err = s.view(op, func(t *txn) error {
+		d, err := t.dir(core.Ino(req.Parent))
+		if err != nil {
+			return err
+		}
+		if err := checkAccess(op, c, d, mayExec); err != nil {
+			return err
+		}
+		n, found, err := t.child(core.Ino(req.Parent), d, req.Name)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return &errs.Error{Kind: errs.NotExist, Op: op, Path: req.Name}
+		}
+		reply.Attr = n.wireAttr()
+		return nil
+	})
+	return reply, err
+}
+
+// GetAttr returns a node's attributes. Like stat(2) it needs no permission on
+// the node itself (the client searched the path to reach it).
+func (s *Server) GetAttr(_ context.Context, req *weftpb.GetAttrRequest) (*weftpb.GetAttrReply, error) {
+	const op = "getattr"
+	if _, err := credsOf(op, req.GetCreds()); err != nil {
+		return nil, err
+	}
+	reply := &weftpb.GetAttrReply{}
+	err := s.view(op, func(t *txn) error {
+		n, err := t.resolve(req.Node)
+		if err != nil {
+			return err
+		}
+		reply.Attr = n.wireAttr()
+		return nil
+	})
+	return reply, err
+}
+
+// Access checks the caller's permission (R=4, W=2, X=1) on a node; mask 0
+// checks only that it exists.
+func (s *Server) Access(_ context.Context, req *weftpb.AccessRequest) (*weftpb.Empty, error) {
+	const op = "access"
+	c, err := credsOf(op, req.GetCreds())
+	if err != nil {
+		return nil, err
+	}
+	if req.Mask > mayRead|mayWrite|mayExec {
+		return nil, errs.New(errs.Invalid, op, "mask %#o", req.Mask)
+	}
+	err = s.view(op, func(t *txn) error {
+		n, err := t.resolve(req.Node)
+		if err != nil {
+			return err
+		}
+		return checkAccess(op, c, n.attr, req.Mask)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &weftpb.Empty{}, nil
+}
+
+// StatFS reports inode usage and the store's size.
+func (s *Server) StatFS(_ context.Context, _ *weftpb.StatFSRequest) (*weftpb.StatFSReply, error) {
+	const op = "statfs"
+	reply := &weftpb.StatFSReply{NameMax: core.MaxNameLen}
+	err := s.view(op, func(t *txn) error {
+		reply.Files = uint64(max(s.inodes.Load(), 0))
+		reply.FilesFree = maxSeq - s.alloc.reserved()
+		reply.BytesUsed = s.db.Metrics().DiskSpaceUsage()
+		return nil
+	})
+	return reply, err
+}
+
+const setattrKnown = uint32(weftpb.SetAttrBits_SETATTR_MODE | weftpb.SetAttrBits_SETATTR_UID |
+	weftpb.SetAttrBits_SETATTR_GID | weftpb.SetAttrBits_SETATTR_SIZE | weftpb.SetAttrBits_SETATTR_ATIME |
+	weftpb.SetAttrBits_SETATTR_MTIME | weftpb.SetAttrBits_SETATTR_ATIME_NOW | weftpb.SetAttrBits_SETATTR_MTIME_NOW)
+
+func has(valid uint32, bit weftpb.SetAttrBits) bool { return valid&uint32(bit) != 0 }
+
+// SetAttr changes the attributes named by req.Valid, with Linux's rules for
+// chmod, chown, truncate and utimensat. Every check passes before anything
+// changes; ctime moves with every change.
+func (s *Server) SetAttr(_ context.Context, req *weftpb.SetAttrRequest) (*weftpb.SetAttrReply, error) {
+	const op = "setattr"
+	c, err := credsOf(op, req.GetCreds())
+	if err != nil {
+		return nil, err
+	}
+	if req.Valid&^setattrKnown != 0 {
+		return nil, errs.New(errs.Invalid, op, "unknown setattr bits %#x", req.Valid&^setattrKnown)
+	}
+	reply := &weftpb.SetAttrReply{}
+	err = s.update(op, refLock(req.Node), func(t *txn) error {
+		n, err := t.resolve(req.Node)
+		if err != nil {
+			return err
+		}
+		if err := s.checkSetAttr(op, c, n.attr, req); err != nil {
+			return err
+		}
+		if req.Valid == 0 {
+			reply.Attr = n.wireAttr()
+			return nil
+		}
+		reply.OldSize = n.attr.Size
+		if err := s.applySetAttr(t, c, n.attr, req); err != nil {
+			return err
+		}
+		t.putNode(n)
+		reply.Attr = n.wireAttr()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return reply, nil
+}
+
+func (s *Server) checkSetAttr(op string, c core.Creds, r *weftpb.InodeRecord, req *weftpb.SetAttrRequest) error {
+	v := req.Valid
+	owner := isOwner(c, r)
+	if has(v, weftpb.SetAttrBits_SETATTR_MODE) && !owner {
+		return errs.New(errs.NotPermitted, op, "chmod by a non-owner")
+	}
+	// chown: only root gives a file away; the owner may "change" the uid to
+	// itself and the gid to a group it belongs to.
+	if has(v, weftpb.SetAttrBits_SETATTR_UID) && c.UID != 0 && (c.UID != r.Uid || req.Uid != r.Uid) {
+		return errs.New(errs.NotPermitted, op, "chown to another user")
+	}
+	if has(v, weftpb.SetAttrBits_SETATTR_GID) && c.UID != 0 &&
+		(c.UID != r.Uid || (req.Gid != r.Gid && !c.InGroup(req.Gid))) {
+		return errs.New(errs.NotPermitted, op, "chgrp to a group the caller is not in")
+	}
+	if has(v, weftpb.SetAttrBits_SETATTR_SIZE) {
+		switch {
+		case core.IsDir(r.Mode):
+			return errs.E(errs.IsDir, op)
+		case !core.IsRegular(r.Mode):
+			return errs.New(errs.Invalid, op, "truncate of a non-regular file")
+		case !req.ByHandle && !allowed(c, r, mayWrite):
+			return errs.E(errs.Permission, op)
+		}
+		if err := checkTruncate(op, r, req.Size, s.cfg.InlineLimit); err != nil {
+			return err
+		}
+	}
+	explicit := has(v, weftpb.SetAttrBits_SETATTR_ATIME) || has(v, weftpb.SetAttrBits_SETATTR_MTIME)
+	if explicit && !owner {
+		return errs.New(errs.NotPermitted, op, "setting explicit times by a non-owner")
+	}
+	now := has(v, weftpb.SetAttrBits_SETATTR_ATIME_NOW) || has(v, weftpb.SetAttrBits_SETATTR_MTIME_NOW)
+	if now && !owner && !allowed(c, r, mayWrite) {
+		return errs.E(errs.Permission, op)
+	}
+	return nil
+}
+
+func (s *Server) applySetAttr(t *txn, c core.Creds, r *weftpb.InodeRecord, req *weftpb.SetAttrRequest) error {
+	v := req.Valid
+	chown := has(v, weftpb.SetAttrBits_SETATTR_UID) || has(v, weftpb.SetAttrBits_SETATTR_GID)
+	if has(v, weftpb.SetAttrBits_SETATTR_UID) {
+		r.Uid = req.Uid
+	}
+	if has(v, weftpb.SetAttrBits_SETATTR_GID) {
+		r.Gid = req.Gid
+	}
+	if chown && !core.IsDir(r.Mode) {
+		// Linux clears setuid on any chown of a non-directory (even by root),
+		// and setgid when group-exec makes it meaningful.
+		r.Mode &^= core.ModeSetuid
+		if r.Mode&0o010 != 0 {
+			r.Mode &^= core.ModeSetgid
+		}
+	}
+	if has(v, weftpb.SetAttrBits_SETATTR_MODE) {
+		r.Mode = r.Mode&core.ModeType | req.Mode&core.ModeBits
+		if c.UID != 0 && !c.InGroup(r.Gid) {
+			r.Mode &^= core.ModeSetgid
+		}
+	}
+	if has(v, weftpb.SetAttrBits_SETATTR_SIZE) {
+		if err := truncate(t.op, r, req.Size, s.cfg.InlineLimit); err != nil {
+			return err
+		}
+		r.MtimeNs = t.now
+		dropPrivileges(c, r)
+	}
+	switch {
+	case has(v, weftpb.SetAttrBits_SETATTR_ATIME_NOW):
+		r.AtimeNs = t.now
+	case has(v, weftpb.SetAttrBits_SETATTR_ATIME):
+		r.AtimeNs = req.AtimeNs
+	}
+	switch {
+	case has(v, weftpb.SetAttrBits_SETATTR_MTIME_NOW):
+		r.MtimeNs = t.now
+	case has(v, weftpb.SetAttrBits_SETATTR_MTIME):
+		r.MtimeNs = req.MtimeNs
+	}
+	r.CtimeNs = t.now
+	return nil
+}

@@ -1,0 +1,96 @@
+package meta
+
+import (
+	"context"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/proto/weftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+const (
+	defaultReadDirLimit = 1024
+	maxReadDirLimit     = 8192
+)
+
+// ReadDir lists a directory in key order (partition, name hash, name), from
+// just after the cookie's entry. Because the cookie names a position in that
+// order rather than a count, an entry present for the whole listing appears
+// exactly once however many names are created or removed meanwhile. "." and
+// ".." are the client's.
+func (s *Server) ReadDir(_ context.Context, req *weftpb.ReadDirRequest) (*weftpb.ReadDirReply, error) {
+	const op = "readdir"
+	c, err := credsOf(op, req.GetCreds())
+	if err != nil {
+		return nil, err
+	}
+	dir := core.Ino(req.Dir)
+	start, err := cookieSeek(dir, req.Cookie)
+	if err != nil {
+		return nil, err
+	}
+	limit := int(min(req.Limit, maxReadDirLimit))
+	if limit == 0 {
+		limit = defaultReadDirLimit
+	}
+	reply := &weftpb.ReadDirReply{Cookie: req.Cookie}
+	err = s.view(op, func(t *txn) error {
+		d, err := t.dir(dir)
+		if err != nil {
+			return err
+		}
+		if err := checkAccess(op, c, d, mayRead); err != nil {
+			return err
+		}
+		return s.listEntries(t, start, prefixEnd(dirPrefix(dir)), limit, req.Plus, reply)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return reply, nil
+}
+
+func (s *Server) listEntries(t *txn, start, end []byte, limit int, plus bool, reply *weftpb.ReadDirReply) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return errs.Wrap(errs.IO, t.op, "", err)
+	}
+	defer it.Close()
+	valid := it.First()
+	for ; valid; valid = it.Next() {
+		if len(reply.Entries) == limit {
+			break
+		}
+		_, _, name, ok := entrySuffix(it.Key())
+		if !ok {
+			return errs.New(errs.Corrupt, t.op, "bad entry key %q", it.Key())
+		}
+		e := &weftpb.EntryRecord{}
+		if err := proto.Unmarshal(it.Value(), e); err != nil {
+			return errs.Wrap(errs.Corrupt, t.op, name, err)
+		}
+		// The cookie moves past skipped entries too.
+		reply.Cookie = encodeCookie(it.Key())
+		de := &weftpb.DirEntryMsg{Name: name, Ino: e.Ino, Mode: e.Mode & core.ModeType}
+		if plus {
+			r := e.Attr
+			if r == nil {
+				if r, err = t.inode(core.Ino(e.Ino)); errs.Is(err, errs.Stale) {
+					continue // removed since the iterator's snapshot
+				} else if err != nil {
+					return err
+				}
+			}
+			de.Attr = attrOf(core.Ino(e.Ino), r)
+			de.Mode = r.Mode
+		}
+		reply.Entries = append(reply.Entries, de)
+	}
+	if err := it.Error(); err != nil {
+		return errs.Wrap(errs.IO, t.op, "", err)
+	}
+	reply.Eof = !valid
+	return nil
+}

@@ -1,0 +1,257 @@
+package meta
+
+import (
+	"encoding/binary"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// Durability modes (DESIGN: namespace).
+const (
+	DurabilitySync  = "sync"
+	DurabilityAsync = "async"
+)
+
+// Config configures one meta server.
+type Config struct {
+	ID            int           // meta server id, 0..core.MaxServers-1; server 0 owns the root
+	Dir           string        // directory of the Pebble store
+	Durability    string        // "sync" (default) or "async"
+	AsyncInterval time.Duration // async mode: how often the WAL is synced; default 100ms
+	InlineLimit   int           // largest file content kept in the record; default 4096
+	Logger        *slog.Logger  // default: discard
+	Registry      *prometheus.Registry
+	Now           func() time.Time // default time.Now
+}
+
+const (
+	defaultAsyncInterval = 100 * time.Millisecond
+	defaultInlineLimit   = 4096
+	// maxInlineLimit keeps records small enough for the memtable and the wire.
+	maxInlineLimit = 1 << 20
+)
+
+// Validate fills in defaults and checks the configuration.
+func (c *Config) Validate() error {
+	const op = "meta config"
+	if c.ID < 0 || c.ID >= core.MaxServers {
+		return errs.New(errs.Invalid, op, "server id %d out of range 0..%d", c.ID, core.MaxServers-1)
+	}
+	if c.Dir == "" {
+		return errs.New(errs.Invalid, op, "no store directory")
+	}
+	switch c.Durability {
+	case "":
+		c.Durability = DurabilitySync
+	case DurabilitySync, DurabilityAsync:
+	default:
+		return errs.New(errs.Invalid, op, "durability %q is neither sync nor async", c.Durability)
+	}
+	if c.AsyncInterval == 0 {
+		c.AsyncInterval = defaultAsyncInterval
+	}
+	if c.AsyncInterval < 0 {
+		return errs.New(errs.Invalid, op, "negative async interval")
+	}
+	if c.InlineLimit == 0 {
+		c.InlineLimit = defaultInlineLimit
+	}
+	if c.InlineLimit < 0 || c.InlineLimit > maxInlineLimit {
+		return errs.New(errs.Invalid, op, "inline limit %d out of range 0..%d", c.InlineLimit, maxInlineLimit)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// Server is one meta server: a namespace in a Pebble store.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	db   *pebble.DB
+	sync bool
+
+	// closeMu is held shared by every operation and exclusively by Close, so
+	// that no operation touches the database after it is closed (pebble
+	// panics on that).
+	closeMu sync.RWMutex
+	closed  bool
+
+	locks    stripes
+	renameMu sync.Mutex
+	alloc    inoAllocator
+
+	inodes, dirs atomic.Int64 // mirrors of the persisted counters
+
+	syncStop, syncDone chan struct{}
+}
+
+// Open opens or creates the store under cfg.Dir. Server 0 creates the root
+// directory on first start.
+func Open(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	db, err := openPebble(cfg.Dir, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, db: db, sync: cfg.Durability == DurabilitySync}
+	if err := s.load(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.registerMetrics()
+	if !s.sync {
+		s.syncStop, s.syncDone = make(chan struct{}), make(chan struct{})
+		go s.syncLoop(cfg.AsyncInterval)
+	}
+	s.log.Info("meta server open", "id", cfg.ID, "dir", cfg.Dir, "durability", cfg.Durability,
+		"inodes", s.inodes.Load(), "ino_hwm", s.alloc.next)
+	return s, nil
+}
+
+// load checks the store's format and identity, creates it if it is new, and
+// loads the allocator and counters.
+func (s *Server) load() error {
+	const op = "meta open"
+	v, found, err := getValue(s.db, keyFormat)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return s.initStore()
+	}
+	if len(v) != 8 || binary.BigEndian.Uint64(v) != formatVersion {
+		return errs.New(errs.Corrupt, op, "store format %x is not version %d", v, formatVersion)
+	}
+	id, _, err := getValue(s.db, keyServerID)
+	if err != nil {
+		return err
+	}
+	if len(id) != 8 || binary.BigEndian.Uint64(id) != uint64(s.cfg.ID) {
+		return errs.New(errs.Invalid, op, "store in %s belongs to another meta server (id %x, want %d)", s.cfg.Dir, id, s.cfg.ID)
+	}
+	hwm, _, err := getValue(s.db, keyInoHWM)
+	if err != nil {
+		return err
+	}
+	if len(hwm) != 8 {
+		return errs.New(errs.Corrupt, op, "ino high-water mark missing")
+	}
+	s.alloc.init(binary.BigEndian.Uint64(hwm))
+	n, err := readCounter(s.db, keyInodes)
+	if err != nil {
+		return err
+	}
+	s.inodes.Store(n)
+	n, err = readCounter(s.db, keyDirs)
+	if err != nil {
+		return err
+	}
+	s.dirs.Store(n)
+	return nil
+}
+
+// initStore writes a new store's identity, allocator state and, on server 0,
+// the root directory, in one synced batch: a store is either new or complete.
+func (s *Server) initStore() error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	b.Set(keyServerID, binary.BigEndian.AppendUint64(nil, uint64(s.cfg.ID)), nil)
+	b.Set(keyInoHWM, binary.BigEndian.AppendUint64(nil, firstSeq), nil)
+	s.alloc.init(firstSeq)
+	if s.cfg.ID == 0 {
+		now := s.nowNs()
+		root := &weftpb.InodeRecord{
+			Mode: core.ModeDir | 0o755, Nlink: 2, Size: dirSize,
+			AtimeNs: now, MtimeNs: now, CtimeNs: now,
+			Parent: uint64(core.RootIno), Bitmap: []byte{1},
+		}
+		b.Set(inodeKey(core.RootIno), mustMarshal(root), nil)
+		b.Merge(keyInodes, counterDelta(1), nil)
+		b.Merge(keyDirs, counterDelta(1), nil)
+		s.inodes.Store(1)
+		s.dirs.Store(1)
+	}
+	// The format key goes last in the batch only for readability: the batch
+	// is atomic.
+	b.Set(keyFormat, binary.BigEndian.AppendUint64(nil, formatVersion), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return errs.Wrap(errs.IO, "meta open", s.cfg.Dir, err)
+	}
+	return nil
+}
+
+// Close stops the server after the operations in progress finish, syncs the
+// WAL and closes the store.
+func (s *Server) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.syncStop != nil {
+		close(s.syncStop)
+		<-s.syncDone
+	}
+	var first error
+	if !s.sync {
+		// Async commits acknowledged since the last background sync.
+		if err := s.db.LogData(nil, pebble.Sync); err != nil {
+			first = err
+		}
+	}
+	if err := s.db.Close(); err != nil && first == nil {
+		first = err
+	}
+	return errs.Wrap(errs.IO, "meta close", s.cfg.Dir, first)
+}
+
+// enter admits an operation unless the server is closed; on success the
+// caller holds closeMu shared and must release it.
+func (s *Server) enter(op string) error {
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		return errs.New(errs.Unavailable, op, "meta server is closed")
+	}
+	return nil
+}
+
+func (s *Server) nowNs() int64 { return s.cfg.Now().UnixNano() }
+
+func (s *Server) registerMetrics() {
+	reg := s.cfg.Registry
+	if reg == nil {
+		return
+	}
+	labels := prometheus.Labels{"server": itoa(s.cfg.ID)}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "weft", Subsystem: "meta", Name: "inodes",
+			Help: "Inodes in use on this meta server.", ConstLabels: labels,
+		}, func() float64 { return float64(s.inodes.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "weft", Subsystem: "meta", Name: "directories",
+			Help: "Directories whose inode this meta server holds.", ConstLabels: labels,
+		}, func() float64 { return float64(s.dirs.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "weft", Subsystem: "meta", Name: "ino_reserved",
+			Help: "Inode sequence numbers reserved on disk (high-water mark).", ConstLabels: labels,
+		}, func() float64 { return float64(s.alloc.reserved()) }),
+	)
+}

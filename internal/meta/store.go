@@ -1,0 +1,144 @@
+package meta
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/weftfs/weft/internal/errs"
+	"google.golang.org/protobuf/proto"
+)
+
+// formatMajorVersion is pinned rather than left to pebble's default (the
+// oldest it supports) or FormatNewest (which would move with a pebble
+// upgrade): format ratchets are one-way, so they happen on purpose.
+const formatMajorVersion = pebble.FormatValueSeparation
+
+// openPebble opens or creates the store under dir.
+func openPebble(dir string, log *slog.Logger) (*pebble.DB, error) {
+	cache := pebble.NewCache(64 << 20)
+	defer cache.Unref() // the DB holds its own reference
+	opts := &pebble.Options{
+		FormatMajorVersion: formatMajorVersion,
+		Cache:              cache,
+		// Creates are small and many: a large memtable means fewer flushes.
+		MemTableSize: 64 << 20,
+		Merger:       counterMerger,
+		Logger:       pebbleLogger{log},
+	}
+	db, err := pebble.Open(dir, opts)
+	if err != nil {
+		return nil, errs.Wrap(errs.IO, "meta open", dir, err)
+	}
+	return db, nil
+}
+
+// pebbleLogger routes pebble's messages to slog. Fatalf must not exit the
+// process from library code; pebble calls it for corruption it cannot
+// continue from, so it logs and panics, as pebble's own contract expects
+// Fatalf not to return.
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.log.Error(msg, "component", "pebble", "fatal", true)
+	panic("pebble: " + msg)
+}
+
+// counterMerger sums little-endian int64 merge operands. Only the counter keys
+// (keyInodes, keyDirs) are ever merged, so every create or remove adds its
+// delta in its own batch without a read-modify-write on a hot key.
+var counterMerger = &pebble.Merger{
+	Name: "weft.counter.v1",
+	Merge: func(_, value []byte) (pebble.ValueMerger, error) {
+		m := &counterSum{}
+		return m, m.add(value)
+	},
+}
+
+type counterSum struct{ sum int64 }
+
+func (c *counterSum) add(v []byte) error {
+	if len(v) != 8 {
+		return errors.New("weft counter: operand is not 8 bytes")
+	}
+	c.sum += int64(binary.LittleEndian.Uint64(v))
+	return nil
+}
+
+func (c *counterSum) MergeNewer(v []byte) error { return c.add(v) }
+func (c *counterSum) MergeOlder(v []byte) error { return c.add(v) }
+func (c *counterSum) Finish(bool) ([]byte, io.Closer, error) {
+	return binary.LittleEndian.AppendUint64(nil, uint64(c.sum)), nil, nil
+}
+
+func counterDelta(d int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(d)) }
+
+// getValue reads key; found is false when it is absent.
+func getValue(db *pebble.DB, key []byte) (val []byte, found bool, err error) {
+	v, closer, err := db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, errs.Wrap(errs.IO, "meta get", "", err)
+	}
+	val = append([]byte(nil), v...) // v is valid only until Close
+	closer.Close()
+	return val, true, nil
+}
+
+// getRecord reads and decodes a record; found is false when it is absent.
+func getRecord(db *pebble.DB, key []byte, m proto.Message) (found bool, err error) {
+	v, found, err := getValue(db, key)
+	if err != nil || !found {
+		return false, err
+	}
+	if err := proto.Unmarshal(v, m); err != nil {
+		return false, errs.Wrap(errs.Corrupt, "meta decode", fmt.Sprintf("%q", key), err)
+	}
+	return true, nil
+}
+
+func readCounter(db *pebble.DB, key []byte) (int64, error) {
+	v, found, err := getValue(db, key)
+	if err != nil || !found {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, errs.New(errs.Corrupt, "meta open", "counter %q has %d bytes", key, len(v))
+	}
+	return int64(binary.LittleEndian.Uint64(v)), nil
+}
+
+// syncLoop makes async mode's loss window bounded: pebble's NoSync commits sit
+// in a process buffer until something syncs the WAL, so every interval an
+// empty synced LogData record forces the WAL (and every commit before it) to
+// disk.
+func (s *Server) syncLoop(interval time.Duration) {
+	defer close(s.syncDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.syncStop:
+			return
+		case <-t.C:
+			if err := s.db.LogData(nil, pebble.Sync); err != nil {
+				s.log.Error("meta: background WAL sync failed", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,432 @@
+package rpc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// Conn is one framed connection. It is symmetric: either end may Call or Send,
+// and either end serves the requests of the other with its Mux (the Server's,
+// or DialOptions.Mux for callbacks on a dialed connection). A Conn is safe for
+// concurrent use.
+type Conn struct {
+	nc     net.Conn
+	cfg    connConfig
+	nextID atomic.Uint64
+
+	// ctx is the parent of every handler context: closing the connection
+	// cancels all its handlers. It carries the Conn for ConnFromContext.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// writers counts goroutines that are writing or waiting to write a
+	// frame. The one that brings it back to zero flushes, so a burst of
+	// concurrent frames leaves in few system calls and a lone frame at once.
+	writers atomic.Int32
+	w       struct {
+		sync.Mutex
+		bw  *bufio.Writer
+		hdr [headerLen]byte
+		err error // sticky: after a failed write the connection is dead
+	}
+
+	mu struct {
+		sync.Mutex
+		closed  bool
+		err     error                         // why the connection closed
+		pending map[uint64]*call              // our requests awaiting a response
+		serving map[uint64]context.CancelFunc // the peer's requests being handled
+	}
+}
+
+// connConfig is what a Conn needs from DialOptions or ServerOptions.
+type connConfig struct {
+	mux      *Mux
+	log      *slog.Logger
+	serveObs Observer // observes requests this side serves
+	callObs  Observer // observes calls this side makes
+	maxFrame int
+	onClose  func(*Conn)
+	// handlers counts the read loop and every handler goroutine. The read
+	// loop holds a count while it spawns handlers, so Add never races Wait
+	// from zero.
+	handlers *sync.WaitGroup
+}
+
+type connKey struct{}
+
+// ConnFromContext returns the connection a request arrived on, inside a
+// handler; nil elsewhere. Servers keep it to call the client back later.
+func ConnFromContext(ctx context.Context) *Conn {
+	c, _ := ctx.Value(connKey{}).(*Conn)
+	return c
+}
+
+// call is one outstanding request of ours. done is buffered: exactly one
+// goroutine (the read loop, or close) sends to it, and only after taking the
+// call out of mu.pending; the caller receives exactly once unless it took the
+// call out itself. That makes calls reusable through callPool.
+type call struct {
+	resp      proto.Message
+	done      chan struct{}
+	err       error
+	respBytes int
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// bufPool holds frame body buffers. Big buffers are dropped rather than kept.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledBuf = 64 << 10
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+func putBuf(b *[]byte) {
+	if cap(*b) > maxPooledBuf {
+		return
+	}
+	*b = (*b)[:0]
+	bufPool.Put(b)
+}
+
+func newConn(nc net.Conn, cfg connConfig) *Conn {
+	if cfg.log == nil {
+		cfg.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.maxFrame <= 0 {
+		cfg.maxFrame = DefaultMaxFrameSize
+	}
+	c := &Conn{nc: nc, cfg: cfg, done: make(chan struct{})}
+	c.ctx, c.cancel = context.WithCancel(context.WithValue(context.Background(), connKey{}, c))
+	c.w.bw = bufio.NewWriterSize(nc, 32<<10)
+	c.mu.pending = make(map[uint64]*call)
+	c.mu.serving = make(map[uint64]context.CancelFunc)
+	return c
+}
+
+// start runs the read loop. The caller has already counted it in
+// cfg.handlers.
+func (c *Conn) start() { go c.readLoop() }
+
+// RemoteAddr is the address of the other end.
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// Done is closed when the connection has closed, for whatever reason.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err says why the connection closed, or nil while it is open.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.err
+}
+
+// Close closes the connection. Outstanding calls fail with errs.Unavailable
+// and the contexts of handlers serving the peer are canceled; Close does not
+// wait for those handlers (a Server's Close does).
+func (c *Conn) Close() error {
+	c.closeWithError(errs.New(errs.Unavailable, "rpc", "connection to %s closed by this side", c.nc.RemoteAddr()))
+	return nil
+}
+
+func (c *Conn) closeWithError(err error) {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.mu.closed = true
+	c.mu.err = err
+	pending := c.mu.pending
+	c.mu.pending = nil
+	c.mu.Unlock()
+
+	c.nc.Close()
+	c.cancel()
+	for _, cl := range pending {
+		cl.err = errs.Wrap(errs.Unavailable, "rpc", "", err)
+		cl.done <- struct{}{}
+	}
+	close(c.done)
+	if c.cfg.onClose != nil {
+		c.cfg.onClose(c)
+	}
+}
+
+// Call sends req as method and waits for the response, decoded into resp
+// (which may be nil to discard it). The context's deadline travels with the
+// request; if the context ends first, Call returns errs.Timeout or
+// errs.Canceled at once and tells the peer to cancel the handler. A handler's
+// error comes back as an *errs.Error with its kind and message; a broken
+// connection gives errs.Unavailable.
+func (c *Conn) Call(ctx context.Context, method uint16, req, resp proto.Message) error {
+	_, err := c.call(ctx, method, req, resp)
+	return err
+}
+
+// call is Call that also reports whether the request may have reached the
+// wire; a Peer retries the ones that certainly did not.
+func (c *Conn) call(ctx context.Context, method uint16, req, resp proto.Message) (sent bool, err error) {
+	var start time.Time
+	if c.cfg.callObs != nil {
+		start = time.Now()
+	}
+	h := header{typ: frameRequest, method: method}
+	if err := ctx.Err(); err != nil {
+		return false, ctxError(ctx, "rpc "+weftpb.MethodName(method))
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if h.timeout = time.Until(dl); h.timeout <= 0 {
+			return false, ctxError(ctx, "rpc "+weftpb.MethodName(method))
+		}
+	}
+	bp, err := c.marshal(req, method)
+	if err != nil {
+		return false, err
+	}
+	reqBytes := len(*bp)
+	h.bodyLen = reqBytes
+
+	cl := callPool.Get().(*call)
+	cl.resp, cl.err, cl.respBytes = resp, nil, 0
+	h.id = c.nextID.Add(1)
+	c.mu.Lock()
+	if c.mu.closed {
+		err = c.mu.err
+		c.mu.Unlock()
+		putBuf(bp)
+		callPool.Put(cl)
+		return false, errs.Wrap(errs.Unavailable, "rpc "+weftpb.MethodName(method), "", err)
+	}
+	c.mu.pending[h.id] = cl
+	c.mu.Unlock()
+
+	// A failed write closes the connection, which completes cl.
+	_ = c.writeFrame(&h, *bp)
+	putBuf(bp)
+
+	select {
+	case <-cl.done:
+		err = cl.err
+	case <-ctx.Done():
+		c.mu.Lock()
+		_, mine := c.mu.pending[h.id]
+		delete(c.mu.pending, h.id)
+		c.mu.Unlock()
+		if mine {
+			// Cancel in the background: the writer may be busy and the
+			// caller must not wait for it.
+			go c.writeFrame(&header{typ: frameCancel, id: h.id}, nil)
+			err = ctxError(ctx, "rpc "+weftpb.MethodName(method))
+		} else {
+			// The response or the close won the race and is completing cl.
+			<-cl.done
+			err = cl.err
+		}
+	}
+	respBytes := cl.respBytes
+	cl.resp, cl.err = nil, nil
+	callPool.Put(cl)
+	if c.cfg.callObs != nil {
+		c.cfg.callObs.Observe(method, time.Since(start), reqBytes, respBytes, err)
+	}
+	return true, err
+}
+
+// Send sends a one-way message: no response, no error from the handler. It
+// returns once the message is handed to the connection.
+func (c *Conn) Send(ctx context.Context, method uint16, req proto.Message) error {
+	h := header{typ: frameOneWay, method: method}
+	if err := ctx.Err(); err != nil {
+		return ctxError(ctx, "rpc "+weftpb.MethodName(method))
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if h.timeout = time.Until(dl); h.timeout <= 0 {
+			return ctxError(ctx, "rpc "+weftpb.MethodName(method))
+		}
+	}
+	bp, err := c.marshal(req, method)
+	if err != nil {
+		return err
+	}
+	defer putBuf(bp)
+	h.id = c.nextID.Add(1)
+	h.bodyLen = len(*bp)
+	c.mu.Lock()
+	closed := c.mu.closed
+	err = c.mu.err
+	c.mu.Unlock()
+	if closed {
+		return errs.Wrap(errs.Unavailable, "rpc "+weftpb.MethodName(method), "", err)
+	}
+	return c.writeFrame(&h, *bp)
+}
+
+func (c *Conn) marshal(m proto.Message, method uint16) (*[]byte, error) {
+	bp := getBuf()
+	b, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], m)
+	*bp = b
+	if err != nil {
+		putBuf(bp)
+		return nil, errs.Wrap(errs.Invalid, "rpc "+weftpb.MethodName(method), "encode", err)
+	}
+	if len(b) > c.cfg.maxFrame {
+		putBuf(bp)
+		return nil, errs.New(errs.TooBig, "rpc "+weftpb.MethodName(method), "message of %d bytes exceeds the frame limit of %d", len(b), c.cfg.maxFrame)
+	}
+	return bp, nil
+}
+
+// writeFrame writes one frame. A write error closes the connection.
+func (c *Conn) writeFrame(h *header, body []byte) error {
+	c.writers.Add(1)
+	c.w.Lock()
+	err := c.w.err
+	if err == nil {
+		encodeHeader(&c.w.hdr, h)
+		if _, err = c.w.bw.Write(c.w.hdr[:]); err == nil {
+			_, err = c.w.bw.Write(body)
+		}
+	}
+	// Decrement under the lock: whoever sees zero has the last frame of the
+	// burst in the buffer, and anyone who came later will flush after it.
+	if c.writers.Add(-1) == 0 && err == nil {
+		err = c.w.bw.Flush()
+	}
+	if err != nil && c.w.err == nil {
+		c.w.err = err
+	}
+	c.w.Unlock()
+	if err != nil {
+		err = errs.Wrap(errs.Unavailable, "rpc", "write to "+c.nc.RemoteAddr().String(), err)
+		c.closeWithError(err)
+	}
+	return err
+}
+
+// readLoop reads frames until the connection fails or closes.
+func (c *Conn) readLoop() {
+	defer c.cfg.handlers.Done()
+	br := bufio.NewReaderSize(c.nc, 32<<10)
+	var rbuf []byte // response bodies, decoded right here
+	for {
+		var hb [headerLen]byte
+		if _, err := io.ReadFull(br, hb[:]); err != nil {
+			c.readFailed(err)
+			return
+		}
+		h, err := decodeHeader(&hb, c.cfg.maxFrame)
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		bp := &rbuf
+		if h.typ == frameRequest || h.typ == frameOneWay {
+			bp = getBuf() // handed to the handler goroutine
+		}
+		if cap(*bp) < h.bodyLen {
+			*bp = make([]byte, h.bodyLen)
+		}
+		body := (*bp)[:h.bodyLen]
+		if _, err := io.ReadFull(br, body); err != nil {
+			c.readFailed(err)
+			return
+		}
+		switch h.typ {
+		case frameResponse:
+			c.deliver(&h, body)
+			if cap(rbuf) > maxPooledBuf {
+				rbuf = nil
+			}
+		case frameCancel:
+			c.cancelServing(h.id)
+		default:
+			if err := c.startHandler(&h, bp, body); err != nil {
+				c.readFailed(err)
+				return
+			}
+		}
+	}
+}
+
+// readFailed closes the connection after a read error, logging what matters:
+// a malformed frame is worth a warning, a peer hanging up is not.
+func (c *Conn) readFailed(err error) {
+	c.mu.Lock()
+	closed := c.mu.closed
+	c.mu.Unlock()
+	if closed {
+		return
+	}
+	remote := c.nc.RemoteAddr().String()
+	switch {
+	case errs.Is(err, errs.Protocol):
+		c.cfg.log.Warn("rpc: closing connection after a protocol error", "remote", remote, "err", err)
+	case errors.Is(err, io.EOF):
+		c.cfg.log.Debug("rpc: peer closed the connection", "remote", remote)
+		err = errs.New(errs.Unavailable, "rpc", "connection to %s closed by the peer", remote)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		c.cfg.log.Info("rpc: connection closed in the middle of a frame", "remote", remote)
+	default:
+		c.cfg.log.Info("rpc: connection failed", "remote", remote, "err", err)
+	}
+	if !errs.Is(err, errs.Protocol) && !errs.Is(err, errs.Unavailable) {
+		err = errs.Wrap(errs.Unavailable, "rpc", "read from "+remote, err)
+	}
+	c.closeWithError(err)
+}
+
+// deliver completes the pending call a response belongs to. A response for a
+// call that is no longer pending (its caller gave up) is dropped.
+func (c *Conn) deliver(h *header, body []byte) {
+	c.mu.Lock()
+	cl := c.mu.pending[h.id]
+	delete(c.mu.pending, h.id)
+	c.mu.Unlock()
+	if cl == nil {
+		return
+	}
+	cl.respBytes = len(body)
+	switch {
+	case h.isError():
+		cl.err = &errs.Error{Kind: h.kind, Msg: strings.ToValidUTF8(string(body), "\uFFFD")}
+	case cl.resp != nil:
+		if err := proto.Unmarshal(body, cl.resp); err != nil {
+			cl.err = errs.Wrap(errs.Protocol, "rpc "+weftpb.MethodName(h.method), "decode response", err)
+		}
+	}
+	cl.done <- struct{}{}
+}
+
+// ctxError is the error for a call whose context ended (or whose deadline
+// passed a moment before the context noticed).
+func ctxError(ctx context.Context, op string) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return errs.Wrap(errs.Canceled, op, "", ctx.Err())
+	}
+	return errs.Wrap(errs.Timeout, op, "", context.DeadlineExceeded)
+}
+
+// ctxEnded reports whether ctx is done or its deadline has passed.
+func ctxEnded(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}

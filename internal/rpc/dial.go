@@ -1,0 +1,119 @@
+package rpc
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/weftfs/weft/internal/errs"
+)
+
+// DialOptions configure a dialed connection.
+type DialOptions struct {
+	TLS *tls.Config
+	// Mux serves the requests the server sends back on this connection
+	// (callbacks); nil answers them with errs.NotSupported.
+	Mux    *Mux
+	Logger *slog.Logger
+	// Observer, if set, observes the calls made on the connection.
+	Observer Observer
+	// MaxFrameSize bounds the body of a frame; 0 means DefaultMaxFrameSize.
+	MaxFrameSize int
+}
+
+// defaultHandshakeTimeout bounds the handshakes of a dial whose context has
+// no earlier deadline.
+const defaultHandshakeTimeout = 10 * time.Second
+
+// Dial connects to a weft server at addr (host:port) and runs the
+// handshakes. Failing to connect is errs.Unavailable; a peer that speaks
+// another protocol version is errs.Protocol; a context that ends first gives
+// errs.Timeout or errs.Canceled.
+func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
+	nc, err := dial(ctx, addr, opts.TLS)
+	if err != nil {
+		if ctxEnded(ctx) {
+			return nil, ctxError(ctx, "rpc dial "+addr)
+		}
+		return nil, err
+	}
+	c := newConn(nc, connConfig{
+		mux:      opts.Mux,
+		log:      opts.Logger,
+		callObs:  opts.Observer,
+		maxFrame: opts.MaxFrameSize,
+		handlers: new(sync.WaitGroup),
+	})
+	c.cfg.handlers.Add(1)
+	c.start()
+	return c, nil
+}
+
+// dial connects and runs the TLS and protocol handshakes.
+func dial(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, defaultHandshakeTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, errs.Wrap(errs.Unavailable, "rpc dial", addr, err)
+	}
+	if tlsConfig != nil {
+		cfg := tlsConfig
+		if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				nc.Close()
+				return nil, errs.Wrap(errs.Invalid, "rpc dial", addr, err)
+			}
+			cfg = cfg.Clone()
+			cfg.ServerName = host
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, errs.Wrap(errs.Unavailable, "rpc tls handshake", addr, err)
+		}
+		nc = tc
+	}
+	if err := handshake(ctx, nc); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return nc, nil
+}
+
+// handshake exchanges hellos. Both sides write before reading, so each learns
+// the other's version and can say exactly what is wrong.
+func handshake(ctx context.Context, nc net.Conn) error {
+	if dl, ok := ctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	}
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		nc.SetDeadline(time.Unix(1, 0)) // unblock the read or write
+		close(fired)
+	})
+	remote := nc.RemoteAddr().String()
+	h := hello()
+	_, err := nc.Write(h[:])
+	var peer [helloLen]byte
+	if err == nil {
+		_, err = io.ReadFull(nc, peer[:])
+	}
+	if !stop() {
+		<-fired // its deadline must not land after ours is cleared
+	}
+	if err != nil {
+		return errs.Wrap(errs.Unavailable, "rpc handshake", remote, err)
+	}
+	if err := checkHello(peer); err != nil {
+		err.Path = remote
+		return err
+	}
+	return nc.SetDeadline(time.Time{})
+}

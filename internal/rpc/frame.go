@@ -1,0 +1,219 @@
+// Package rpc is weft's transport: length-prefixed binary frames carrying
+// protobuf messages over TCP (optionally TLS), with many requests in flight per
+// connection, request ids, deadlines that travel with the request, cancellation,
+// one-way messages, and calls in both directions on one connection (a server
+// can call back the client that connected to it). It knows nothing about file
+// systems: methods are numbers (proto/weftpb/methods.go) and payloads are
+// opaque proto messages.
+//
+// # Wire format
+//
+// A connection starts with a handshake: each side writes 8 bytes,
+//
+//	"WEFT" | version uint16 | reserved uint16 (zero)
+//
+// and reads the other's. A bad magic or a different version fails the
+// connection on both sides with an errs.Protocol error naming both versions.
+//
+// After the handshake each side writes frames. Every frame has a fixed 24-byte
+// header followed by a body; integers are big-endian:
+//
+//	offset size field
+//	0      4    body length in bytes (not counting the header), <= max frame size
+//	4      1    frame type: 1 request, 2 response, 3 one-way, 4 cancel
+//	5      1    flags: bit 0 (error) on responses only; other bits must be zero
+//	6      2    method number
+//	8      8    request id, chosen by the side that sends the request
+//	16     8    aux: for requests and one-way messages the time the caller
+//	            still allows, in nanoseconds (0 = no deadline, at most 2^63-1);
+//	            for responses with the error flag the errs.Kind (must be
+//	            valid); zero everywhere else
+//	24     n    body: the request or response proto, or for an error response
+//	            the error message (UTF-8); empty for cancel
+//
+// Request ids belong to the sending side: a response or cancel frame names an
+// id that its receiver chose when it sent the request. Anything malformed
+// (unknown type or flag, bad kind, oversized length, non-empty cancel) closes
+// the connection: the stream can no longer be trusted to be in sync.
+//
+// # Flow
+//
+// Writes from all goroutines go through one buffered writer; the last writer
+// in a burst flushes, so concurrent frames share system calls while a lone
+// caller pays no extra latency. One goroutine per connection reads frames;
+// each request and one-way message runs in its own goroutine, so responses
+// can leave in any order. A caller whose context ends gets errs.Canceled or
+// errs.Timeout at once, and a cancel frame tells the other side to cancel the
+// handler's context.
+package rpc
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/weftfs/weft/internal/errs"
+)
+
+// Version is the protocol version exchanged in the handshake. Bump it on any
+// incompatible change to the frame layout.
+const Version = 1
+
+// DefaultMaxFrameSize bounds a frame's body unless the options say otherwise.
+// The largest regular message is a chunk write; this leaves ample room.
+const DefaultMaxFrameSize = 64 << 20
+
+const (
+	headerLen = 24
+	helloLen  = 8
+)
+
+var magic = [4]byte{'W', 'E', 'F', 'T'}
+
+type frameType uint8
+
+const (
+	frameRequest  frameType = 1
+	frameResponse frameType = 2
+	frameOneWay   frameType = 3
+	frameCancel   frameType = 4
+)
+
+func (t frameType) String() string {
+	switch t {
+	case frameRequest:
+		return "request"
+	case frameResponse:
+		return "response"
+	case frameOneWay:
+		return "one-way"
+	case frameCancel:
+		return "cancel"
+	}
+	return fmt.Sprintf("frame type %d", uint8(t))
+}
+
+// flagError marks a response whose body is an error message rather than a
+// proto message.
+const flagError = 1 << 0
+
+// header is a decoded frame header.
+type header struct {
+	typ     frameType
+	flags   uint8
+	method  uint16
+	id      uint64
+	bodyLen int
+	timeout time.Duration // requests and one-way; 0 = none
+	kind    errs.Kind     // error responses
+}
+
+func (h *header) isError() bool { return h.flags&flagError != 0 }
+
+// encodeHeader writes h into b. It does not validate: senders build headers
+// from values they control.
+func encodeHeader(b *[headerLen]byte, h *header) {
+	binary.BigEndian.PutUint32(b[0:4], uint32(h.bodyLen))
+	b[4] = byte(h.typ)
+	b[5] = h.flags
+	binary.BigEndian.PutUint16(b[6:8], h.method)
+	binary.BigEndian.PutUint64(b[8:16], h.id)
+	var aux uint64
+	switch {
+	case h.typ == frameRequest || h.typ == frameOneWay:
+		aux = uint64(h.timeout)
+	case h.typ == frameResponse && h.isError():
+		aux = uint64(h.kind)
+	}
+	binary.BigEndian.PutUint64(b[16:24], aux)
+}
+
+// decodeHeader parses and validates a frame header from the network.
+func decodeHeader(b *[headerLen]byte, maxBody int) (header, error) {
+	n := binary.BigEndian.Uint32(b[0:4])
+	h := header{
+		typ:    frameType(b[4]),
+		flags:  b[5],
+		method: binary.BigEndian.Uint16(b[6:8]),
+		id:     binary.BigEndian.Uint64(b[8:16]),
+	}
+	aux := binary.BigEndian.Uint64(b[16:24])
+	if uint64(n) > uint64(maxBody) {
+		return header{}, errs.New(errs.Protocol, "rpc", "%s frame of %d bytes exceeds the limit of %d", h.typ, n, maxBody)
+	}
+	h.bodyLen = int(n)
+	switch h.typ {
+	case frameRequest, frameOneWay:
+		if h.flags != 0 {
+			return header{}, errs.New(errs.Protocol, "rpc", "%s frame with unknown flags %#x", h.typ, h.flags)
+		}
+		if aux > math.MaxInt64 {
+			return header{}, errs.New(errs.Protocol, "rpc", "%s frame with negative timeout", h.typ)
+		}
+		h.timeout = time.Duration(aux)
+	case frameResponse:
+		if h.flags&^flagError != 0 {
+			return header{}, errs.New(errs.Protocol, "rpc", "response frame with unknown flags %#x", h.flags)
+		}
+		if h.isError() {
+			if aux > math.MaxUint8 || !errs.Kind(aux).Valid() {
+				return header{}, errs.New(errs.Protocol, "rpc", "response frame with unknown error kind %d", aux)
+			}
+			h.kind = errs.Kind(aux)
+		} else if aux != 0 {
+			return header{}, errs.New(errs.Protocol, "rpc", "response frame with non-zero aux field %#x", aux)
+		}
+	case frameCancel:
+		if h.flags != 0 || aux != 0 || n != 0 {
+			return header{}, errs.New(errs.Protocol, "rpc", "malformed cancel frame")
+		}
+	default:
+		return header{}, errs.New(errs.Protocol, "rpc", "unknown frame type %d", uint8(h.typ))
+	}
+	return h, nil
+}
+
+// readFrame reads one frame from r. The body is read into *buf, grown as
+// needed, and returned as a slice of it.
+func readFrame(r io.Reader, maxBody int, buf *[]byte) (header, []byte, error) {
+	var hb [headerLen]byte
+	if _, err := io.ReadFull(r, hb[:]); err != nil {
+		return header{}, nil, err
+	}
+	h, err := decodeHeader(&hb, maxBody)
+	if err != nil {
+		return header{}, nil, err
+	}
+	if cap(*buf) < h.bodyLen {
+		*buf = make([]byte, h.bodyLen)
+	}
+	body := (*buf)[:h.bodyLen]
+	if _, err := io.ReadFull(r, body); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return header{}, nil, err
+	}
+	return h, body, nil
+}
+
+// hello is the handshake message of this side.
+func hello() [helloLen]byte {
+	var b [helloLen]byte
+	copy(b[:4], magic[:])
+	binary.BigEndian.PutUint16(b[4:6], Version)
+	return b
+}
+
+// checkHello validates the other side's handshake message.
+func checkHello(b [helloLen]byte) *errs.Error {
+	if [4]byte(b[:4]) != magic {
+		return errs.New(errs.Protocol, "rpc handshake", "peer does not speak the weft protocol (got magic %q)", b[:4])
+	}
+	if v := binary.BigEndian.Uint16(b[4:6]); v != Version {
+		return errs.New(errs.Protocol, "rpc handshake", "protocol version mismatch: this side speaks version %d, the peer version %d", Version, v)
+	}
+	return nil
+}

@@ -1,0 +1,145 @@
+package rpc
+
+import (
+	"context"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/weftfs/weft/internal/errs"
+)
+
+// Peer is a lazily (re)dialing connection to one address. The first call
+// dials; a call after the connection died dials again. A Peer does not retry
+// a request that may have reached the server (that is the caller's decision,
+// as only it knows whether the request is idempotent), except that a request
+// that found its connection already closed, and so never left, is sent on a
+// fresh one. It is safe for concurrent use.
+type Peer struct {
+	addr string
+	opts DialOptions
+
+	mu struct {
+		sync.Mutex
+		closed bool
+		conn   *Conn
+		dial   *dialAttempt // in progress; others wait for it
+	}
+}
+
+// dialAttempt is one dial shared by all the callers that need a connection
+// while it runs.
+type dialAttempt struct {
+	done chan struct{}
+	conn *Conn
+	err  error
+}
+
+// NewPeer returns a Peer for addr. It does not dial.
+func NewPeer(addr string, opts DialOptions) *Peer {
+	return &Peer{addr: addr, opts: opts}
+}
+
+// Addr is the address the Peer dials.
+func (p *Peer) Addr() string { return p.addr }
+
+// Call is Conn.Call on the Peer's connection, dialing first if needed. A
+// failure to dial is errs.Unavailable.
+func (p *Peer) Call(ctx context.Context, method uint16, req, resp proto.Message) error {
+	for attempt := 0; ; attempt++ {
+		c, err := p.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		sent, err := c.call(ctx, method, req, resp)
+		if !sent && attempt == 0 && errs.Is(err, errs.Unavailable) {
+			continue // the connection was already dead; Conn redials
+		}
+		return err
+	}
+}
+
+// Send is Conn.Send on the Peer's connection, dialing first if needed.
+func (p *Peer) Send(ctx context.Context, method uint16, req proto.Message) error {
+	c, err := p.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	return c.Send(ctx, method, req)
+}
+
+// Conn returns the current connection, dialing if there is none or it has
+// closed. Concurrent callers share one dial.
+func (p *Peer) Conn(ctx context.Context) (*Conn, error) {
+	p.mu.Lock()
+	for {
+		if p.mu.closed {
+			p.mu.Unlock()
+			return nil, errs.New(errs.Unavailable, "rpc", "peer %s is closed", p.addr)
+		}
+		if c := p.mu.conn; c != nil {
+			select {
+			case <-c.Done():
+				p.mu.conn = nil
+			default:
+				p.mu.Unlock()
+				return c, nil
+			}
+		}
+		d := p.mu.dial
+		if d == nil {
+			break
+		}
+		p.mu.Unlock()
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+			return nil, ctxError(ctx, "rpc dial "+p.addr)
+		}
+		if d.err != nil && !dialerGaveUp(d.err) {
+			return nil, d.err
+		}
+		// Connected, or the dialing caller's context ended: look again.
+		p.mu.Lock()
+	}
+
+	d := &dialAttempt{done: make(chan struct{})}
+	p.mu.dial = d
+	p.mu.Unlock()
+
+	c, err := Dial(ctx, p.addr, p.opts)
+
+	p.mu.Lock()
+	p.mu.dial = nil
+	if err == nil && p.mu.closed {
+		c.Close()
+		c, err = nil, errs.New(errs.Unavailable, "rpc", "peer %s is closed", p.addr)
+	}
+	if err == nil {
+		p.mu.conn = c
+	}
+	p.mu.Unlock()
+	d.conn, d.err = c, err
+	close(d.done)
+	return c, err
+}
+
+// dialerGaveUp reports whether a shared dial failed only because the context
+// of the caller that ran it ended, which says nothing to the other waiters.
+func dialerGaveUp(err error) bool {
+	return errs.Is(err, errs.Canceled) || errs.Is(err, errs.Timeout)
+}
+
+// Close closes the connection, if any; later calls fail with
+// errs.Unavailable.
+func (p *Peer) Close() error {
+	p.mu.Lock()
+	p.mu.closed = true
+	c := p.mu.conn
+	p.mu.conn = nil
+	p.mu.Unlock()
+	if c != nil {
+		return c.Close()
+	}
+	return nil
+}

@@ -1,0 +1,338 @@
+package rpc
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// ServerOptions configure a Server. The zero value serves plain TCP, logs
+// nothing and observes nothing.
+type ServerOptions struct {
+	TLS      *tls.Config
+	Logger   *slog.Logger
+	Observer Observer
+	// OnClose is called once for each accepted connection when it closes.
+	OnClose func(*Conn)
+	// MaxFrameSize bounds the body of a frame either side may send on the
+	// server's connections; 0 means DefaultMaxFrameSize.
+	MaxFrameSize int
+	// HandshakeTimeout bounds the TLS and protocol handshakes of an accepted
+	// connection; 0 means 10 seconds.
+	HandshakeTimeout time.Duration
+}
+
+// Server accepts connections and serves a Mux on them.
+type Server struct {
+	mux  *Mux
+	opts ServerOptions
+	log  *slog.Logger
+	// wg counts connection setups, read loops and handlers; Close waits for
+	// all of them.
+	wg sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		closed    bool
+		listeners map[net.Listener]struct{}
+		conns     map[*Conn]struct{}
+		raw       map[net.Conn]struct{} // accepted, still handshaking
+	}
+}
+
+// NewServer returns a server for mux.
+func NewServer(mux *Mux, opts ServerOptions) *Server {
+	s := &Server{mux: mux, opts: opts, log: opts.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.opts.HandshakeTimeout <= 0 {
+		s.opts.HandshakeTimeout = 10 * time.Second
+	}
+	s.mu.listeners = make(map[net.Listener]struct{})
+	s.mu.conns = make(map[*Conn]struct{})
+	s.mu.raw = make(map[net.Conn]struct{})
+	return s
+}
+
+// errServerClosed is what Serve returns when Close stopped it.
+var errServerClosed = errs.New(errs.Unavailable, "rpc serve", "server closed")
+
+// Serve accepts connections on ln until ln fails or the server is closed.
+// After Close it returns nil.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.mu.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.mu.listeners, ln)
+		s.mu.Unlock()
+	}()
+
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.mu.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Out of file descriptors and the like: wait, don't spin.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("rpc: accept failed; retrying", "err", err, "in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return errs.Wrap(errs.Unavailable, "rpc serve", ln.Addr().String(), err)
+		}
+		backoff = 0
+		s.mu.Lock()
+		if s.mu.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return nil
+		}
+		s.mu.raw[nc] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.setup(nc)
+	}
+}
+
+// setup runs the handshakes of an accepted connection and starts serving it.
+func (s *Server) setup(nc net.Conn) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.HandshakeTimeout)
+	defer cancel()
+	raw := nc
+	err := func() error {
+		if s.opts.TLS != nil {
+			tc := tls.Server(nc, s.opts.TLS)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				return errs.Wrap(errs.Unavailable, "rpc tls handshake", nc.RemoteAddr().String(), err)
+			}
+			nc = tc
+		}
+		return handshake(ctx, nc)
+	}()
+
+	s.mu.Lock()
+	delete(s.mu.raw, raw)
+	if err == nil && s.mu.closed {
+		err = errServerClosed
+	}
+	if err != nil {
+		s.mu.Unlock()
+		s.log.Warn("rpc: rejecting connection", "remote", raw.RemoteAddr().String(), "err", err)
+		nc.Close()
+		return
+	}
+	c := newConn(nc, connConfig{
+		mux:      s.mux,
+		log:      s.log,
+		serveObs: s.opts.Observer,
+		maxFrame: s.opts.MaxFrameSize,
+		onClose:  s.connClosed,
+		handlers: &s.wg,
+	})
+	s.mu.conns[c] = struct{}{}
+	s.wg.Add(1) // the read loop; we still hold our own count, so not from zero
+	s.mu.Unlock()
+	c.start()
+}
+
+func (s *Server) connClosed(c *Conn) {
+	s.mu.Lock()
+	delete(s.mu.conns, c)
+	s.mu.Unlock()
+	if s.opts.OnClose != nil {
+		s.opts.OnClose(c)
+	}
+}
+
+// Close stops all Serve loops, closes every connection, and waits for the
+// handlers to return (their contexts are canceled; a handler that ignores
+// its context delays Close).
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.mu.closed = true
+	var lns []net.Listener
+	for ln := range s.mu.listeners {
+		lns = append(lns, ln)
+	}
+	var conns []*Conn
+	for c := range s.mu.conns {
+		conns = append(conns, c)
+	}
+	for nc := range s.mu.raw {
+		nc.Close() // setup notices and gives up
+	}
+	s.mu.Unlock()
+
+	var err error
+	for _, ln := range lns {
+		if e := ln.Close(); e != nil && !errors.Is(e, net.ErrClosed) && err == nil {
+			err = e
+		}
+	}
+	for _, c := range conns {
+		c.closeWithError(errs.New(errs.Unavailable, "rpc", "server closed"))
+	}
+	s.wg.Wait()
+	return err
+}
+
+// startHandler runs the handler of an incoming request or one-way message in
+// its own goroutine, which owns bp from now on. An error closes the
+// connection.
+func (c *Conn) startHandler(h *header, bp *[]byte, body []byte) error {
+	hd := c.cfg.mux.lookup(h.method)
+	if hd == nil || hd.oneWay != (h.typ == frameOneWay) {
+		putBuf(bp)
+		if h.typ == frameOneWay {
+			c.cfg.log.Debug("rpc: dropping one-way message for an unknown method", "method", h.method)
+			return nil
+		}
+		err := errs.New(errs.NotSupported, "rpc", "method %d (%s) is not served here", h.method, weftpb.MethodName(h.method))
+		c.reply(h, nil, err)
+		c.observe(h.method, 0, len(body), 0, err)
+		return nil
+	}
+
+	ctx, cancel := c.ctx, context.CancelFunc(nil)
+	if h.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, h.timeout)
+	} else if h.typ == frameRequest {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	if h.typ == frameRequest {
+		c.mu.Lock()
+		_, dup := c.mu.serving[h.id]
+		if !dup {
+			c.mu.serving[h.id] = cancel
+		}
+		c.mu.Unlock()
+		if dup {
+			cancel()
+			putBuf(bp)
+			return errs.New(errs.Protocol, "rpc", "request id %d reused while still in flight", h.id)
+		}
+	}
+	c.cfg.handlers.Add(1)
+	go c.serve(ctx, cancel, *h, hd, bp, body)
+	return nil
+}
+
+// cancelServing cancels the handler of the peer's request id, if it still
+// runs.
+func (c *Conn) cancelServing(id uint64) {
+	c.mu.Lock()
+	cancel := c.mu.serving[id]
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+func (c *Conn) serve(ctx context.Context, cancel context.CancelFunc, h header, hd *handler, bp *[]byte, body []byte) {
+	defer c.cfg.handlers.Done()
+	start := time.Now()
+	out := getBuf()
+	resp, err := c.runHandler(ctx, &h, hd, body, (*out)[:0])
+	reqBytes := len(body)
+	putBuf(bp)
+	if h.typ == frameRequest {
+		c.mu.Lock()
+		delete(c.mu.serving, h.id)
+		c.mu.Unlock()
+	}
+	if cancel != nil {
+		cancel()
+	}
+	respBytes := 0
+	if h.typ == frameRequest {
+		if err == nil && len(resp) > c.cfg.maxFrame {
+			err = errs.New(errs.TooBig, "rpc "+weftpb.MethodName(h.method), "response of %d bytes exceeds the frame limit of %d", len(resp), c.cfg.maxFrame)
+		}
+		if err == nil {
+			respBytes = len(resp)
+		}
+		c.reply(&h, resp, err)
+	}
+	if resp != nil {
+		*out = resp
+	}
+	putBuf(out)
+	c.observe(h.method, time.Since(start), reqBytes, respBytes, err)
+}
+
+// runHandler runs a handler, turning a panic into an errs.IO error so that
+// one bad request cannot take the server down.
+func (c *Conn) runHandler(ctx context.Context, h *header, hd *handler, body, out []byte) (resp []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.cfg.log.Error("rpc: handler panicked", "method", weftpb.MethodName(h.method), "remote", c.nc.RemoteAddr().String(),
+				"panic", r, "stack", string(debug.Stack()))
+			resp, err = nil, errs.New(errs.IO, "rpc "+weftpb.MethodName(h.method), "handler failed unexpectedly")
+		}
+	}()
+	return hd.serve(ctx, body, out)
+}
+
+// maxErrorMessage bounds the error text sent back; longer text is cut.
+const maxErrorMessage = 4 << 10
+
+// reply sends the response to request h: resp, or err with its kind.
+func (c *Conn) reply(h *header, resp []byte, err error) {
+	rh := header{typ: frameResponse, method: h.method, id: h.id}
+	if err != nil {
+		rh.flags = flagError
+		rh.kind = wireKind(err)
+		msg := err.Error()
+		if len(msg) > maxErrorMessage {
+			msg = msg[:maxErrorMessage]
+		}
+		resp = []byte(msg)
+	}
+	rh.bodyLen = len(resp)
+	_ = c.writeFrame(&rh, resp) // a failure closes the connection; nobody to tell
+}
+
+// wireKind is the kind sent for a handler's error. Context errors from a
+// handler that gave up get their natural kinds.
+func wireKind(err error) errs.Kind {
+	k := errs.KindOf(err)
+	if k == errs.Other {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			k = errs.Timeout
+		case errors.Is(err, context.Canceled):
+			k = errs.Canceled
+		}
+	}
+	return k
+}
+
+func (c *Conn) observe(method uint16, d time.Duration, reqBytes, respBytes int, err error) {
+	if c.cfg.serveObs != nil {
+		c.cfg.serveObs.Observe(method, d, reqBytes, respBytes, err)
+	}
+}

@@ -1,0 +1,52 @@
+package store
+
+import (
+	"fmt"
+
+	"github.com/weftfs/weft/internal/errs"
+)
+
+// ChunkKey names chunk Index of file Ino.
+type ChunkKey struct{ Ino, Index uint64 }
+
+func (k ChunkKey) String() string { return fmt.Sprintf("%x/%d", k.Ino, k.Index) }
+
+// Usage is what StatFS reports.
+type Usage struct {
+	Capacity uint64 // bytes the backend may hold
+	Used     uint64 // bytes in use
+	Chunks   uint64 // chunks stored
+}
+
+// Backend holds chunk bytes. The Server has validated every argument (offsets
+// within the layout's maximum chunk size) and holds the locks described in
+// the package doc, so a Backend never sees two concurrent changes of one
+// chunk, nor a DeleteChunks concurrent with anything else on that inode.
+//
+// Errors carry a kind: errs.Corrupt for a checksum mismatch, errs.NoSpace
+// when the backend is full, errs.IO for a failing device.
+type Backend interface {
+	// Write writes data at off, growing the chunk (a gap reads as zeros).
+	// With sync it returns once the bytes are durable.
+	Write(k ChunkKey, off int64, data []byte, sync bool) error
+	// Read returns up to n bytes at off; fewer if the chunk ends, none if it
+	// does not exist.
+	Read(k ChunkKey, off, n int64) ([]byte, error)
+	// Truncate sets the chunk's size; size 0 removes it.
+	Truncate(k ChunkKey, size int64) error
+	// Delete removes every chunk of ino with index >= from and returns how
+	// many there were.
+	Delete(ino, from uint64) (uint64, error)
+	// Sync makes every chunk of ino written since its last sync durable.
+	Sync(ino uint64) error
+	// Usage reports capacity, use and chunk count.
+	Usage() (Usage, error)
+	// ChunkCount is the number of chunks, cheaply (for a gauge).
+	ChunkCount() int64
+	Close() error
+}
+
+// corruptErr reports a checksum mismatch in block b of chunk k.
+func corruptErr(op string, k ChunkKey, b int64) error {
+	return errs.New(errs.Corrupt, op, "chunk %v (ino %d index %d): block %d fails its checksum", k, k.Ino, k.Index, b)
+}

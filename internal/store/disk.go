@@ -1,0 +1,294 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/weftfs/weft/internal/errs"
+)
+
+// diskBackend keeps each chunk in its own file under dir (see the package doc
+// for the layout, the format and the update order).
+type diskBackend struct {
+	root   string // the data directory
+	dir    string // root/chunks
+	layout layout // for new chunk files
+	log    *slog.Logger
+	lock   *os.File // root/LOCK, flocked while open
+	count  atomic.Int64
+
+	// hook, when set, runs between the steps of a change (tests only).
+	hook func(step int) error
+
+	mu struct {
+		sync.Mutex
+		dirty map[uint64]*dirtyIno // what SyncChunks must flush, per inode
+	}
+}
+
+// dirtyIno is what a crash could still lose of one inode's chunks.
+type dirtyIno struct {
+	files  map[uint64]struct{} // chunk indexes written since their last sync
+	inoDir bool                // a chunk file was created or removed
+	fanDir bool                // the inode's directory was created or removed
+}
+
+var _ Backend = (*diskBackend)(nil)
+
+func openDiskBackend(root string, l layout, log *slog.Logger) (*diskBackend, error) {
+	d := &diskBackend{root: root, dir: filepath.Join(root, "chunks"), layout: l, log: log}
+	d.mu.dirty = make(map[uint64]*dirtyIno)
+	for i := range 256 {
+		if err := os.MkdirAll(filepath.Join(d.dir, fmt.Sprintf("%02x", i)), 0o700); err != nil {
+			return nil, errs.Wrap(errs.IO, "open store", root, err)
+		}
+	}
+	lock, err := os.OpenFile(filepath.Join(root, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, errs.Wrap(errs.IO, "open store", root, err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, errs.New(errs.Busy, "open store", "%s is in use by another store server: %v", root, err)
+	}
+	d.lock = lock
+	for _, p := range []string{d.dir, root} {
+		if err := syncDir(p); err != nil {
+			lock.Close()
+			return nil, errs.Wrap(errs.IO, "open store", p, err)
+		}
+	}
+	if err := d.scan(); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// scan counts the chunks and removes the .tmp files of creations that a
+// crash interrupted (they were never acknowledged). It reads every inode
+// directory: fine for a store of up to some millions of chunks.
+func (d *diskBackend) scan() error {
+	var n int64
+	err := filepath.WalkDir(d.dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() {
+			return nil
+		}
+		switch name := e.Name(); {
+		case strings.HasSuffix(name, ".tmp"):
+			return os.Remove(p)
+		case validIndexName(name):
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return errs.Wrap(errs.IO, "open store", d.root, err)
+	}
+	d.count.Store(n)
+	return nil
+}
+
+func validIndexName(name string) bool {
+	_, err := strconv.ParseUint(name, 16, 64)
+	return len(name) == 16 && err == nil
+}
+
+func (d *diskBackend) fanDir(ino uint64) string {
+	return filepath.Join(d.dir, fmt.Sprintf("%02x", mix(ino)>>56))
+}
+
+func (d *diskBackend) inoDir(ino uint64) string {
+	return filepath.Join(d.fanDir(ino), fmt.Sprintf("%016x", ino))
+}
+
+func (d *diskBackend) chunkPath(k ChunkKey) string {
+	return filepath.Join(d.inoDir(k.Ino), fmt.Sprintf("%016x", k.Index))
+}
+
+// open opens chunk k; a missing chunk gives nil, or with create a new empty
+// chunk file.
+func (d *diskBackend) open(k ChunkKey, create bool) (*chunkFile, error) {
+	f, err := os.OpenFile(d.chunkPath(k), os.O_RDWR, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && create:
+		f, err = d.create(k)
+		if err != nil {
+			return nil, err
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil
+	case err != nil:
+		return nil, errs.Wrap(errs.IO, "open chunk", k.String(), err)
+	}
+	cf := &chunkFile{k: k, f: f}
+	if err := cf.load(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return cf, nil
+}
+
+// create makes chunk k's file whole under a temporary name and renames it
+// into place, so a crash never leaves a chunk file without its header.
+func (d *diskBackend) create(k ChunkKey) (*os.File, error) {
+	dir := d.inoDir(k.Ino)
+	if err := os.Mkdir(dir, 0o700); err == nil {
+		d.markDirs(k.Ino, false, true)
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, errs.Wrap(errs.IO, "create chunk", k.String(), err)
+	}
+	p := d.chunkPath(k)
+	f, err := os.OpenFile(p+".tmp", os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, errs.Wrap(errs.IO, "create chunk", k.String(), err)
+	}
+	_, err = f.WriteAt(d.layout.header(), 0)
+	if err == nil {
+		err = f.Truncate(d.layout.dataOff)
+	}
+	if err == nil {
+		err = os.Rename(p+".tmp", p)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(p + ".tmp")
+		return nil, errs.Wrap(errs.IO, "create chunk", k.String(), err)
+	}
+	d.count.Add(1)
+	d.markDirs(k.Ino, true, false)
+	return f, nil
+}
+
+func (d *diskBackend) Write(k ChunkKey, off int64, data []byte, sync bool) error {
+	if len(data) == 0 {
+		return nil
+	}
+	cf, err := d.open(k, true)
+	if err != nil {
+		return err
+	}
+	defer cf.Close()
+	if off+int64(len(data)) > cf.l.maxSize() {
+		return errs.New(errs.Invalid, "write chunk", "chunk %v: write beyond the file's maximum chunk size %d", k, cf.l.maxSize())
+	}
+	d.markFile(k)
+	ch := writeChange(cf.l.blockSize, cf.size, off, data)
+	err = cf.apply(ch, func() error {
+		if _, err := cf.f.WriteAt(data, cf.l.dataOff+off); err != nil {
+			return errs.Wrap(errs.IO, "write chunk", k.String(), err)
+		}
+		return nil
+	}, d.hook)
+	if err != nil || !sync {
+		return err
+	}
+	return d.syncFile(k, cf)
+}
+
+func (d *diskBackend) Truncate(k ChunkKey, size int64) error {
+	if size == 0 {
+		return d.remove(k)
+	}
+	cf, err := d.open(k, true)
+	if err != nil {
+		return err
+	}
+	defer cf.Close()
+	if size > cf.l.maxSize() {
+		return errs.New(errs.Invalid, "truncate chunk", "chunk %v: size beyond the file's maximum chunk size %d", k, cf.l.maxSize())
+	}
+	d.markFile(k)
+	return cf.apply(truncateChange(cf.l.blockSize, cf.size, size), func() error {
+		if err := cf.f.Truncate(cf.l.dataOff + size); err != nil {
+			return errs.Wrap(errs.IO, "truncate chunk", k.String(), err)
+		}
+		return nil
+	}, d.hook)
+}
+
+func (d *diskBackend) remove(k ChunkKey) error {
+	err := os.Remove(d.chunkPath(k))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return errs.Wrap(errs.IO, "remove chunk", k.String(), err)
+	}
+	d.count.Add(-1)
+	d.forgetFile(k)
+	return nil
+}
+
+func (d *diskBackend) Read(k ChunkKey, off, n int64) ([]byte, error) {
+	cf, err := d.open(k, false)
+	if cf == nil || err != nil {
+		return nil, err
+	}
+	defer cf.Close()
+	if off >= cf.size || n == 0 {
+		return nil, nil
+	}
+	return cf.read(off, min(off+n, cf.size))
+}
+
+func (d *diskBackend) Delete(ino, from uint64) (uint64, error) {
+	dir := d.inoDir(ino)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, errs.Wrap(errs.IO, "delete chunks", dir, err)
+	}
+	var n uint64
+	left := 0
+	for _, e := range ents {
+		idx, err := strconv.ParseUint(e.Name(), 16, 64)
+		if err != nil || !validIndexName(e.Name()) || idx < from {
+			left++
+			continue
+		}
+		if err := d.remove(ChunkKey{ino, idx}); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if left == 0 {
+		if err := os.Remove(dir); err == nil {
+			d.markDirs(ino, false, true)
+		}
+	}
+	return n, nil
+}
+
+func (d *diskBackend) Usage() (Usage, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(d.root, &st); err != nil {
+		return Usage{}, errs.Wrap(errs.IO, "statfs", d.root, err)
+	}
+	bs := uint64(st.Bsize)
+	return Usage{
+		Capacity: uint64(st.Blocks) * bs,
+		Used:     (uint64(st.Blocks) - uint64(st.Bfree)) * bs,
+		Chunks:   uint64(max(0, d.count.Load())),
+	}, nil
+}
+
+func (d *diskBackend) ChunkCount() int64 { return d.count.Load() }
+
+func (d *diskBackend) Close() error {
+	return d.lock.Close() // releases the flock
+}

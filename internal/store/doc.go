@@ -1,0 +1,75 @@
+// Package store is weft's storage server: it keeps chunks of file data,
+// named by (ino, index), in RAM or on disk, checks a CRC32C (Castagnoli) per
+// block of every chunk on read, and serves the store methods of the wire
+// protocol (proto/store.proto, methods 100-105).
+//
+// The Server validates requests, takes the locks and counts metrics; a
+// Backend holds the bytes. Both backends share the block arithmetic of one
+// change (crc.go), so a write, a shrink and an extension are computed once.
+//
+// # Locking
+//
+// Every chunk operation holds its inode's stripe of ino locks shared and its
+// chunk's stripe of chunk locks (shared to read, exclusive to change).
+// DeleteChunks holds the inode's stripe exclusively, so it never races with
+// a write creating a chunk of the same inode. Backends rely on these locks:
+// they never see two concurrent changes of one chunk.
+//
+// # Disk format
+//
+// Chunk (ino, index) lives in Dir/chunks/FF/IIIIIIIIIIIIIIII/XXXXXXXXXXXXXXXX,
+// where FF is one byte of a hash of ino (256 fan-out directories, so that
+// inode numbers, whose high bits name a meta server, spread evenly), I the ino
+// and X the index, both 16 lower-case hex digits. One directory per inode makes
+// DeleteChunks a directory listing. A chunk file is:
+//
+//	offset 0     header (28 bytes, rest of the 4 KiB page unused):
+//	             magic "WEFTCHNK", version u32 = 1, block size u32,
+//	             table entries u32, data offset u32, CRC32C of the previous 24 bytes
+//	offset 4096  checksum table: one 8-byte entry per block (two u32 slots)
+//	data offset  the chunk's bytes (4096 + table rounded up to 4 KiB)
+//
+// All integers are little-endian. The chunk's size is the file's size minus
+// the data offset: no size field can disagree with the data. A block's CRC
+// covers the block's bytes within the chunk, so the last block's CRC covers
+// only its partial length. Gaps are file holes and read as zeros; their CRCs
+// are those of zeros. With 64 KiB blocks and 64 MiB chunks the table is 8 KiB,
+// written sparsely. A new chunk file is written as NAME.tmp (header, then
+// extended to the data offset) and renamed into place, so a file under its
+// final name always has a valid header; leftover .tmp files are removed at
+// Open.
+//
+// # Update order (crash safety)
+//
+// A block is valid when its CRC equals either slot of its table entry. Every
+// change of a chunk (write, truncate) is applied in three steps, per block it
+// touches:
+//
+//  1. write the entry {CRC of the block's current bytes, CRC of its new bytes};
+//  2. write the data (pwrite, or ftruncate for a truncate);
+//  3. write the entry {new CRC, new CRC}.
+//
+// A crash (kill -9 or power loss) before step 2 leaves the old bytes, valid by
+// the first slot; after step 2 the new bytes, valid by the second. A block that
+// step 2 tore (part old, part new) matches neither and reads as errs.Corrupt,
+// never as data. With sync, the file is fdatasync'ed after step 3 (and its
+// directory entries fsync'ed if it was created since the last sync) before the
+// reply, so an acknowledged synced write survives kill -9 and power loss.
+// Without sync the write is only in the page cache: it survives kill -9 but
+// not power loss until SyncChunks, which fdatasyncs every chunk file of the
+// inode written since its last sync.
+//
+// Because step 1 is not fsync'ed before step 2, after a power loss the disk
+// may hold new data with an old entry: that block reads as Corrupt too. What
+// a crash can damage is therefore limited to the blocks touched by changes in
+// flight (unacknowledged), including bytes of those blocks that the change
+// itself did not modify. A partial write into a block that is already corrupt
+// fails with errs.Corrupt (its untouched bytes cannot be vouched for); a write
+// covering the whole block, a truncate below it or a delete heals it.
+//
+// # Mem backend
+//
+// The mem backend (the Network RamDisk) keeps each chunk as 64 KiB blocks with
+// one CRC each, checked on read, and admits a change only if the bytes of all
+// chunks stay within MemLimit; a refused change alters nothing.
+package store

@@ -1,0 +1,229 @@
+package store
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/weftfs/weft/internal/errs"
+)
+
+// memBackend keeps chunks in RAM (the Network RamDisk backend), bounded by a
+// byte limit on the sum of chunk sizes. Nothing survives Close.
+type memBackend struct {
+	bs    int64
+	limit int64
+	used  atomic.Int64 // sum of chunk sizes
+	count atomic.Int64
+	mu    struct {
+		sync.Mutex
+		inos map[uint64]map[uint64]*memChunk
+	}
+}
+
+// memChunk is guarded by the Server's chunk lock, not by memBackend.mu.
+type memChunk struct {
+	size   int64
+	blocks [][]byte // len(blocks[b]) == blockLen(size, b)
+	crcs   []uint32
+}
+
+var _ Backend = (*memBackend)(nil)
+
+func newMemBackend(limit, bs int64) *memBackend {
+	m := &memBackend{bs: bs, limit: limit}
+	m.mu.inos = make(map[uint64]map[uint64]*memChunk)
+	return m
+}
+
+func (m *memBackend) lookup(k ChunkKey) *memChunk {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mu.inos[k.Ino][k.Index]
+}
+
+func (m *memBackend) insert(k ChunkKey, c *memChunk) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	chunks := m.mu.inos[k.Ino]
+	if chunks == nil {
+		chunks = make(map[uint64]*memChunk)
+		m.mu.inos[k.Ino] = chunks
+	}
+	chunks[k.Index] = c
+	m.count.Add(1)
+}
+
+func (m *memBackend) remove(k ChunkKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	chunks := m.mu.inos[k.Ino]
+	if _, ok := chunks[k.Index]; !ok {
+		return
+	}
+	delete(chunks, k.Index)
+	if len(chunks) == 0 {
+		delete(m.mu.inos, k.Ino)
+	}
+	m.count.Add(-1)
+}
+
+// reserve admits n more bytes, or reports that they would exceed the limit.
+func (m *memBackend) reserve(n int64) bool {
+	for {
+		u := m.used.Load()
+		if u+n > m.limit {
+			return false
+		}
+		if m.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+func (m *memBackend) Write(k ChunkKey, off int64, data []byte, _ bool) error {
+	c := m.lookup(k)
+	var size int64
+	if c != nil {
+		size = c.size
+	}
+	return m.apply(k, c, writeChange(m.bs, size, off, data))
+}
+
+func (m *memBackend) Truncate(k ChunkKey, size int64) error {
+	c := m.lookup(k)
+	if c == nil {
+		if size == 0 {
+			return nil
+		}
+		return m.apply(k, nil, truncateChange(m.bs, 0, size))
+	}
+	return m.apply(k, c, truncateChange(m.bs, c.size, size))
+}
+
+// apply checks everything that can fail (space, edge blocks' CRCs) before it
+// changes anything, so a refused change leaves the chunk as it was.
+func (m *memBackend) apply(k ChunkKey, c *memChunk, ch change) error {
+	lo, hi := ch.blocks()
+	for b := lo; b < hi; b++ {
+		if ch.keepsOld(b) && checksum(c.blocks[b]) != c.crcs[b] {
+			return corruptErr("write chunk", k, b)
+		}
+	}
+	grow := ch.newSize - ch.oldSize
+	if grow > 0 && !m.reserve(grow) {
+		return errs.New(errs.NoSpace, "write chunk", "chunk %v: memory limit of %d bytes reached", k, m.limit)
+	}
+	if ch.newSize == 0 {
+		if c != nil {
+			m.remove(k)
+		}
+		m.used.Add(-ch.oldSize)
+		return nil
+	}
+	if c == nil {
+		c = &memChunk{}
+		m.insert(k, c)
+	}
+	n := blockCount(m.bs, ch.newSize)
+	if n < int64(len(c.blocks)) {
+		clear(c.blocks[n:]) // let the GC have the dropped blocks
+	}
+	c.blocks = resize(c.blocks, n)
+	c.crcs = resize(c.crcs, n)
+	var buf []byte
+	for b := lo; b < hi; b++ {
+		if buf == nil {
+			buf = make([]byte, m.bs)
+		}
+		content := ch.build(b, c.blocks[b], buf)
+		blk := c.blocks[b]
+		if int64(cap(blk)) < int64(len(content)) || len(content) < cap(blk)/2 {
+			blk = make([]byte, len(content))
+		}
+		blk = blk[:len(content)]
+		copy(blk, content)
+		c.blocks[b] = blk
+		c.crcs[b] = checksum(blk)
+	}
+	c.size = ch.newSize
+	if grow < 0 {
+		m.used.Add(grow)
+	}
+	return nil
+}
+
+// resize returns s with length n, keeping its first elements.
+func resize[T any](s []T, n int64) []T {
+	if n <= int64(cap(s)) {
+		return s[:n]
+	}
+	out := make([]T, n)
+	copy(out, s)
+	return out
+}
+
+func (m *memBackend) Read(k ChunkKey, off, n int64) ([]byte, error) {
+	c := m.lookup(k)
+	if c == nil || off >= c.size || n == 0 {
+		return nil, nil
+	}
+	end := min(off+n, c.size)
+	out := make([]byte, 0, end-off)
+	for b := off / m.bs; b*m.bs < end; b++ {
+		blk := c.blocks[b]
+		if checksum(blk) != c.crcs[b] {
+			return nil, corruptErr("read chunk", k, b)
+		}
+		start := b * m.bs
+		out = append(out, blk[max(off, start)-start:min(end, start+m.bs)-start]...)
+	}
+	return out, nil
+}
+
+func (m *memBackend) Delete(ino, from uint64) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	chunks := m.mu.inos[ino]
+	var n uint64
+	for idx, c := range chunks {
+		if idx < from {
+			continue
+		}
+		delete(chunks, idx)
+		m.used.Add(-c.size)
+		m.count.Add(-1)
+		n++
+	}
+	if len(chunks) == 0 {
+		delete(m.mu.inos, ino)
+	}
+	return n, nil
+}
+
+func (m *memBackend) Sync(uint64) error { return nil }
+
+func (m *memBackend) Usage() (Usage, error) {
+	return Usage{Capacity: uint64(m.limit), Used: uint64(m.used.Load()), Chunks: uint64(m.count.Load())}, nil
+}
+
+func (m *memBackend) ChunkCount() int64 { return m.count.Load() }
+
+func (m *memBackend) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mu.inos = make(map[uint64]map[uint64]*memChunk)
+	m.used.Store(0)
+	m.count.Store(0)
+	return nil
+}
+
+// flipByte corrupts byte off of chunk k behind the CRCs' back (tests only).
+// The caller must hold no lock on k and must not race with writers of k.
+func (m *memBackend) flipByte(k ChunkKey, off int64) bool {
+	c := m.lookup(k)
+	if c == nil || off < 0 || off >= c.size {
+		return false
+	}
+	c.blocks[off/m.bs][off%m.bs] ^= 0xff
+	return true
+}

@@ -1,0 +1,64 @@
+package store
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the store's counters on the server's own registry. The
+// store_id label lets several stores share one registry (weft cluster).
+type metrics struct {
+	bytesRead    prometheus.Counter
+	bytesWritten prometheus.Counter
+	corruptReads prometheus.Counter
+	reg          *prometheus.Registry
+	collectors   []prometheus.Collector
+}
+
+func newMetrics(reg *prometheus.Registry, id int, b Backend) (*metrics, error) {
+	labels := prometheus.Labels{"store_id": strconv.Itoa(id)}
+	opts := func(name, help string) prometheus.CounterOpts {
+		return prometheus.CounterOpts{Namespace: "weft", Subsystem: "store", Name: name, Help: help, ConstLabels: labels}
+	}
+	m := &metrics{
+		bytesRead:    prometheus.NewCounter(opts("read_bytes_total", "Chunk bytes returned by ReadChunk.")),
+		bytesWritten: prometheus.NewCounter(opts("written_bytes_total", "Chunk bytes written by WriteChunk.")),
+		corruptReads: prometheus.NewCounter(opts("corrupt_reads_total", "Requests that found a block failing its checksum.")),
+	}
+	cs := []prometheus.Collector{
+		m.bytesRead, m.bytesWritten, m.corruptReads,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "weft", Subsystem: "store", Name: "chunks",
+			Help: "Chunks stored.", ConstLabels: labels,
+		}, func() float64 { return float64(b.ChunkCount()) }),
+	}
+	if mb, ok := b.(*memBackend); ok {
+		cs = append(cs,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: "weft", Subsystem: "store", Name: "mem_used_bytes",
+				Help: "Bytes of chunk data held in RAM.", ConstLabels: labels,
+			}, func() float64 { return float64(mb.used.Load()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: "weft", Subsystem: "store", Name: "mem_limit_bytes",
+				Help: "The RAM backend's limit.", ConstLabels: labels,
+			}, func() float64 { return float64(mb.limit) }))
+	}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, r := range cs[:i] {
+				reg.Unregister(r)
+			}
+			return nil, err
+		}
+	}
+	m.reg, m.collectors = reg, cs
+	return m, nil
+}
+
+// unregister frees the names for the next Open on the same registry.
+func (m *metrics) unregister() {
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+}

@@ -1,0 +1,143 @@
+package store
+
+import (
+	"context"
+
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// The store methods. Each validates its request in full before touching the
+// backend: no request content may make the server panic.
+
+// WriteChunk writes req.Data at req.Offset, growing the chunk; with
+// req.Sync it replies once the bytes are durable.
+func (s *Server) WriteChunk(ctx context.Context, req *weftpb.WriteChunkRequest) (*weftpb.WriteChunkReply, error) {
+	const op = "write chunk"
+	k, err := chunkKey(op, req.GetChunk())
+	if err != nil {
+		return nil, err
+	}
+	off, data := req.GetOffset(), req.GetData()
+	if off < 0 || off > s.cfg.MaxChunkSize-int64(len(data)) {
+		return nil, errs.New(errs.Invalid, op, "chunk %v: %d bytes at offset %d: beyond the maximum chunk size %d", k, len(data), off, s.cfg.MaxChunkSize)
+	}
+	done, err := s.begin(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	unlock := s.locks.lockChunk(k, true)
+	defer unlock()
+	if err := s.backend.Write(k, off, data, req.GetSync()); err != nil {
+		return nil, s.failed(op, k, err)
+	}
+	s.m.bytesWritten.Add(float64(len(data)))
+	return &weftpb.WriteChunkReply{}, nil
+}
+
+// ReadChunk reads up to req.Length (at most MaxReadLength) bytes at
+// req.Offset. A short reply means the chunk ends; a missing chunk is a hole
+// and reads empty.
+func (s *Server) ReadChunk(ctx context.Context, req *weftpb.ReadChunkRequest) (*weftpb.ReadChunkReply, error) {
+	const op = "read chunk"
+	k, err := chunkKey(op, req.GetChunk())
+	if err != nil {
+		return nil, err
+	}
+	off, n := req.GetOffset(), req.GetLength()
+	if off < 0 || n < 0 || off > s.cfg.MaxChunkSize {
+		return nil, errs.New(errs.Invalid, op, "chunk %v: %d bytes at offset %d", k, n, off)
+	}
+	n = min(n, MaxReadLength, s.cfg.MaxChunkSize-off)
+	done, err := s.begin(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	unlock := s.locks.lockChunk(k, false)
+	defer unlock()
+	data, err := s.backend.Read(k, off, n)
+	if err != nil {
+		return nil, s.failed(op, k, err)
+	}
+	s.m.bytesRead.Add(float64(len(data)))
+	return &weftpb.ReadChunkReply{Data: data}, nil
+}
+
+// TruncateChunk sets the chunk's size, dropping bytes or extending it with
+// zeros; size 0 removes the chunk.
+func (s *Server) TruncateChunk(ctx context.Context, req *weftpb.TruncateChunkRequest) (*weftpb.TruncateChunkReply, error) {
+	const op = "truncate chunk"
+	k, err := chunkKey(op, req.GetChunk())
+	if err != nil {
+		return nil, err
+	}
+	size := req.GetSize()
+	if size < 0 || size > s.cfg.MaxChunkSize {
+		return nil, errs.New(errs.Invalid, op, "chunk %v: size %d not in 0..%d", k, size, s.cfg.MaxChunkSize)
+	}
+	done, err := s.begin(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	unlock := s.locks.lockChunk(k, true)
+	defer unlock()
+	if err := s.backend.Truncate(k, size); err != nil {
+		return nil, s.failed(op, k, err)
+	}
+	return &weftpb.TruncateChunkReply{}, nil
+}
+
+// DeleteChunks removes every chunk of req.Ino with index >= req.From.
+func (s *Server) DeleteChunks(ctx context.Context, req *weftpb.DeleteChunksRequest) (*weftpb.DeleteChunksReply, error) {
+	const op = "delete chunks"
+	done, err := s.begin(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	ino := req.GetIno()
+	unlock := s.locks.lockIno(ino, true)
+	defer unlock()
+	n, err := s.backend.Delete(ino, req.GetFrom())
+	if err != nil {
+		return nil, s.failed(op, ChunkKey{Ino: ino, Index: req.GetFrom()}, err)
+	}
+	return &weftpb.DeleteChunksReply{Deleted: n}, nil
+}
+
+// SyncChunks makes every chunk of req.Ino durable.
+func (s *Server) SyncChunks(ctx context.Context, req *weftpb.SyncChunksRequest) (*weftpb.SyncChunksReply, error) {
+	const op = "sync chunks"
+	done, err := s.begin(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	ino := req.GetIno()
+	// Shared: writes to the inode's chunks may go on; what was written
+	// before this call is in the dirty set and gets flushed.
+	unlock := s.locks.lockIno(ino, false)
+	defer unlock()
+	if err := s.backend.Sync(ino); err != nil {
+		return nil, s.failed(op, ChunkKey{Ino: ino}, err)
+	}
+	return &weftpb.SyncChunksReply{}, nil
+}
+
+// StatFS reports the backend's capacity, use and chunk count.
+func (s *Server) StatFS(ctx context.Context, _ *weftpb.StoreStatFSRequest) (*weftpb.StoreStatFSReply, error) {
+	const op = "statfs"
+	done, err := s.begin(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	u, err := s.backend.Usage()
+	if err != nil {
+		return nil, err
+	}
+	return &weftpb.StoreStatFSReply{Capacity: u.Capacity, Used: u.Used, Chunks: u.Chunks}, nil
+}

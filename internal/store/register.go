@@ -1,0 +1,16 @@
+package store
+
+import (
+	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// Register serves the store methods (100-105) of s on mux.
+func (s *Server) Register(mux *rpc.Mux) {
+	rpc.Handle(mux, weftpb.MethodWriteChunk, s.WriteChunk)
+	rpc.Handle(mux, weftpb.MethodReadChunk, s.ReadChunk)
+	rpc.Handle(mux, weftpb.MethodTruncateChunk, s.TruncateChunk)
+	rpc.Handle(mux, weftpb.MethodDeleteChunks, s.DeleteChunks)
+	rpc.Handle(mux, weftpb.MethodSyncChunks, s.SyncChunks)
+	rpc.Handle(mux, weftpb.MethodStoreStatFS, s.StatFS)
+}
