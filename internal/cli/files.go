@@ -23,14 +23,10 @@ import (
 	"github.com/weftfs/weft/internal/errs"
 )
 
-// copyBuffer is the unit of put and get: large enough that the client's
-// write-back and read-ahead see whole chunks.
-const copyBuffer = 4 << 20
-
 func addFileCommands(root *cobra.Command, a *app) {
 	for _, newCmd := range []func(*app) *cobra.Command{
 		newPutCommand, newGetCommand, newLsCommand, newStatCommand,
-		newMkdirCommand, newRmCommand, newMvCommand,
+		newMkdirCommand, newRmCommand, newMvCommand, newBenchCommand,
 	} {
 		root.AddCommand(newCmd(a))
 	}
@@ -64,7 +60,7 @@ func (a *app) withClient(cmd *cobra.Command, fn func(ctx context.Context, c *cli
 // is a terminal, and discards otherwise (bars would flood logs).
 func progress(cmd *cobra.Command, size int64, desc string) io.Writer {
 	f, ok := cmd.ErrOrStderr().(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) || size < copyBuffer {
+	if !ok || !term.IsTerminal(int(f.Fd())) || size < 8<<20 {
 		return io.Discard
 	}
 	return progressbar.NewOptions64(size,
@@ -102,16 +98,9 @@ func put(ctx context.Context, cmd *cobra.Command, c *client.Client, local, dst s
 	if a, err := c.Stat(ctx, dst); err == nil && a.IsDir() {
 		dst = path.Join(dst, filepath.Base(local))
 	}
-	f, err := c.Create(ctx, dst, uint32(st.Mode().Perm()))
-	if err != nil {
-		return err
-	}
-	w := io.MultiWriter(f, progress(cmd, st.Size(), "put "+dst))
-	if _, err := io.CopyBuffer(w, src, make([]byte, copyBuffer)); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	r := io.TeeReader(src, progress(cmd, st.Size(), "put "+dst))
+	_, err = c.WriteFrom(ctx, dst, r, uint32(st.Mode().Perm()))
+	return err
 }
 
 func newGetCommand(a *app) *cobra.Command {
@@ -128,12 +117,7 @@ func newGetCommand(a *app) *cobra.Command {
 }
 
 func get(ctx context.Context, cmd *cobra.Command, c *client.Client, src, local string) error {
-	f, err := c.Open(ctx, src, os.O_RDONLY, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
+	st, err := c.Stat(ctx, src)
 	if err != nil {
 		return err
 	}
@@ -151,8 +135,7 @@ func get(ctx context.Context, cmd *cobra.Command, c *client.Client, src, local s
 		}
 		out = file
 	}
-	w := io.MultiWriter(out, progress(cmd, int64(st.Size), "get "+src))
-	_, err = io.CopyBuffer(w, struct{ io.Reader }{f}, make([]byte, copyBuffer))
+	_, err = c.ReadTo(ctx, src, io.MultiWriter(out, progress(cmd, int64(st.Size), "get "+src)))
 	if file != nil {
 		if cerr := file.Close(); err == nil {
 			err = cerr

@@ -43,7 +43,7 @@ type Config struct {
 	// durability mode): chunks are synced on the stores before the commit.
 	SyncOnClose bool
 	Creds       core.Creds // identity of requests without WithCreds
-	Logger    *slog.Logger
+	Logger      *slog.Logger
 	// RetryFor bounds how long idempotent requests (lookups, reads) retry
 	// against an unreachable server before failing (default 10s).
 	RetryFor time.Duration

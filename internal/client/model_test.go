@@ -324,4 +324,3 @@ func TestModel(t *testing.T) {
 		})
 	})
 }
-

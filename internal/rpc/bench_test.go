@@ -102,3 +102,22 @@ func TestMeasureRoundTrip(t *testing.T) {
 		t.Fatal("n = 0 accepted")
 	}
 }
+
+// BenchmarkRoundTripVsRaw interleaves rpc calls and raw ping-pongs (see
+// MeasureRoundTrip), so that both see the same machine load, and reports
+// their medians and ratio.
+func BenchmarkRoundTripVsRaw(b *testing.B) {
+	rpcLat, rawLat, err := MeasureRoundTrip(context.Background(), max(b.N, 1000), 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	median := func(d []time.Duration) time.Duration {
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	r, w := median(rpcLat), median(rawLat)
+	b.ReportMetric(float64(r.Nanoseconds()), "rpc-median-ns")
+	b.ReportMetric(float64(w.Nanoseconds()), "raw-median-ns")
+	b.ReportMetric(float64(r)/float64(w), "ratio")
+}

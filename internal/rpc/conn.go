@@ -44,6 +44,19 @@ type Conn struct {
 		err error // sticky: after a failed write the connection is dead
 	}
 
+	// rd is the reading role: exactly one goroutine reads frames at a time.
+	// Usually that is the read loop; see takeOverReading for when it moves.
+	rd struct {
+		br       *bufio.Reader
+		rbuf     []byte      // response bodies, decoded by the reader
+		takeover *time.Timer // fires takeOverReading
+		mu       struct {
+			sync.Mutex
+			inline bool   // the reader is running a handler itself
+			gen    uint64 // counts takeovers
+		}
+	}
+
 	mu struct {
 		sync.Mutex
 		closed  bool
@@ -114,6 +127,9 @@ func newConn(nc net.Conn, cfg connConfig) *Conn {
 	c := &Conn{nc: nc, cfg: cfg, done: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.WithValue(context.Background(), connKey{}, c))
 	c.w.bw = bufio.NewWriterSize(nc, 32<<10)
+	c.rd.br = bufio.NewReaderSize(nc, 32<<10)
+	c.rd.takeover = time.AfterFunc(time.Hour, c.takeOverReading)
+	c.rd.takeover.Stop()
 	c.mu.pending = make(map[uint64]*call)
 	c.mu.serving = make(map[uint64]context.CancelFunc)
 	return c
@@ -158,6 +174,7 @@ func (c *Conn) closeWithError(err error) {
 
 	c.nc.Close()
 	c.cancel()
+	c.rd.takeover.Stop()
 	for _, cl := range pending {
 		cl.err = errs.Wrap(errs.Unavailable, "rpc", "", err)
 		cl.done <- struct{}{}
@@ -319,11 +336,11 @@ func (c *Conn) writeFrame(h *header, body []byte) error {
 	return err
 }
 
-// readLoop reads frames until the connection fails or closes.
+// readLoop reads frames until the connection fails or closes, or until
+// another goroutine takes over reading while this one runs a handler.
 func (c *Conn) readLoop() {
 	defer c.cfg.handlers.Done()
-	br := bufio.NewReaderSize(c.nc, 32<<10)
-	var rbuf []byte // response bodies, decoded right here
+	br := c.rd.br
 	for {
 		var hb [headerLen]byte
 		if _, err := io.ReadFull(br, hb[:]); err != nil {
@@ -335,9 +352,9 @@ func (c *Conn) readLoop() {
 			c.readFailed(err)
 			return
 		}
-		bp := &rbuf
+		bp := &c.rd.rbuf
 		if h.typ == frameRequest || h.typ == frameOneWay {
-			bp = getBuf() // handed to the handler goroutine
+			bp = getBuf() // handed to the handler
 		}
 		if cap(*bp) < h.bodyLen {
 			*bp = make([]byte, h.bodyLen)
@@ -350,18 +367,69 @@ func (c *Conn) readLoop() {
 		switch h.typ {
 		case frameResponse:
 			c.deliver(&h, body)
-			if cap(rbuf) > maxPooledBuf {
-				rbuf = nil
+			if cap(c.rd.rbuf) > maxPooledBuf {
+				c.rd.rbuf = nil
 			}
 		case frameCancel:
 			c.cancelServing(h.id)
 		default:
-			if err := c.startHandler(&h, bp, body); err != nil {
+			// With nothing more buffered, run the handler right here:
+			// handing it to a new goroutine costs more than most handlers.
+			retire, err := c.startHandler(&h, bp, body, br.Buffered() == 0)
+			if err != nil {
 				c.readFailed(err)
+				return
+			}
+			if retire {
 				return
 			}
 		}
 	}
+}
+
+// takeoverDelay is how long the reader may run a handler itself before
+// another goroutine takes over reading. Long enough for most handlers to
+// finish, short enough that a slow one barely delays the requests behind it
+// (and the cancel frame meant for it).
+const takeoverDelay = 20 * time.Microsecond
+
+// runInline runs a handler on the reading goroutine. If it runs longer than
+// takeoverDelay, takeOverReading starts a new reader, and runInline reports
+// that this goroutine must stop reading once the handler returns.
+func (c *Conn) runInline(serve func()) (retire bool) {
+	c.rd.mu.Lock()
+	c.rd.mu.inline = true
+	gen := c.rd.mu.gen
+	c.rd.mu.Unlock()
+	c.rd.takeover.Reset(takeoverDelay)
+
+	serve()
+
+	c.rd.takeover.Stop()
+	c.rd.mu.Lock()
+	retire = c.rd.mu.gen != gen
+	if !retire {
+		c.rd.mu.inline = false
+	}
+	c.rd.mu.Unlock()
+	return retire
+}
+
+// takeOverReading starts a new read loop when the reader is busy running a
+// handler. It runs from the takeover timer; a late or stale firing finds the
+// reader not inline and does nothing.
+func (c *Conn) takeOverReading() {
+	c.rd.mu.Lock()
+	defer c.rd.mu.Unlock()
+	if !c.rd.mu.inline {
+		return
+	}
+	c.rd.mu.inline = false
+	c.rd.mu.gen++
+	// The inline reader still holds its count in handlers (it cannot see
+	// the new gen before we unlock), so this Add does not start from zero.
+	c.cfg.handlers.Add(1)
+	go c.readLoop()
 }
 
 // readFailed closes the connection after a read error, logging what matters:

@@ -200,21 +200,22 @@ func (s *Server) Close() error {
 	return err
 }
 
-// startHandler runs the handler of an incoming request or one-way message in
-// its own goroutine, which owns bp from now on. An error closes the
-// connection.
-func (c *Conn) startHandler(h *header, bp *[]byte, body []byte) error {
+// startHandler runs the handler of an incoming request or one-way message,
+// inline on the reading goroutine or in a goroutine of its own; the handler
+// owns bp from now on. retire says that the reading goroutine has been
+// replaced (see runInline). An error closes the connection.
+func (c *Conn) startHandler(h *header, bp *[]byte, body []byte, inline bool) (retire bool, err error) {
 	hd := c.cfg.mux.lookup(h.method)
 	if hd == nil || hd.oneWay != (h.typ == frameOneWay) {
 		putBuf(bp)
 		if h.typ == frameOneWay {
 			c.cfg.log.Debug("rpc: dropping one-way message for an unknown method", "method", h.method)
-			return nil
+			return false, nil
 		}
 		err := errs.New(errs.NotSupported, "rpc", "method %d (%s) is not served here", h.method, weftpb.MethodName(h.method))
 		c.reply(h, nil, err)
 		c.observe(h.method, 0, len(body), 0, err)
-		return nil
+		return false, nil
 	}
 
 	ctx, cancel := c.ctx, context.CancelFunc(nil)
@@ -233,12 +234,19 @@ func (c *Conn) startHandler(h *header, bp *[]byte, body []byte) error {
 		if dup {
 			cancel()
 			putBuf(bp)
-			return errs.New(errs.Protocol, "rpc", "request id %d reused while still in flight", h.id)
+			return false, errs.New(errs.Protocol, "rpc", "request id %d reused while still in flight", h.id)
 		}
 	}
+	hh := *h
+	if inline {
+		return c.runInline(func() { c.serve(ctx, cancel, hh, hd, bp, body) }), nil
+	}
 	c.cfg.handlers.Add(1)
-	go c.serve(ctx, cancel, *h, hd, bp, body)
-	return nil
+	go func() {
+		defer c.cfg.handlers.Done()
+		c.serve(ctx, cancel, hh, hd, bp, body)
+	}()
+	return false, nil
 }
 
 // cancelServing cancels the handler of the peer's request id, if it still
@@ -252,8 +260,8 @@ func (c *Conn) cancelServing(id uint64) {
 	}
 }
 
+// serve runs one handler and sends its response.
 func (c *Conn) serve(ctx context.Context, cancel context.CancelFunc, h header, hd *handler, bp *[]byte, body []byte) {
-	defer c.cfg.handlers.Done()
 	start := time.Now()
 	out := getBuf()
 	resp, err := c.runHandler(ctx, &h, hd, body, (*out)[:0])

@@ -1,0 +1,330 @@
+package bench
+
+// The core benchmarks of the transport, the metadata path and the data path,
+// each against the thing that bounds it on this machine.
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/cluster"
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/rpc"
+)
+
+func rpcBenchmark() Benchmark {
+	return Benchmark{
+		Name: "rpc",
+		Doc:  "64-byte round trip on loopback: weft's transport vs a raw TCP ping-pong",
+		Run: func(ctx context.Context, env *Env) ([]Result, error) {
+			n := 20000
+			if env.Quick {
+				n = 2000
+			}
+			med := []Result{
+				{Bench: "rpc", Case: "64 B round trip, median", Target: "weft rpc", Unit: "µs"},
+				{Bench: "rpc", Case: "64 B round trip, median", Target: "raw TCP", Unit: "µs"},
+			}
+			p99 := []Result{
+				{Bench: "rpc", Case: "64 B round trip, p99", Target: "weft rpc", Unit: "µs"},
+				{Bench: "rpc", Case: "64 B round trip, p99", Target: "raw TCP", Unit: "µs"},
+			}
+			for range env.Repeats {
+				rl, raw, err := rpc.MeasureRoundTrip(ctx, n, 64)
+				if err != nil {
+					return nil, err
+				}
+				for i, l := range [][]time.Duration{rl, raw} {
+					slices.Sort(l)
+					med[i].Samples = append(med[i].Samples, us(l[len(l)/2]))
+					p99[i].Samples = append(p99[i].Samples, us(l[len(l)*99/100]))
+				}
+			}
+			return append(med, p99...), nil
+		},
+		Goals: func(rs []Result) []string {
+			a, _ := find(rs, "64 B round trip, median", "weft rpc")
+			b, _ := find(rs, "64 B round trip, median", "raw TCP")
+			return []string{ratio("rpc round trip / raw TCP round trip (median)", a.Median(), b.Median(), "≤ 1.5×", a.Median() <= 1.5*b.Median())}
+		},
+	}
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// startWeft runs an embedded cluster (sync durability, disk backend) in dir
+// and returns a root client of it.
+func startWeft(ctx context.Context, dir string) (*client.Client, func(), error) {
+	emb, err := cluster.StartEmbedded(ctx, cluster.EmbeddedOptions{Dir: dir, Durability: "sync", Backend: "disk"})
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := client.New(cluster.ClientConfig(emb.Config(), core.Root, nil))
+	if err != nil {
+		emb.Close()
+		return nil, nil, err
+	}
+	return c, func() { c.Close(); emb.Close() }, nil
+}
+
+const metaWorkers = 16
+
+func metaBenchmark() Benchmark {
+	return Benchmark{
+		Name: "meta",
+		Doc: "16 goroutines, zero-length files in one directory through the library (one meta " +
+			"server, sync mode) vs raw synced Pebble inserts of the same keys at the same concurrency",
+		Run: func(ctx context.Context, env *Env) ([]Result, error) {
+			files := 20000
+			if env.Quick {
+				files = 2000
+			}
+			phases := []string{"create", "stat", "remove"}
+			res := map[string]*Result{}
+			for _, p := range append(phases, "raw insert") {
+				target := "weft"
+				if p == "raw insert" {
+					target = "raw pebble (sync)"
+				}
+				res[p] = &Result{Bench: "meta", Case: fmt.Sprintf("%s, %d files, %d goroutines", p, files, metaWorkers), Target: target, Unit: "ops/s"}
+			}
+			for r := range env.Repeats {
+				rates, err := metaRun(ctx, filepath.Join(env.Dir, fmt.Sprint("weft", r)), files)
+				if err != nil {
+					return nil, err
+				}
+				for i, p := range phases {
+					res[p].Samples = append(res[p].Samples, rates[i])
+				}
+				raw, err := rawPebbleRun(filepath.Join(env.Dir, fmt.Sprint("pebble", r)), files)
+				if err != nil {
+					return nil, err
+				}
+				res["raw insert"].Samples = append(res["raw insert"].Samples, raw)
+			}
+			var out []Result
+			for _, p := range append(phases, "raw insert") {
+				out = append(out, *res[p])
+			}
+			return out, nil
+		},
+		Goals: func(rs []Result) []string {
+			var create, raw Result
+			for _, r := range rs {
+				switch {
+				case r.Target == "weft" && len(r.Case) > 6 && r.Case[:6] == "create":
+					create = r
+				case r.Target != "weft":
+					raw = r
+				}
+			}
+			return []string{ratio("library creates / raw synced Pebble inserts", create.Median(), raw.Median(), "≥ 1/3", create.Median()*3 >= raw.Median())}
+		},
+	}
+}
+
+// metaRun creates, stats and removes files in one directory with
+// metaWorkers goroutines and returns the three rates.
+func metaRun(ctx context.Context, dir string, files int) ([]float64, error) {
+	c, stop, err := startWeft(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	d, err := c.MkdirAt(ctx, core.RootIno, "bench", 0o755)
+	if err != nil {
+		return nil, err
+	}
+	name := func(i int) string { return fmt.Sprintf("file.%07d", i) }
+	ops := []func(i int) error{
+		func(i int) error {
+			f, err := c.CreateAt(ctx, d.Ino, name(i), os.O_WRONLY|os.O_EXCL, 0o644)
+			if err != nil {
+				return err
+			}
+			return f.Close()
+		},
+		func(i int) error { _, err := c.LookupAt(ctx, d.Ino, name(i)); return err },
+		func(i int) error { return c.UnlinkAt(ctx, d.Ino, name(i)) },
+	}
+	var rates []float64
+	for _, op := range ops {
+		rate, err := parallel(files, op)
+		if err != nil {
+			return nil, err
+		}
+		rates = append(rates, rate)
+	}
+	return rates, nil
+}
+
+// parallel runs op(0..n-1) on metaWorkers goroutines and returns ops/s.
+func parallel(n int, op func(i int) error) (float64, error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	start := time.Now()
+	for range metaWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := op(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds(), first
+}
+
+// rawPebbleRun inserts files keys shaped like directory entries (dir inode,
+// name, ~100-byte value) with Sync from metaWorkers goroutines: the rate at
+// which this disk and Pebble can make single-key commits durable.
+func rawPebbleRun(dir string, files int) (float64, error) {
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{}})
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	value := make([]byte, 100)
+	return parallel(files, func(i int) error {
+		return db.Set([]byte(fmt.Sprintf("E\x00\x00\x00\x00\x00\x00\x00\x02file.%07d", i)), value, pebble.Sync)
+	})
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
+
+func putGetBenchmark() Benchmark {
+	return Benchmark{
+		Name: "putget",
+		Doc: "copy a file into weft and out again through the library (what weft put/get do; " +
+			"sync mode: put ends with the data durable) vs cp on the local disk",
+		Run: func(ctx context.Context, env *Env) ([]Result, error) {
+			size := int64(1 << 30)
+			if env.Quick {
+				size = 64 << 20
+			}
+			src := filepath.Join(env.Dir, "source")
+			if err := randomFile(src, size); err != nil {
+				return nil, err
+			}
+			c, stop, err := startWeft(ctx, filepath.Join(env.Dir, "weft"))
+			if err != nil {
+				return nil, err
+			}
+			defer stop()
+			label := fmt.Sprintf("%d MiB file", size>>20)
+			cp := Result{Bench: "putget", Case: label, Target: "cp (local disk)", Unit: "MB/s"}
+			put := Result{Bench: "putget", Case: label, Target: "weft put", Unit: "MB/s"}
+			get := Result{Bench: "putget", Case: label, Target: "weft get", Unit: "MB/s"}
+			mbps := func(d time.Duration) float64 { return float64(size) / 1e6 / d.Seconds() }
+			for r := range env.Repeats {
+				dst := filepath.Join(env.Dir, "copy")
+				t := time.Now()
+				if out, err := exec.CommandContext(ctx, "cp", src, dst).CombinedOutput(); err != nil {
+					return nil, fmt.Errorf("cp: %v: %s", err, out)
+				}
+				cp.Samples = append(cp.Samples, mbps(time.Since(t)))
+				os.Remove(dst)
+
+				name := fmt.Sprintf("/big%d", r)
+				t = time.Now()
+				if err := copyIn(ctx, c, src, name); err != nil {
+					return nil, err
+				}
+				put.Samples = append(put.Samples, mbps(time.Since(t)))
+				t = time.Now()
+				if err := copyOut(ctx, c, name, dst); err != nil {
+					return nil, err
+				}
+				get.Samples = append(get.Samples, mbps(time.Since(t)))
+				if err := c.Unlink(ctx, name); err != nil {
+					return nil, err
+				}
+				os.Remove(dst)
+			}
+			return []Result{cp, put, get}, nil
+		},
+		Goals: func(rs []Result) []string {
+			var cp, put, get Result
+			for _, r := range rs {
+				switch r.Target {
+				case "cp (local disk)":
+					cp = r
+				case "weft put":
+					put = r
+				case "weft get":
+					get = r
+				}
+			}
+			return []string{
+				ratio("weft put / local cp", put.Median(), cp.Median(), "≥ 0.5×", put.Median() >= cp.Median()/2),
+				ratio("weft get / local cp", get.Median(), cp.Median(), "≥ 0.5×", get.Median() >= cp.Median()/2),
+			}
+		},
+	}
+}
+
+func randomFile(path string, size int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyN(f, rand.Reader, size); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func copyIn(ctx context.Context, c *client.Client, local, name string) error {
+	src, err := os.Open(local)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	_, err = c.WriteFrom(ctx, name, src, 0o644)
+	return err
+}
+
+func copyOut(ctx context.Context, c *client.Client, name, local string) error {
+	dst, err := os.Create(local)
+	if err != nil {
+		return err
+	}
+	if _, err := c.ReadTo(ctx, name, dst); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
+}
