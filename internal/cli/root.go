@@ -10,6 +10,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -44,9 +45,10 @@ func NewRoot() *cobra.Command {
 		Long: "weft is a distributed POSIX file system: metadata servers, storage servers\n" +
 			"and clients, described by one cluster file.\n\n" +
 			"Start here: 'weft up' runs a complete single-machine cluster.",
-		SilenceErrors: true, // cmd/weft prints the error once
-		SilenceUsage:  true, // a failing command should not print its usage
-		Args:          unknownCommand,
+		SilenceErrors:              true, // cmd/weft prints the error once
+		SilenceUsage:               true, // a failing command should not print its usage
+		SuggestionsMinimumDistance: 2,
+		Args:                       unknownCommand,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cmd.Help()
 		},
@@ -74,7 +76,27 @@ func NewRoot() *cobra.Command {
 		root.AddCommand(newCmd(a))
 	}
 	addFileCommands(root, a)
+	markArgErrorsAsUsage(root)
 	return root
+}
+
+// markArgErrorsAsUsage makes every command's argument check return a usage
+// error (exit code 2), whichever cobra validator the command uses
+// (cobra.ExactArgs and friends return plain errors).
+func markArgErrorsAsUsage(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			err := check(c, args)
+			var ue *usageErr
+			if err == nil || errors.As(err, &ue) {
+				return err
+			}
+			return usageError(c, err)
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		markArgErrorsAsUsage(sub)
+	}
 }
 
 // serverLogger returns the JSON logger of a server process.

@@ -18,7 +18,7 @@ type node struct {
 	attr core.Attr
 }
 
-var rootNode = node{ref: Ref{Ino: core.RootIno, Parent: core.RootIno, Name: "/"}}
+var rootNode = node{ref: Ref{Ino: core.RootIno}}
 
 // resolver walks paths from the root. Paths are absolute; a relative path
 // is taken from the root (the library has no working directory).

@@ -146,7 +146,9 @@ func start(ctx context.Context, role string, id int, addr, metricsAddr string, o
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = log.With("role", role, "id", id)
+	// One attribute naming the server; the role packages add their own
+	// details (meta logs "id", store "store_id").
+	log = log.With("server", fmt.Sprintf("%s%d", role, id))
 	reg := opts.Registry
 	if reg == nil {
 		reg = NewRegistry()

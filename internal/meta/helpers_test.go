@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -207,3 +208,5 @@ func (e *env) entryRecord(parent uint64, name string) *weftpb.EntryRecord {
 	}
 	return rec
 }
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

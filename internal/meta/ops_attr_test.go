@@ -90,9 +90,8 @@ func TestChown(t *testing.T) {
 		t.Fatalf("setgid without group-exec cleared: %#o", r.Attr.Mode)
 	}
 	d := e.mkdir(rootCreds(), root, "d", 0o2755)
-	_ = d
-	dr := must[*weftpb.SetAttrReply](t)(e.setattr(rootCreds(), inoRef(d.Ino), &weftpb.SetAttrRequest{Valid: bMode, Mode: 0o2775}))
-	dr = must[*weftpb.SetAttrReply](t)(e.setattr(rootCreds(), inoRef(d.Ino), &weftpb.SetAttrRequest{Valid: bUID, Uid: 9}))
+	must[*weftpb.SetAttrReply](t)(e.setattr(rootCreds(), inoRef(d.Ino), &weftpb.SetAttrRequest{Valid: bMode, Mode: 0o2775}))
+	dr := must[*weftpb.SetAttrReply](t)(e.setattr(rootCreds(), inoRef(d.Ino), &weftpb.SetAttrRequest{Valid: bUID, Uid: 9}))
 	if dr.Attr.Mode&core.ModeSetgid == 0 {
 		t.Fatalf("directory lost setgid on chown: %#o", dr.Attr.Mode)
 	}

@@ -182,6 +182,9 @@ func (s *Server) checkRename(t *txn, c core.Creds, src, dst *node, dstP core.Ino
 		if under {
 			return errs.New(errs.Invalid, t.op, "cannot move a directory under itself")
 		}
+		if s.hookAncestryChecked != nil {
+			s.hookAncestryChecked()
+		}
 	}
 	return nil
 }

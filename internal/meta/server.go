@@ -96,6 +96,10 @@ type Server struct {
 	inodes, dirs atomic.Int64 // mirrors of the persisted counters
 
 	syncStop, syncDone chan struct{}
+
+	// hookAncestryChecked, when set by a test, runs after a directory move
+	// passed its ancestry check, to widen the window a race would need.
+	hookAncestryChecked func()
 }
 
 // Open opens or creates the store under cfg.Dir. Server 0 creates the root

@@ -152,6 +152,13 @@ func (c *Conn) Err() error {
 	return c.mu.err
 }
 
+// isClosed reports whether the connection has closed or is closing.
+func (c *Conn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.closed
+}
+
 // Close closes the connection. Outstanding calls fail with errs.Unavailable
 // and the contexts of handlers serving the peer are canceled; Close does not
 // wait for those handlers (a Server's Close does).
@@ -175,8 +182,12 @@ func (c *Conn) closeWithError(err error) {
 	c.nc.Close()
 	c.cancel()
 	c.rd.takeover.Stop()
+	callErr := err
+	if !errs.Is(err, errs.Unavailable) {
+		callErr = errs.Wrap(errs.Unavailable, "rpc", "", err)
+	}
 	for _, cl := range pending {
-		cl.err = errs.Wrap(errs.Unavailable, "rpc", "", err)
+		cl.err = callErr
 		cl.done <- struct{}{}
 	}
 	close(c.done)

@@ -78,13 +78,11 @@ func (p *Peer) Conn(ctx context.Context) (*Conn, error) {
 			return nil, errs.New(errs.Unavailable, "rpc", "peer %s is closed", p.addr)
 		}
 		if c := p.mu.conn; c != nil {
-			select {
-			case <-c.Done():
-				p.mu.conn = nil
-			default:
+			if !c.isClosed() {
 				p.mu.Unlock()
 				return c, nil
 			}
+			p.mu.conn = nil
 		}
 		d := p.mu.dial
 		if d == nil {

@@ -219,18 +219,42 @@ func TestInvalidRequests(t *testing.T) {
 		ctx := context.Background()
 		big := int64(DefaultMaxChunkSize)
 		for name, call := range map[string]func() error{
-			"nil write":           func() error { _, err := s.WriteChunk(ctx, nil); return err },
-			"write no chunk":      func() error { _, err := s.WriteChunk(ctx, &weftpb.WriteChunkRequest{Data: []byte("x")}); return err },
-			"write negative off":  func() error { _, err := s.WriteChunk(ctx, &weftpb.WriteChunkRequest{Chunk: cid(1, 0), Offset: -1}); return err },
-			"write past max":      func() error { _, err := s.WriteChunk(ctx, &weftpb.WriteChunkRequest{Chunk: cid(1, 0), Offset: big, Data: []byte("x")}); return err },
-			"write huge off":      func() error { _, err := s.WriteChunk(ctx, &weftpb.WriteChunkRequest{Chunk: cid(1, 0), Offset: 1<<63 - 1, Data: []byte("x")}); return err },
-			"nil read":            func() error { _, err := s.ReadChunk(ctx, nil); return err },
-			"read negative off":   func() error { _, err := s.ReadChunk(ctx, &weftpb.ReadChunkRequest{Chunk: cid(1, 0), Offset: -5}); return err },
-			"read negative len":   func() error { _, err := s.ReadChunk(ctx, &weftpb.ReadChunkRequest{Chunk: cid(1, 0), Length: -1}); return err },
-			"read huge off":       func() error { _, err := s.ReadChunk(ctx, &weftpb.ReadChunkRequest{Chunk: cid(1, 0), Offset: 1<<63 - 1, Length: 10}); return err },
-			"nil truncate":        func() error { _, err := s.TruncateChunk(ctx, nil); return err },
-			"truncate negative":   func() error { _, err := s.TruncateChunk(ctx, &weftpb.TruncateChunkRequest{Chunk: cid(1, 0), Size: -1}); return err },
-			"truncate beyond max": func() error { _, err := s.TruncateChunk(ctx, &weftpb.TruncateChunkRequest{Chunk: cid(1, 0), Size: big + 1}); return err },
+			"nil write":      func() error { _, err := s.WriteChunk(ctx, nil); return err },
+			"write no chunk": func() error { _, err := s.WriteChunk(ctx, &weftpb.WriteChunkRequest{Data: []byte("x")}); return err },
+			"write negative off": func() error {
+				_, err := s.WriteChunk(ctx, &weftpb.WriteChunkRequest{Chunk: cid(1, 0), Offset: -1})
+				return err
+			},
+			"write past max": func() error {
+				_, err := s.WriteChunk(ctx, &weftpb.WriteChunkRequest{Chunk: cid(1, 0), Offset: big, Data: []byte("x")})
+				return err
+			},
+			"write huge off": func() error {
+				_, err := s.WriteChunk(ctx, &weftpb.WriteChunkRequest{Chunk: cid(1, 0), Offset: 1<<63 - 1, Data: []byte("x")})
+				return err
+			},
+			"nil read": func() error { _, err := s.ReadChunk(ctx, nil); return err },
+			"read negative off": func() error {
+				_, err := s.ReadChunk(ctx, &weftpb.ReadChunkRequest{Chunk: cid(1, 0), Offset: -5})
+				return err
+			},
+			"read negative len": func() error {
+				_, err := s.ReadChunk(ctx, &weftpb.ReadChunkRequest{Chunk: cid(1, 0), Length: -1})
+				return err
+			},
+			"read huge off": func() error {
+				_, err := s.ReadChunk(ctx, &weftpb.ReadChunkRequest{Chunk: cid(1, 0), Offset: 1<<63 - 1, Length: 10})
+				return err
+			},
+			"nil truncate": func() error { _, err := s.TruncateChunk(ctx, nil); return err },
+			"truncate negative": func() error {
+				_, err := s.TruncateChunk(ctx, &weftpb.TruncateChunkRequest{Chunk: cid(1, 0), Size: -1})
+				return err
+			},
+			"truncate beyond max": func() error {
+				_, err := s.TruncateChunk(ctx, &weftpb.TruncateChunkRequest{Chunk: cid(1, 0), Size: big + 1})
+				return err
+			},
 		} {
 			wantKind(t, name, call(), errs.Invalid)
 		}

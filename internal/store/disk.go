@@ -27,7 +27,8 @@ type diskBackend struct {
 	count  atomic.Int64
 
 	// hook, when set, runs between the steps of a change (tests only).
-	hook func(step int) error
+	hook    func(step int) error
+	noFsync bool // tests only
 
 	mu struct {
 		sync.Mutex
@@ -37,20 +38,26 @@ type diskBackend struct {
 
 // dirtyIno is what a crash could still lose of one inode's chunks.
 type dirtyIno struct {
-	files  map[uint64]struct{} // chunk indexes written since their last sync
-	inoDir bool                // a chunk file was created or removed
-	fanDir bool                // the inode's directory was created or removed
+	files map[uint64]struct{} // chunk indexes written since their last sync
+	dirs  dirtyDirs           // directories whose entries changed
 }
+
+// dirtyDirs are bits naming the directories on an inode's path.
+type dirtyDirs uint8
+
+const (
+	dirtyInoDir    dirtyDirs = 1 << iota // a chunk file was created or removed
+	dirtyFanDir                          // the inode's directory was created or removed
+	dirtyChunksDir                       // the fan-out directory was created
+)
 
 var _ Backend = (*diskBackend)(nil)
 
-func openDiskBackend(root string, l layout, log *slog.Logger) (*diskBackend, error) {
-	d := &diskBackend{root: root, dir: filepath.Join(root, "chunks"), layout: l, log: log}
+func openDiskBackend(root string, l layout, noFsync bool, log *slog.Logger) (*diskBackend, error) {
+	d := &diskBackend{root: root, dir: filepath.Join(root, "chunks"), layout: l, noFsync: noFsync, log: log}
 	d.mu.dirty = make(map[uint64]*dirtyIno)
-	for i := range 256 {
-		if err := os.MkdirAll(filepath.Join(d.dir, fmt.Sprintf("%02x", i)), 0o700); err != nil {
-			return nil, errs.Wrap(errs.IO, "open store", root, err)
-		}
+	if err := os.MkdirAll(d.dir, 0o700); err != nil {
+		return nil, errs.Wrap(errs.IO, "open store", root, err)
 	}
 	lock, err := os.OpenFile(filepath.Join(root, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -62,7 +69,7 @@ func openDiskBackend(root string, l layout, log *slog.Logger) (*diskBackend, err
 	}
 	d.lock = lock
 	for _, p := range []string{d.dir, root} {
-		if err := syncDir(p); err != nil {
+		if err := d.syncDir(p); err != nil {
 			lock.Close()
 			return nil, errs.Wrap(errs.IO, "open store", p, err)
 		}
@@ -144,10 +151,7 @@ func (d *diskBackend) open(k ChunkKey, create bool) (*chunkFile, error) {
 // create makes chunk k's file whole under a temporary name and renames it
 // into place, so a crash never leaves a chunk file without its header.
 func (d *diskBackend) create(k ChunkKey) (*os.File, error) {
-	dir := d.inoDir(k.Ino)
-	if err := os.Mkdir(dir, 0o700); err == nil {
-		d.markDirs(k.Ino, false, true)
-	} else if !errors.Is(err, fs.ErrExist) {
+	if err := d.makeInoDir(k.Ino); err != nil {
 		return nil, errs.Wrap(errs.IO, "create chunk", k.String(), err)
 	}
 	p := d.chunkPath(k)
@@ -168,8 +172,31 @@ func (d *diskBackend) create(k ChunkKey) (*os.File, error) {
 		return nil, errs.Wrap(errs.IO, "create chunk", k.String(), err)
 	}
 	d.count.Add(1)
-	d.markDirs(k.Ino, true, false)
+	d.markDirty(k.Ino, dirtyInoDir)
 	return f, nil
+}
+
+// makeInoDir makes ino's directory, and its fan-out directory if need be,
+// marking the parents whose entries changed for the next sync.
+func (d *diskBackend) makeInoDir(ino uint64) error {
+	err := os.Mkdir(d.inoDir(ino), 0o700)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = os.Mkdir(d.fanDir(ino), 0o700)
+		if err == nil {
+			d.markDirty(ino, dirtyChunksDir)
+		}
+		if err == nil || errors.Is(err, fs.ErrExist) {
+			err = os.Mkdir(d.inoDir(ino), 0o700)
+		}
+	}
+	switch {
+	case err == nil:
+		d.markDirty(ino, dirtyFanDir)
+		return nil
+	case errors.Is(err, fs.ErrExist):
+		return nil
+	}
+	return err
 }
 
 func (d *diskBackend) Write(k ChunkKey, off int64, data []byte, sync bool) error {
@@ -268,7 +295,7 @@ func (d *diskBackend) Delete(ino, from uint64) (uint64, error) {
 	}
 	if left == 0 {
 		if err := os.Remove(dir); err == nil {
-			d.markDirs(ino, false, true)
+			d.markDirty(ino, dirtyFanDir)
 		}
 	}
 	return n, nil

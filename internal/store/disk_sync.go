@@ -11,8 +11,8 @@ import (
 
 // The dirty set records, per inode, what has been written but not yet made
 // durable, so that SyncChunks flushes exactly that. Entries are added before
-// the change they describe and removed only after a successful sync, so a
-// failed fsync leaves them for the next SyncChunks.
+// the change they describe and removed only by the sync that flushes them;
+// a failed sync puts them back for the next one.
 
 func (d *diskBackend) dirtyLocked(ino uint64) *dirtyIno {
 	di := d.mu.dirty[ino]
@@ -29,22 +29,20 @@ func (d *diskBackend) markFile(k ChunkKey) {
 	d.dirtyLocked(k.Ino).files[k.Index] = struct{}{}
 }
 
-func (d *diskBackend) markDirs(ino uint64, inoDir, fanDir bool) {
+func (d *diskBackend) markDirty(ino uint64, dirs dirtyDirs) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	di := d.dirtyLocked(ino)
-	di.inoDir = di.inoDir || inoDir
-	di.fanDir = di.fanDir || fanDir
+	d.dirtyLocked(ino).dirs |= dirs
 }
 
-// forgetFile drops a removed chunk from the dirty set; its directory stays
-// dirty (markDirs) until synced.
+// forgetFile drops a removed chunk from the dirty set; its directory's
+// entry changed instead.
 func (d *diskBackend) forgetFile(k ChunkKey) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	di := d.dirtyLocked(k.Ino)
 	delete(di.files, k.Index)
-	di.inoDir = true
+	di.dirs |= dirtyInoDir
 }
 
 // takeDirty removes and returns ino's dirty set.
@@ -57,15 +55,14 @@ func (d *diskBackend) takeDirty(ino uint64) *dirtyIno {
 }
 
 // putBack returns what a failed sync did not flush to the dirty set.
-func (d *diskBackend) putBack(ino uint64, files []uint64, inoDir, fanDir bool) {
+func (d *diskBackend) putBack(ino uint64, files []uint64, dirs dirtyDirs) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	di := d.dirtyLocked(ino)
 	for _, idx := range files {
 		di.files[idx] = struct{}{}
 	}
-	di.inoDir = di.inoDir || inoDir
-	di.fanDir = di.fanDir || fanDir
+	di.dirs |= dirs
 }
 
 // syncFile makes one chunk durable after a synced write: its data and table,
@@ -73,33 +70,40 @@ func (d *diskBackend) putBack(ino uint64, files []uint64, inoDir, fanDir bool) {
 // lock is held, so every earlier write of it is covered too.
 func (d *diskBackend) syncFile(k ChunkKey, cf *chunkFile) error {
 	d.mu.Lock()
-	di := d.mu.dirty[k.Ino]
-	var inoDir, fanDir bool
-	if di != nil {
+	var dirs dirtyDirs
+	if di := d.mu.dirty[k.Ino]; di != nil {
 		delete(di.files, k.Index)
-		inoDir, fanDir = di.inoDir, di.fanDir
-		di.inoDir, di.fanDir = false, false
+		dirs, di.dirs = di.dirs, 0
+		if len(di.files) == 0 {
+			delete(d.mu.dirty, k.Ino)
+		}
 	}
 	d.mu.Unlock()
-	err := datasync(cf.f)
+	err := d.datasync(cf.f)
 	if err == nil {
-		err = d.syncDirs(k.Ino, inoDir, fanDir)
+		err = d.syncDirs(k.Ino, dirs)
 	}
 	if err != nil {
-		d.putBack(k.Ino, []uint64{k.Index}, inoDir, fanDir)
+		d.putBack(k.Ino, []uint64{k.Index}, dirs)
 		return errs.Wrap(errs.IO, "sync chunk", k.String(), err)
 	}
 	return nil
 }
 
-func (d *diskBackend) syncDirs(ino uint64, inoDir, fanDir bool) error {
-	if inoDir {
-		if err := syncDir(d.inoDir(ino)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+// syncDirs fsyncs the directories named by dirs, deepest first.
+func (d *diskBackend) syncDirs(ino uint64, dirs dirtyDirs) error {
+	for _, dd := range []struct {
+		bit  dirtyDirs
+		path string
+	}{{dirtyInoDir, d.inoDir(ino)}, {dirtyFanDir, d.fanDir(ino)}, {dirtyChunksDir, d.dir}} {
+		if dirs&dd.bit == 0 {
+			continue
+		}
+		// A directory removed since is gone with its entries; its
+		// parent's bit, set by the removal, covers it.
+		if err := d.syncDir(dd.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-	}
-	if fanDir {
-		return syncDir(d.fanDir(ino))
 	}
 	return nil
 }
@@ -119,11 +123,14 @@ func (d *diskBackend) Sync(ino uint64) error {
 			firstErr = cmp.Or(firstErr, err)
 		}
 	}
-	if err := d.syncDirs(ino, di.inoDir, di.fanDir); err != nil {
+	dirs := di.dirs
+	if err := d.syncDirs(ino, di.dirs); err != nil {
 		firstErr = cmp.Or(firstErr, errs.Wrap(errs.IO, "sync chunks", d.inoDir(ino), err))
-		d.putBack(ino, failed, di.inoDir, di.fanDir)
-	} else if len(failed) > 0 {
-		d.putBack(ino, failed, false, false)
+	} else {
+		dirs = 0
+	}
+	if len(failed) > 0 || dirs != 0 {
+		d.putBack(ino, failed, dirs)
 	}
 	return firstErr
 }
@@ -137,13 +144,23 @@ func (d *diskBackend) syncChunk(k ChunkKey) error {
 		return errs.Wrap(errs.IO, "sync chunk", k.String(), err)
 	}
 	defer f.Close()
-	if err := datasync(f); err != nil {
+	if err := d.datasync(f); err != nil {
 		return errs.Wrap(errs.IO, "sync chunk", k.String(), err)
 	}
 	return nil
 }
 
-func syncDir(p string) error {
+func (d *diskBackend) datasync(f *os.File) error {
+	if d.noFsync {
+		return nil
+	}
+	return datasync(f)
+}
+
+func (d *diskBackend) syncDir(p string) error {
+	if d.noFsync {
+		return nil
+	}
 	f, err := os.Open(p)
 	if err != nil {
 		return err

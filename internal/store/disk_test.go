@@ -152,7 +152,9 @@ func TestDiskCrashBetweenSteps(t *testing.T) {
 		before, after []byte
 	}{
 		"write": {
-			do:     func(s *Server) { s.WriteChunk(context.Background(), &weftpb.WriteChunkRequest{Chunk: cid(1, 0), Offset: patchAt, Data: patch}) },
+			do: func(s *Server) {
+				s.WriteChunk(context.Background(), &weftpb.WriteChunkRequest{Chunk: cid(1, 0), Offset: patchAt, Data: patch})
+			},
 			before: old, after: want,
 		},
 		"grow": {
@@ -162,7 +164,9 @@ func TestDiskCrashBetweenSteps(t *testing.T) {
 			before: old, after: append(append(append([]byte(nil), old...), make([]byte, 10)...), "end"...),
 		},
 		"shrink": {
-			do:     func(s *Server) { s.TruncateChunk(context.Background(), &weftpb.TruncateChunkRequest{Chunk: cid(1, 0), Size: 100}) },
+			do: func(s *Server) {
+				s.TruncateChunk(context.Background(), &weftpb.TruncateChunkRequest{Chunk: cid(1, 0), Size: 100})
+			},
 			before: old, after: old[:100],
 		},
 	}

@@ -18,10 +18,12 @@
 // # Disk format
 //
 // Chunk (ino, index) lives in Dir/chunks/FF/IIIIIIIIIIIIIIII/XXXXXXXXXXXXXXXX,
-// where FF is one byte of a hash of ino (256 fan-out directories, so that
-// inode numbers, whose high bits name a meta server, spread evenly), I the ino
-// and X the index, both 16 lower-case hex digits. One directory per inode makes
-// DeleteChunks a directory listing. A chunk file is:
+// where FF is one byte of a hash of ino (256 fan-out directories, made on
+// first use, so that inode numbers, whose high bits name a meta server, spread
+// evenly), I the ino and X the index, both 16 lower-case hex digits. One
+// directory per inode makes DeleteChunks a directory listing; it removes the
+// inode's directory when it empties it. Dir/LOCK is flock'ed while a server
+// has the directory open. A chunk file is:
 //
 //	offset 0     header (28 bytes, rest of the 4 KiB page unused):
 //	             magic "WEFTCHNK", version u32 = 1, block size u32,

@@ -182,7 +182,7 @@ func TestModel(t *testing.T) {
 			}
 			defer os.RemoveAll(dir)
 			m := &storeModel{chunks: map[ChunkKey][]byte{},
-				cfg: Config{Backend: "disk", Dir: dir, MaxChunkSize: modelMaxChunk, blockSize: modelBlock}}
+				cfg: Config{Backend: "disk", Dir: dir, MaxChunkSize: modelMaxChunk, blockSize: modelBlock, noFsync: true}}
 			m.open(rt)
 			defer func() { m.s.Close() }()
 			rt.Repeat(m.actions(map[string]func(*rapid.T){

@@ -33,6 +33,7 @@ type Config struct {
 	Registry     *prometheus.Registry // nil: a private registry
 
 	blockSize int64 // CRC block size; tests shrink it
+	noFsync   bool  // skip fsync system calls (model tests; they cost ms each)
 }
 
 func (c *Config) setDefaults() {
@@ -95,7 +96,7 @@ func Open(cfg Config) (*Server, error) {
 	case "mem":
 		b = newMemBackend(cfg.MemLimit, cfg.blockSize)
 	case "disk":
-		d, err := openDiskBackend(cfg.Dir, newLayout(cfg.blockSize, cfg.MaxChunkSize), cfg.Logger)
+		d, err := openDiskBackend(cfg.Dir, newLayout(cfg.blockSize, cfg.MaxChunkSize), cfg.noFsync, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
