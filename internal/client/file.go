@@ -68,7 +68,7 @@ func (c *Client) newFile(ctx context.Context, ref Ref, r *pb.OpenReply, flags in
 		clear(n.mu.cache)
 		n.mu.size, n.mu.inline, n.mu.data = 0, r.Attr.GetInline(), nil
 		n.mu.Unlock()
-		if r.OldSize > 0 && !r.Attr.GetInline() {
+		if r.OldSize > 0 {
 			if err := c.shrinkChunks(ctx, ref.Ino, 0); err != nil {
 				c.releaseOpen(n)
 				return nil, err
@@ -238,6 +238,10 @@ func (f *File) Truncate(size int64) error {
 func (f *File) TruncateContext(ctx context.Context, size int64) error {
 	f.mu.Lock()
 	err := f.check("truncate", true)
+	if err != nil && !f.mu.closed {
+		// ftruncate(2) of a descriptor not open for writing is EINVAL.
+		err = &errs.Error{Kind: errs.Invalid, Op: "truncate", Msg: "file not open for writing"}
+	}
 	f.mu.Unlock()
 	if err != nil {
 		return err

@@ -109,9 +109,11 @@ func (c *Client) setAttr(ctx context.Context, ref Ref, s SetAttr, byHandle bool)
 		return core.Attr{}, err
 	}
 	a := attrFromPB(r.Attr)
-	if s.Size != nil && !r.Attr.GetInline() && r.OldSize > a.Size {
+	if s.Size != nil && r.OldSize > a.Size {
 		// Bytes past the new size must read as zeros if the file grows
-		// again, so the stores drop them before the call returns.
+		// again, so the stores drop them before the call returns. (A
+		// truncate to zero makes the file inline again: its old chunks
+		// must go all the same.)
 		if err := c.shrinkChunks(ctx, a.Ino, a.Size); err != nil {
 			return a, err
 		}

@@ -53,6 +53,10 @@ func splitPath(op, path string) ([]string, bool, error) {
 	if len(parts) > 0 && parts[0] == "." {
 		parts = parts[1:]
 	}
+	// A final "." stays: rmdir("d/.") must fail, not remove d.
+	if trimmed := strings.TrimRight(path, "/"); (trimmed == "." || strings.HasSuffix(trimmed, "/.")) && len(parts) > 0 {
+		parts = append(parts, ".")
+	}
 	return parts, strings.HasSuffix(path, "/") || strings.HasSuffix(path, "/."), nil
 }
 

@@ -22,21 +22,7 @@ func TestPOSIX(t *testing.T) {
 // posixKnownBugs lists the cases where weft disagrees with Linux, with the
 // disagreement: each is skipped here until the server is fixed, and listed
 // so that the skip is never silent.
-var posixKnownBugs = map[string]string{
-	// client: newFile drops the old chunks after O_TRUNC only when the
-	// reply's attr is not inline, but the meta server makes every file
-	// truncated to 0 inline, so the chunks stay and later partial writes
-	// merge with the old bytes.
-	"OpenTrunc": "O_TRUNC of a chunked file, then partial writes: old data reappears where zeros are expected",
-	// client: splitPath drops a trailing "." component, so rmdir("/d/.")
-	// removes /d; Linux refuses it with EINVAL (and rmdir("/d/..") with
-	// ENOTEMPTY).
-	"NameDots": `rmdir("/d/.") removes /d (want Invalid)`,
-	// client: File.Truncate on an O_RDONLY handle returns BadHandle; Linux's
-	// ftruncate returns EINVAL (do_sys_ftruncate). Through FUSE the kernel
-	// answers first, so only library callers see the difference.
-	"FtruncateReadOnly": "ftruncate on an O_RDONLY handle gives BadHandle (want Invalid)",
-}
+var posixKnownBugs = map[string]string{}
 
 func newPosixFS(t *testing.T) posixtest.FS {
 	if reason, ok := posixKnownBugs[path.Base(t.Name())]; ok {

@@ -173,7 +173,6 @@ func (s *Server) Symlink(_ context.Context, req *weftpb.SymlinkRequest) (*weftpb
 			return err
 		}
 		r := newRecord(c, d, core.ModeLink|0o777, t.now)
-		r.Mode = core.ModeLink | 0o777 // newRecord's setgid rules do not apply
 		r.Size, r.Symlink = uint64(len(req.Target)), []byte(req.Target)
 		t.putEntry(parent, d, req.Name, &weftpb.EntryRecord{Ino: uint64(ino), Mode: r.Mode, Attr: r})
 		d.Entries++

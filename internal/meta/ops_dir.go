@@ -75,13 +75,12 @@ func (s *Server) listEntries(t *txn, start, end []byte, limit int, plus bool, re
 		reply.Cookie = encodeCookie(it.Key())
 		de := &weftpb.DirEntryMsg{Name: name, Ino: e.Ino, Mode: e.Mode & core.ModeType}
 		if plus {
-			r := e.Attr
+			r, err := s.entryAttr(t, it.Key(), e)
+			if err != nil {
+				return err
+			}
 			if r == nil {
-				if r, err = t.inode(core.Ino(e.Ino)); errs.Is(err, errs.Stale) {
-					continue // removed since the iterator's snapshot
-				} else if err != nil {
-					return err
-				}
+				continue // removed since the iterator's snapshot
 			}
 			de.Attr = attrOf(core.Ino(e.Ino), r)
 			de.Mode = r.Mode
@@ -93,4 +92,27 @@ func (s *Server) listEntries(t *txn, start, end []byte, limit int, plus bool, re
 	}
 	reply.Eof = !valid
 	return nil
+}
+
+// entryAttr returns the attributes of the entry e found at key by an
+// iterator. The standalone record it points to may be gone by now: removed
+// with the name (nil, nil), or folded back into the entry when the file lost
+// its second link, so the entry is read again before giving up.
+func (s *Server) entryAttr(t *txn, key []byte, e *weftpb.EntryRecord) (*weftpb.InodeRecord, error) {
+	for range 2 {
+		if e.Attr != nil {
+			return e.Attr, nil
+		}
+		r, err := t.inode(core.Ino(e.Ino))
+		if !errs.Is(err, errs.Stale) {
+			return r, err
+		}
+		ino := e.Ino
+		e = &weftpb.EntryRecord{}
+		found, err := getRecord(s.db, key, e)
+		if err != nil || !found || e.Ino != ino {
+			return nil, err // gone, or the name now holds another inode
+		}
+	}
+	return nil, nil
 }

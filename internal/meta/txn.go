@@ -19,7 +19,7 @@ import (
 // attributes embedded in an entry by the parent directory's stripe. An
 // operation learns which records it needs while it reads (the inode behind an
 // entry, the last remaining link of a hard-linked file), so a txn that touches
-// a record whose stripe it does not hold fails with errRelock; update then
+// a record whose stripe it does not hold fails with a relockError; update then
 // releases everything, adds the stripe and runs the operation again, always
 // taking stripes in ascending order. Directory moves across parents also take
 // renameMu, first, so that the ancestry check sees a stable tree.
@@ -190,13 +190,21 @@ func mustMarshal(m proto.Message) []byte {
 	return b
 }
 
-// view runs a read-only operation against the current committed state.
+// view runs a read-only operation against the current committed state. Its
+// reads are separate Gets, not a snapshot: following an entry to a standalone
+// record can race with a link count change that moves the attributes (the
+// record is then gone), so a Stale result is retried once before it is
+// believed.
 func (s *Server) view(op string, fn func(t *txn) error) error {
 	if err := s.enter(op); err != nil {
 		return err
 	}
 	defer s.closeMu.RUnlock()
-	return fn(&txn{s: s, op: op, readOnly: true, now: s.nowNs()})
+	err := fn(&txn{s: s, op: op, readOnly: true, now: s.nowNs()})
+	if errs.Is(err, errs.Stale) {
+		err = fn(&txn{s: s, op: op, readOnly: true, now: s.nowNs()})
+	}
+	return err
 }
 
 // update runs a read-check-write operation under the locks it turns out to

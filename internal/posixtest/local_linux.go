@@ -14,7 +14,8 @@ import (
 
 // LocalFS returns an FS over the local directory root: every call is the
 // system call on root+path, so the suite can be checked against the kernel.
-// Its As returns nil (changing identity would need a process per user).
+// Its As returns nil: acting as another user means changing a thread's
+// identity (runAs), which only this package's own test does.
 //
 // The raw system calls are used rather than package os wherever os would
 // translate mode bits or flags, so the suite sees exactly what Linux does.
