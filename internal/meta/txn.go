@@ -144,9 +144,24 @@ func (t *txn) deleteInode(ino core.Ino) {
 	t.deleteXattrs(ino)
 }
 
+// deleteXattrs deletes ino's extended attributes one key at a time. Most
+// files have none, and a range tombstone per removed file would make every
+// later read of the memtable and sstables step over thousands of them (it
+// made unlink three times slower than create); the iterator that finds none
+// is cheap. If the iterator fails, the range delete is still correct.
 func (t *txn) deleteXattrs(ino core.Ino) {
 	p := xattrPrefix(ino)
-	t.b.DeleteRange(p, prefixEnd(p), nil)
+	end := prefixEnd(p)
+	it, err := t.s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: end})
+	if err == nil {
+		for it.First(); it.Valid(); it.Next() {
+			t.b.Delete(slices.Clone(it.Key()), nil)
+		}
+		err = errors.Join(it.Error(), it.Close())
+	}
+	if err != nil {
+		t.b.DeleteRange(p, end, nil)
+	}
 }
 
 // entry reads name in directory dir (whose record is d). found is false when
