@@ -64,10 +64,10 @@ func rpcBenchmark() Benchmark {
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// startWeft runs an embedded cluster (sync durability, disk backend) in dir
-// and returns a root client of it.
-func startWeft(ctx context.Context, dir string) (*client.Client, func(), error) {
-	emb, err := cluster.StartEmbedded(ctx, cluster.EmbeddedOptions{Dir: dir, Durability: "sync", Backend: "disk"})
+// startWeft runs an embedded cluster (disk backend, the given durability)
+// in dir and returns a root client of it.
+func startWeft(ctx context.Context, dir, durability string) (*client.Client, func(), error) {
+	emb, err := cluster.StartEmbedded(ctx, cluster.EmbeddedOptions{Dir: dir, Durability: durability, Backend: "disk"})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -138,7 +138,7 @@ func metaBenchmark() Benchmark {
 // metaRun creates, stats and removes files in one directory with
 // metaWorkers goroutines and returns the three rates.
 func metaRun(ctx context.Context, dir string, files int) ([]float64, error) {
-	c, stop, err := startWeft(ctx, dir)
+	c, stop, err := startWeft(ctx, dir, "sync")
 	if err != nil {
 		return nil, err
 	}
@@ -224,11 +224,20 @@ func (quietLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf(format, args...))
 }
 
+// Targets of the putget benchmark.
+const (
+	cpPlain   = "cp (local disk, page cache)"
+	cpSync    = "cp + fsync (local disk)"
+	putSync   = "weft put (sync mode: durable at close)"
+	putAsync  = "weft put (async mode)"
+	getTarget = "weft get"
+)
+
 func putGetBenchmark() Benchmark {
 	return Benchmark{
 		Name: "putget",
-		Doc: "copy a file into weft and out again through the library (what weft put/get do; " +
-			"sync mode: put ends with the data durable) vs cp on the local disk",
+		Doc: "copy a file into weft and out again through the library (what weft put/get do) " +
+			"vs cp on the local disk, with and without fsync",
 		Run: func(ctx context.Context, env *Env) ([]Result, error) {
 			size := int64(1 << 30)
 			if env.Quick {
@@ -238,61 +247,93 @@ func putGetBenchmark() Benchmark {
 			if err := randomFile(src, size); err != nil {
 				return nil, err
 			}
-			c, stop, err := startWeft(ctx, filepath.Join(env.Dir, "weft"))
-			if err != nil {
-				return nil, err
+			weft := map[string]*client.Client{}
+			for _, mode := range []string{"sync", "async"} {
+				c, stop, err := startWeft(ctx, filepath.Join(env.Dir, "weft-"+mode), mode)
+				if err != nil {
+					return nil, err
+				}
+				defer stop()
+				weft[mode] = c
 			}
-			defer stop()
 			label := fmt.Sprintf("%d MiB file", size>>20)
-			cp := Result{Bench: "putget", Case: label, Target: "cp (local disk)", Unit: "MB/s"}
-			put := Result{Bench: "putget", Case: label, Target: "weft put", Unit: "MB/s"}
-			get := Result{Bench: "putget", Case: label, Target: "weft get", Unit: "MB/s"}
-			mbps := func(d time.Duration) float64 { return float64(size) / 1e6 / d.Seconds() }
-			for r := range env.Repeats {
-				dst := filepath.Join(env.Dir, "copy")
-				t := time.Now()
-				if out, err := exec.CommandContext(ctx, "cp", src, dst).CombinedOutput(); err != nil {
-					return nil, fmt.Errorf("cp: %v: %s", err, out)
-				}
-				cp.Samples = append(cp.Samples, mbps(time.Since(t)))
-				os.Remove(dst)
-
-				name := fmt.Sprintf("/big%d", r)
-				t = time.Now()
-				if err := copyIn(ctx, c, src, name); err != nil {
-					return nil, err
-				}
-				put.Samples = append(put.Samples, mbps(time.Since(t)))
-				t = time.Now()
-				if err := copyOut(ctx, c, name, dst); err != nil {
-					return nil, err
-				}
-				get.Samples = append(get.Samples, mbps(time.Since(t)))
-				if err := c.Unlink(ctx, name); err != nil {
-					return nil, err
-				}
-				os.Remove(dst)
+			res := map[string]*Result{}
+			order := []string{cpPlain, cpSync, putSync, putAsync, getTarget}
+			for _, t := range order {
+				res[t] = &Result{Bench: "putget", Case: label, Target: t, Unit: "MB/s"}
 			}
-			return []Result{cp, put, get}, nil
+			dst := filepath.Join(env.Dir, "copy")
+			timed := func(target string, fn func() error) error {
+				os.Remove(dst)
+				t := time.Now()
+				if err := fn(); err != nil {
+					return fmt.Errorf("%s: %w", target, err)
+				}
+				res[target].Samples = append(res[target].Samples, float64(size)/1e6/time.Since(t).Seconds())
+				return nil
+			}
+			for r := range env.Repeats {
+				name := fmt.Sprintf("/big%d", r)
+				steps := []struct {
+					target string
+					fn     func() error
+				}{
+					{cpPlain, func() error { return cp(ctx, src, dst, false) }},
+					{cpSync, func() error { return cp(ctx, src, dst, true) }},
+					{putSync, func() error { return copyIn(ctx, weft["sync"], src, name) }},
+					{putAsync, func() error { return copyIn(ctx, weft["async"], src, name) }},
+					{getTarget, func() error { return copyOut(ctx, weft["sync"], name, dst) }},
+				}
+				for _, st := range steps {
+					if err := timed(st.target, st.fn); err != nil {
+						return nil, err
+					}
+				}
+				for _, c := range weft {
+					if err := c.Unlink(ctx, name); err != nil {
+						return nil, err
+					}
+				}
+			}
+			os.Remove(dst)
+			var out []Result
+			for _, t := range order {
+				out = append(out, *res[t])
+			}
+			return out, nil
 		},
 		Goals: func(rs []Result) []string {
-			var cp, put, get Result
+			m := map[string]float64{}
 			for _, r := range rs {
-				switch r.Target {
-				case "cp (local disk)":
-					cp = r
-				case "weft put":
-					put = r
-				case "weft get":
-					get = r
-				}
+				m[r.Target] = r.Median()
 			}
 			return []string{
-				ratio("weft put / local cp", put.Median(), cp.Median(), "≥ 0.5×", put.Median() >= cp.Median()/2),
-				ratio("weft get / local cp", get.Median(), cp.Median(), "≥ 0.5×", get.Median() >= cp.Median()/2),
+				ratio("weft put (sync) / cp + fsync", m[putSync], m[cpSync], "≥ 0.5×", m[putSync] >= m[cpSync]/2),
+				ratio("weft put (async) / cp", m[putAsync], m[cpPlain], "≥ 0.5×", m[putAsync] >= m[cpPlain]/2),
+				ratio("weft get / cp", m[getTarget], m[cpPlain], "≥ 0.5×", m[getTarget] >= m[cpPlain]/2),
 			}
 		},
 	}
+}
+
+// cp runs cp(1), then with sync makes the copy durable as weft's sync mode
+// does at close.
+func cp(ctx context.Context, src, dst string, sync bool) error {
+	if out, err := exec.CommandContext(ctx, "cp", src, dst).CombinedOutput(); err != nil {
+		return fmt.Errorf("cp: %v: %s", err, out)
+	}
+	if !sync {
+		return nil
+	}
+	f, err := os.OpenFile(dst, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func randomFile(path string, size int64) error {
