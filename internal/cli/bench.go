@@ -3,21 +3,45 @@ package cli
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/weftfs/weft/internal/bench"
 )
 
 func newBenchCommand(a *app) *cobra.Command {
 	var opts bench.Options
+	var rewrite bool
 	cmd := &cobra.Command{
 		Use:   "bench [NAME...|all]",
-		Short: "Run weft's benchmarks side by side with their baselines",
-		Long:  "Run weft's benchmarks and write results.json and report.md to --out.\n\nBenchmarks:\n" + benchList(),
+		Short: "Run weft's benchmarks side by side with other file systems",
+		Long: "Run weft's benchmarks and write results.json, report.md and plots (SVG, PNG) to --out.\n" +
+			"File-system benchmarks run on each of --targets: mount points the suite prepares\n" +
+			"and tears down itself (weft = weft up --mount, local = a directory on the local\n" +
+			"disk, tmpfs, sshfs = a private sshd on 127.0.0.1, juicefs = JuiceFS with SQLite and\n" +
+			"with Redis metadata, loopback = go-fuse's loopback over tmpfs). A target that cannot\n" +
+			"be set up is reported as skipped with the reason. Mounting needs root.\n\n" +
+			"Benchmarks:\n" + benchList(),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The suite re-runs this binary as its worker processes.
+			if ran, err := bench.RunWorker(cmd.InOrStdin(), cmd.OutOrStdout()); ran {
+				return err
+			}
+			if rewrite {
+				rep, err := bench.Rewrite(opts.Out)
+				if err != nil {
+					return err
+				}
+				rep.Markdown(cmd.OutOrStdout())
+				return nil
+			}
 			opts.Log = a.cliLogger(cmd.ErrOrStderr())
 			opts.Args = os.Args
+			if f, ok := cmd.ErrOrStderr().(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+				opts.Progress = f
+			}
 			rep, err := bench.Run(cmd.Context(), args, opts)
 			if err != nil {
 				return err
@@ -27,16 +51,33 @@ func newBenchCommand(a *app) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Out, "out", "bench-out", "directory for results.json and report.md")
+	f.StringVar(&opts.Out, "out", "bench-out", "directory for results.json, report.md and the plots")
 	f.IntVar(&opts.Repeats, "repeats", 3, "samples per measurement")
 	f.BoolVar(&opts.Quick, "quick", false, "small sizes (CI)")
+	f.StringSliceVar(&opts.Targets, "targets", []string{"weft", "local"},
+		"file systems to measure: "+strings.Join(bench.TargetNames, ", "))
+	f.StringVar(&opts.Cache, "cache", "", "directory for what the suite installs and generates once (default ~/.cache/weft-bench)")
+	f.BoolVar(&rewrite, "rewrite", false, "measure nothing: render report.md and the plots in --out again from its results.json")
+	f.BoolVar(&opts.InstallDeps, "install-deps", os.Geteuid() == 0,
+		"install missing Debian packages (openssh-server, sshfs, redis-server, postmark, linux-source) with apt-get")
 	return cmd
 }
 
 func benchList() string {
 	s := ""
 	for _, b := range bench.All() {
-		s += fmt.Sprintf("  %-8s %s\n", b.Name, b.Doc)
+		s += fmt.Sprintf("  %-10s %s\n", b.Name, firstSentence(b.Doc))
+	}
+	return s
+}
+
+// firstSentence shortens a benchmark's description for the help text.
+func firstSentence(s string) string {
+	if i := strings.IndexAny(s, ":;"); i > 0 && i < 90 {
+		return s[:i]
+	}
+	if len(s) > 90 {
+		return s[:87] + "..."
 	}
 	return s
 }

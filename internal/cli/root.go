@@ -72,6 +72,8 @@ func NewRoot() *cobra.Command {
 		newMetaCommand,
 		newStoreCommand,
 		newVersionCommand,
+		newMountCommand,
+		newUmountCommand,
 	} {
 		root.AddCommand(newCmd(a))
 	}

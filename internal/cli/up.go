@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -10,6 +14,7 @@ import (
 
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/fusefs"
 )
 
 type upFlags struct {
@@ -18,6 +23,8 @@ type upFlags struct {
 	backend     string
 	memLimit    string
 	metricsAddr string
+	mount       string
+	mountFlags
 }
 
 func newUpCommand(a *app) *cobra.Command {
@@ -28,6 +35,7 @@ func newUpCommand(a *app) *cobra.Command {
 		Long: "Run one meta server and one store server in this process, with all data\n" +
 			"under --data. The first start picks free loopback ports and writes\n" +
 			"DATA/weft.toml; later starts reuse it, so clients keep working.\n" +
+			"With --mount it also mounts the cluster there (see weft mount).\n" +
 			"Stops cleanly on Ctrl-C or SIGTERM.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -40,6 +48,8 @@ func newUpCommand(a *app) *cobra.Command {
 	fl.StringVar(&f.backend, "backend", "", "where the store keeps file data: disk or mem (default: as before, else disk)")
 	fl.StringVar(&f.memLimit, "mem-limit", "", "bytes the mem backend may hold, such as 2GiB (default: as before, else 1GiB)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at host:port/metrics")
+	fl.StringVar(&f.mount, "mount", "", "also mount the cluster on this directory (FUSE)")
+	f.mountFlags.register(cmd)
 	return cmd
 }
 
@@ -65,15 +75,47 @@ func (a *app) runUp(cmd *cobra.Command, f upFlags) error {
 		opts.MemLimit = int64(n)
 	}
 
+	if f.mount != "" {
+		mnt, err := filepath.Abs(f.mount)
+		if err != nil {
+			return usageError(cmd, err)
+		}
+		if err := fusefs.CheckMountPoint(mnt); err != nil {
+			return err
+		}
+		f.mount = mnt
+	}
+	if f.background {
+		return daemonize(cmd, f.logFile, f.mount, upReady(f.logFile, f.mount))
+	}
+
 	ctx := cmd.Context()
 	e, err := cluster.StartEmbedded(ctx, opts)
 	if err != nil {
 		return err
 	}
 	printUpBanner(cmd.OutOrStdout(), e)
+	var mountErr error
+	if f.mount != "" {
+		// Until a signal; if someone unmounts it, the cluster keeps running.
+		mountErr = a.mountOnUp(cmd, e.Config(), e.ClusterFile(), f.mount, f.mountFlags, opts.Logger)
+	}
 	<-ctx.Done()
 	fmt.Fprintln(cmd.OutOrStdout(), "weft: stopping")
-	return e.Close()
+	return errors.Join(mountErr, e.Close())
+}
+
+// upReady is the readiness check of weft up -d: the servers are up (the
+// banner is in the log) and, with --mount, the mount answers.
+func upReady(logFile, mnt string) func() bool {
+	if logFile == "" {
+		logFile = defaultLogFile(mnt)
+	}
+	mounted := mountReady(mnt)
+	return func() bool {
+		data, err := os.ReadFile(logFile)
+		return err == nil && bytes.Contains(data, []byte("weft is up:")) && (mnt == "" || mounted())
+	}
 }
 
 func printUpBanner(w io.Writer, e *cluster.Embedded) {

@@ -7,33 +7,50 @@ import (
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	pb "github.com/weftfs/weft/proto/weftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // writeChunk writes data at off within chunk (ino, index) to every replica in
 // parallel. It succeeds only if all replicas took the bytes: a replica that
-// silently missed a write would serve stale data after a failover.
+// silently missed a write would serve stale data after a failover. The
+// bytes go out as the frame's attachment, straight from data, which is the
+// caller's again when writeChunk returns. When close will sync the chunk
+// (SyncOnClose), the stores start writing it to their devices at once.
 func (c *Client) writeChunk(ctx context.Context, ino core.Ino, index uint64, off int64, data []byte, sync bool) ([]int, error) {
 	reps := replicas(ino, index, len(c.stores), c.cfg.Replication)
-	req := &pb.WriteChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off, Data: data, Sync: sync}
+	req := &pb.WriteChunkRequest{
+		Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off,
+		Sync: sync, WriteBehind: !sync && c.cfg.SyncOnClose,
+	}
 	err := c.onStores(reps, func(s int) error {
-		return call(ctx, c.stores[s], pb.MethodWriteChunk, req, &pb.WriteChunkReply{})
+		_, err := c.stores[s].CallData(ctx, pb.MethodWriteChunk, req, data, &pb.WriteChunkReply{})
+		return err
 	})
 	return reps, err
 }
 
 // readChunk reads up to n bytes at off of chunk (ino, index) from the first
 // replica that answers; a replica that is down or returns corrupt data is
-// skipped. The result may be short (the chunk ends, or is a hole).
+// skipped. The result may be short (the chunk ends, or is a hole). It is a
+// buffer from rpc.GetBuffer, owned by the caller, who may give it back with
+// rpc.PutBuffer.
 func (c *Client) readChunk(ctx context.Context, ino core.Ino, index uint64, off, n int64) ([]byte, error) {
 	reps := replicas(ino, index, len(c.stores), c.cfg.Replication)
 	req := &pb.ReadChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off, Length: n}
 	var last error
 	for _, s := range reps {
-		var r pb.ReadChunkReply
-		err := c.callIdempotentOnce(ctx, s, pb.MethodReadChunk, req, &r, len(reps) > 1)
+		read := func() (data []byte, err error) {
+			data, err = c.stores[s].CallData(ctx, pb.MethodReadChunk, req, nil, &pb.ReadChunkReply{})
+			return data, err
+		}
+		var data []byte
+		var err error
+		if len(reps) > 1 {
+			data, err = read() // once: other replicas can take over
+		} else {
+			err = c.retryUnavailable(ctx, func() error { data, err = read(); return err })
+		}
 		if err == nil {
-			return r.Data, nil
+			return data, nil
 		}
 		last = err
 		if !failoverable(err) {
@@ -44,13 +61,26 @@ func (c *Client) readChunk(ctx context.Context, ino core.Ino, index uint64, off,
 	return nil, last
 }
 
-// callIdempotentOnce calls store s once when other replicas can take over,
-// and with retries while it is the only one.
-func (c *Client) callIdempotentOnce(ctx context.Context, s int, method uint16, req, resp proto.Message, others bool) error {
-	if others {
-		return call(ctx, c.stores[s], method, req, resp)
+// retryUnavailable runs the idempotent fn again while its server is
+// unreachable, for up to Config.RetryFor (the policy of callIdempotent, for
+// calls that are not a plain Call).
+func (c *Client) retryUnavailable(ctx context.Context, fn func() error) error {
+	deadline := time.Now().Add(c.cfg.RetryFor)
+	backoff := 20 * time.Millisecond
+	for {
+		err := fn()
+		if !errs.Is(err, errs.Unavailable) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errs.Wrap(errs.Canceled, "retry", "", ctx.Err())
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
 	}
-	return c.callIdempotent(ctx, c.stores[s], method, req, resp)
 }
 
 // failoverable reports whether another replica may succeed where one failed.

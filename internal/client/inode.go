@@ -7,6 +7,7 @@ import (
 
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/rpc"
 	pb "github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -39,18 +40,25 @@ type openInode struct {
 		written  map[int]bool             // stores written since the last sync
 		cache    map[uint64]*fetch        // read-ahead, by chunk
 		drained  sync.Cond                // broadcast when an upload ends
+		freed    bool                     // no link left: nothing to commit; chunks go at the last release (orphan.go)
 	}
 }
 
 type dirtyRange struct {
-	off int64 // within the chunk
-	buf []byte
+	off    int64 // within the chunk
+	buf    []byte
+	pooled bool // buf came from rpc.GetBuffer and goes back after its upload
 }
 
-type fetch struct {
-	done chan struct{}
-	data []byte
-	err  error
+func (d *dirtyRange) end() int64 { return d.off + int64(len(d.buf)) }
+
+// release gives a pooled buffer back. d must be out of every map first: no
+// one may touch its bytes afterwards.
+func (d *dirtyRange) release() {
+	if d.pooled {
+		rpc.PutBuffer(d.buf)
+	}
+	d.buf, d.pooled = nil, false
 }
 
 // acquireOpen returns the shared state of the file an open reply describes,
@@ -81,7 +89,7 @@ func (c *Client) acquireOpen(ref Ref, r *pb.OpenReply, creds core.Creds) *openIn
 		n.mu.mtime = time.Unix(0, r.Attr.GetMtimeNs())
 		n.mu.inline = r.Attr.GetInline()
 		n.mu.data = append([]byte(nil), r.InlineData...)
-		clear(n.mu.cache)
+		n.dropCacheLocked()
 	}
 	return n
 }
@@ -108,6 +116,9 @@ func (c *Client) releaseOpen(n *openInode) {
 	n.mu.refs--
 	if n.mu.refs == 0 && c.mu.open[n.ino] == n {
 		delete(c.mu.open, n.ino)
+		if n.mu.freed && !n.mu.inline {
+			c.reclaimChunks(n.ino)
+		}
 	}
 }
 
@@ -130,6 +141,27 @@ func (c *Client) overlayOpen(a core.Attr) core.Attr {
 
 // write buffers p at off.
 func (n *openInode) write(p []byte, off int64) error {
+	return n.writeBuffer(p, off, false)
+}
+
+// writeOwned is write for a buffer from rpc.GetBuffer that the caller hands
+// over: when it lies within one chunk that has nothing buffered, it becomes
+// that chunk's dirty range as it is (no copy) and goes back to the pool
+// after its upload; otherwise it is copied and given back at once. Either
+// way the caller must not touch buf afterwards.
+func (n *openInode) writeOwned(buf []byte, off int64) error {
+	return n.writeBuffer(buf, off, true)
+}
+
+func (n *openInode) writeBuffer(p []byte, off int64, owned bool) error {
+	if owned {
+		// Unless adopted below, p goes back to the pool when we are done.
+		defer func() {
+			if p != nil {
+				rpc.PutBuffer(p)
+			}
+		}()
+	}
 	if len(p) == 0 {
 		return nil // POSIX: a zero-length write changes nothing
 	}
@@ -155,9 +187,14 @@ func (n *openInode) write(p []byte, off int64) error {
 		}
 		n.uninlineLocked()
 	}
-	cs := n.c.cfg.ChunkSize
-	for _, s := range core.Spans(off, int64(len(p)), cs) {
-		n.bufferLocked(s.Index, s.Offset, p[s.FileOf-off:s.FileOf-off+s.Len])
+	spans := core.Spans(off, int64(len(p)), n.c.cfg.ChunkSize)
+	if s := spans[0]; owned && len(spans) == 1 && n.mu.dirty[s.Index] == nil {
+		n.adoptLocked(s.Index, s.Offset, p)
+		p = nil
+	} else {
+		for _, s := range spans {
+			n.bufferLocked(s.Index, s.Offset, p[s.FileOf-off:s.FileOf-off+s.Len])
+		}
 	}
 	for n.mu.buffered > n.c.cfg.WriteBuffer && n.mu.err == nil {
 		n.uploadAllLocked()
@@ -166,29 +203,59 @@ func (n *openInode) write(p []byte, off int64) error {
 	return n.mu.err
 }
 
+// adoptLocked makes buf, a pooled buffer, the dirty range at off of chunk
+// idx, which has none.
+func (n *openInode) adoptLocked(idx uint64, off int64, buf []byte) {
+	n.evictLocked(idx)
+	d := &dirtyRange{off: off, buf: buf, pooled: true}
+	n.mu.dirty[idx] = d
+	n.mu.buffered += int64(len(buf))
+	n.uploadIfFullLocked(idx, d)
+}
+
 // bufferLocked merges piece at off of chunk idx into its dirty range, or
 // uploads that range and starts a new one when the two do not touch.
+// Ranges live in pooled buffers that grow by whole size classes, so a stream
+// of writes into one chunk copies each byte about once more, however small
+// the writes.
 func (n *openInode) bufferLocked(idx uint64, off int64, piece []byte) {
-	delete(n.mu.cache, idx)
+	n.evictLocked(idx)
 	end := off + int64(len(piece))
 	d := n.mu.dirty[idx]
-	if d != nil && off <= d.off+int64(len(d.buf)) && end >= d.off {
-		lo, hi := min(d.off, off), max(d.off+int64(len(d.buf)), end)
-		if lo < d.off || hi > d.off+int64(len(d.buf)) {
-			buf := make([]byte, hi-lo, max(hi-lo, int64(cap(d.buf))))
+	if d != nil && off <= d.end() && end >= d.off {
+		// piece overlaps or touches d: every byte of the grown range is
+		// either d's or piece's, so no stale byte of a reused buffer shows.
+		lo, hi := min(d.off, off), max(d.end(), end)
+		if lo == d.off && hi-lo <= int64(cap(d.buf)) {
+			n.mu.buffered += hi - d.end()
+			d.buf = d.buf[:hi-lo]
+		} else {
+			// Grow fourfold at least: streams reach the chunk size in a
+			// few steps, small appenders keep small buffers.
+			c := min(max(hi-lo, 4*int64(cap(d.buf))), max(hi-lo, n.c.cfg.ChunkSize))
+			buf := rpc.GetBuffer(int(c))[:hi-lo]
 			copy(buf[d.off-lo:], d.buf)
-			n.mu.buffered += int64(len(buf) - len(d.buf))
-			d.buf, d.off = buf, lo
+			n.mu.buffered += (hi - lo) - int64(len(d.buf))
+			d.release()
+			d.buf, d.off, d.pooled = buf, lo, true
 		}
 		copy(d.buf[off-d.off:], piece)
 	} else {
 		if d != nil {
 			n.startUploadLocked(idx, d)
 		}
-		d = &dirtyRange{off: off, buf: append(make([]byte, 0, min(n.c.cfg.ChunkSize-off, 1<<20)), piece...)}
+		buf := rpc.GetBuffer(len(piece))
+		copy(buf, piece)
+		d = &dirtyRange{off: off, buf: buf, pooled: true}
 		n.mu.dirty[idx] = d
 		n.mu.buffered += int64(len(piece))
 	}
+	n.uploadIfFullLocked(idx, d)
+}
+
+// uploadIfFullLocked starts the upload of d, chunk idx's dirty range, if it
+// covers the whole chunk: no later write can add to it.
+func (n *openInode) uploadIfFullLocked(idx uint64, d *dirtyRange) {
 	if d.off == 0 && int64(len(d.buf)) == n.c.cfg.ChunkSize {
 		n.startUploadLocked(idx, d)
 	}
@@ -233,6 +300,7 @@ func (n *openInode) startUploadLocked(idx uint64, d *dirtyRange) {
 			n.mu.written[s] = true
 		}
 		n.mu.buffered -= int64(len(d.buf))
+		d.release() // the upload is done with the bytes
 		if n.mu.inflight[idx] == done {
 			delete(n.mu.inflight, idx)
 		}
@@ -282,7 +350,7 @@ func (n *openInode) flushLocked(ctx context.Context, durable bool) error {
 		}
 		clear(n.mu.written)
 	}
-	if !n.mu.modified {
+	if !n.mu.modified || n.mu.freed {
 		return nil
 	}
 	req := &pb.CommitRequest{
@@ -329,7 +397,10 @@ func (n *openInode) truncate(ctx context.Context, size uint64, byHandle bool) er
 	if err := n.flushLocked(ctx, false); err != nil {
 		return err
 	}
-	clear(n.mu.cache)
+	n.dropCacheLocked()
+	if n.mu.freed {
+		return n.truncateFreedLocked(ctx, size)
+	}
 	ref := n.mu.ref
 	sz := size
 	a, err := n.c.setAttr(ctx, ref, SetAttr{Size: &sz}, byHandle)

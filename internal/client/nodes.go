@@ -141,17 +141,34 @@ func (c *Client) prepareTruncate(ctx context.Context, ref Ref, size uint64) erro
 // CreateAt creates a regular file (or, with O_EXCL unset, opens an existing
 // one) in directory parent and returns it open with flags.
 func (c *Client) CreateAt(ctx context.Context, parent core.Ino, name string, flags int, mode uint32) (*File, error) {
+	f, _, err := c.CreateAtAttr(ctx, parent, name, flags, mode)
+	return f, err
+}
+
+// CreateAtAttr is CreateAt that also returns the file's attributes as the
+// server reported them, which the FUSE layer's reply needs.
+func (c *Client) CreateAtAttr(ctx context.Context, parent core.Ino, name string, flags int, mode uint32) (*File, core.Attr, error) {
 	req := &pb.CreateRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name,
 		Mode: core.ModeFile | mode&core.ModeBits, Exclusive: flags&oEXCL != 0, OpenFlags: uint32(flags),
 	}
 	var r pb.CreateReply
 	if err := call(ctx, c.metaFor(parent), pb.MethodCreate, req, &r); err != nil {
-		return nil, err
+		return nil, core.Attr{}, err
 	}
 	ref := Ref{Ino: core.Ino(r.Attr.GetIno()), Parent: parent, Name: name}
 	open := &pb.OpenReply{Attr: r.Attr, InlineData: r.InlineData}
-	return c.newFile(ctx, ref, open, flags, r.Existed && flags&oTRUNC != 0)
+	truncated := r.Existed && flags&oTRUNC != 0
+	if truncated {
+		// The create reply does not say how large the file was: assume it
+		// had chunks, so that none of its old bytes can reappear in a hole.
+		open.OldSize = 1
+	}
+	f, err := c.newFile(ctx, ref, open, flags, truncated)
+	if err != nil {
+		return nil, core.Attr{}, err
+	}
+	return f, attrFromPB(r.Attr), nil
 }
 
 // MknodAt creates a fifo, socket or device node (mode carries the type).
@@ -199,8 +216,8 @@ func (c *Client) UnlinkAt(ctx context.Context, parent core.Ino, name string) err
 	err := call(ctx, c.metaFor(parent), pb.MethodUnlink, &pb.UnlinkRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name,
 	}, &r)
-	if err == nil && r.Freed {
-		c.reclaimChunks(core.Ino(r.Attr.GetIno()))
+	if err == nil {
+		c.dropped(core.Ino(r.Attr.GetIno()), r.Attr.GetNlink() == 0, r.Freed, parent, name)
 	}
 	return err
 }
@@ -225,8 +242,12 @@ func (c *Client) RenameAt(ctx context.Context, srcParent core.Ino, srcName strin
 		Creds: credsPB(c.creds(ctx)), SrcParent: uint64(srcParent), SrcName: srcName,
 		DstParent: uint64(dstParent), DstName: dstName, Flags: flags,
 	}, &r)
-	if err == nil && r.Freed {
-		c.reclaimChunks(core.Ino(r.Replaced.GetIno()))
+	if err == nil {
+		replaced := core.Ino(r.Replaced.GetIno())
+		if replaced != 0 {
+			c.dropped(replaced, r.Replaced.GetNlink() == 0, r.Freed, dstParent, dstName)
+		}
+		c.renameOpen(srcParent, srcName, dstParent, dstName, flags&RenameExchange != 0, replaced)
 	}
 	return err
 }

@@ -5,7 +5,26 @@ import (
 	"io"
 
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/rpc"
 )
+
+// fetch is one whole-chunk read of the read-ahead cache. Its data is a
+// pooled buffer (rpc.GetBuffer) shared by the cache, the goroutine filling
+// it and the readers copying out of it; refs counts them, under
+// openInode.mu, and the last one gives the buffer back. A fetch dropped from
+// the cache without unref (a plain clear of the map) is simply left to the
+// garbage collector: never reused while someone may still read it.
+type fetch struct {
+	done chan struct{}
+	data []byte
+	err  error
+	refs int
+}
+
+// streamReadAhead is how many chunks ahead ReadTo fetches, at least. Each
+// fetch is one ReadChunk in flight, so this is also the pipeline depth
+// between the store's disk reads, the wire and the local writes.
+const streamReadAhead = 4
 
 // read fills p from off; sequential says the handle is streaming, so whole
 // chunks are fetched and the next ones prefetched.
@@ -28,7 +47,38 @@ func (n *openInode) read(ctx context.Context, p []byte, off int64, sequential bo
 		return int(want), nil
 	}
 	spans := core.Spans(off, want, n.c.cfg.ChunkSize)
-	// Own writes first: push out the dirty ranges this read overlaps.
+	err := n.pushOutLocked(spans)
+	n.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	for _, s := range spans {
+		dst := p[s.FileOf-off : s.FileOf-off+s.Len]
+		var k int
+		if sequential {
+			f, data, err := n.readCached(ctx, s, n.c.cfg.ReadAhead)
+			if err != nil {
+				return 0, err
+			}
+			k = copy(dst, data)
+			n.unref(f)
+		} else {
+			data, err := n.c.readChunk(ctx, n.ino, s.Index, s.Offset, s.Len)
+			if err != nil {
+				return 0, err
+			}
+			k = copy(dst, data)
+			rpc.PutBuffer(data)
+		}
+		clear(dst[k:]) // a hole or a chunk shorter than the file reads as zeros
+	}
+	return int(want), nil
+}
+
+// pushOutLocked uploads the dirty ranges of the chunks that spans touch and
+// waits for their uploads, so that a read sees this client's own writes. It
+// unlocks n.mu while it waits, and returns the first upload error.
+func (n *openInode) pushOutLocked(spans []core.ChunkSpan) error {
 	var wait []chan struct{}
 	for _, s := range spans {
 		if d := n.mu.dirty[s.Index]; d != nil {
@@ -38,73 +88,140 @@ func (n *openInode) read(ctx context.Context, p []byte, off int64, sequential bo
 			wait = append(wait, ch)
 		}
 	}
-	n.mu.Unlock()
-	for _, ch := range wait {
-		<-ch
-	}
-	n.mu.Lock()
-	err := n.mu.err
-	n.mu.Unlock()
-	if err != nil {
-		return 0, err
-	}
-	for _, s := range spans {
-		var data []byte
-		var err error
-		if sequential {
-			data, err = n.readCached(ctx, s)
-		} else {
-			data, err = n.c.readChunk(ctx, n.ino, s.Index, s.Offset, s.Len)
+	if len(wait) > 0 {
+		n.mu.Unlock()
+		for _, ch := range wait {
+			<-ch
 		}
-		if err != nil {
-			return 0, err
-		}
-		dst := p[s.FileOf-off : s.FileOf-off+s.Len]
-		k := copy(dst, data)
-		clear(dst[k:]) // a hole or a chunk shorter than the file reads as zeros
+		n.mu.Lock()
 	}
-	return int(want), nil
+	return n.mu.err
 }
 
-// readCached serves span s from a whole-chunk fetch, and starts fetching the
-// next ReadAhead chunks so a streaming reader finds them ready.
-func (n *openInode) readCached(ctx context.Context, s core.ChunkSpan) ([]byte, error) {
-	f := n.fetchChunk(s.Index)
+// writeTo writes the file's content to w, chunk by chunk, straight from the
+// read-ahead buffers (no copy on the way), with at least streamReadAhead
+// chunks in flight. It returns the bytes written.
+func (n *openInode) writeTo(ctx context.Context, w io.Writer) (int64, error) {
+	cs := n.c.cfg.ChunkSize
+	depth := max(n.c.cfg.ReadAhead, streamReadAhead)
+	var off int64
+	for {
+		n.mu.Lock()
+		size := int64(n.mu.size)
+		if off >= size {
+			n.mu.Unlock()
+			return off, nil
+		}
+		if n.mu.inline {
+			data := n.mu.data[min(off, int64(len(n.mu.data))):min(size, int64(len(n.mu.data)))]
+			data = append([]byte(nil), data...) // w may be slow: not under the lock
+			n.mu.Unlock()
+			k, err := writeZeroPadded(w, data, size-off)
+			return off + k, err
+		}
+		s := core.ChunkSpan{Index: uint64(off / cs), Offset: off % cs, FileOf: off}
+		s.Len = min(cs-s.Offset, size-off)
+		err := n.pushOutLocked([]core.ChunkSpan{s})
+		n.mu.Unlock()
+		if err != nil {
+			return off, err
+		}
+		f, data, err := n.readCached(ctx, s, depth)
+		if err != nil {
+			return off, err
+		}
+		k, err := writeZeroPadded(w, data, s.Len)
+		n.unref(f)
+		off += k
+		if err != nil {
+			return off, err
+		}
+	}
+}
+
+// zeros is what holes are written from; never written itself.
+var zeros [64 << 10]byte
+
+// localWriteUnit bounds one Write of writeTo. Into a local file, a write of
+// 2 MiB or more gets huge page-cache folios, which cost about five times the
+// CPU of smaller ones on the machines measured (see the store's writeUnit);
+// cp writes 64 KiB at a time.
+const localWriteUnit = 1 << 20
+
+// writeZeroPadded writes data and then zeros up to n bytes in all (a hole,
+// or a chunk shorter than the file, reads as zeros).
+func writeZeroPadded(w io.Writer, data []byte, n int64) (int64, error) {
+	data = data[:min(int64(len(data)), n)]
+	var total int64
+	var err error
+	for len(data) > 0 && err == nil {
+		var k int
+		k, err = w.Write(data[:min(len(data), localWriteUnit)])
+		total += int64(k)
+		data = data[k:]
+	}
+	for err == nil && total < n {
+		var k int
+		k, err = w.Write(zeros[:min(n-total, int64(len(zeros)))])
+		total += int64(k)
+	}
+	return total, err
+}
+
+// readCached returns span s from a whole-chunk fetch, and starts fetching
+// the next depth chunks so a streaming reader finds them ready. The data
+// belongs to the returned fetch: the caller holds a reference on it and
+// must unref it once done with the data.
+func (n *openInode) readCached(ctx context.Context, s core.ChunkSpan, depth int) (*fetch, []byte, error) {
 	n.mu.Lock()
+	if n.mu.dirty[s.Index] != nil || n.mu.inflight[s.Index] != nil {
+		// A write raced this read since it pushed the chunk out: a fetch
+		// now would be cached without the write's bytes and served so
+		// after they land. Read past the cache.
+		n.mu.Unlock()
+		data, err := n.c.readChunk(ctx, n.ino, s.Index, s.Offset, s.Len)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &fetch{data: data, refs: 1}, data, nil
+	}
+	f := n.startFetchLocked(s.Index)
+	f.refs++
 	last := core.ChunkCount(n.mu.size, n.c.cfg.ChunkSize)
-	for i := s.Index + 1; i <= s.Index+uint64(n.c.cfg.ReadAhead) && i < last; i++ {
-		n.startFetchLocked(i)
+	for i := s.Index + 1; i <= s.Index+uint64(depth) && i < last; i++ {
+		// A chunk with writes not yet on its stores would be cached
+		// without them, and served so after they land.
+		if n.mu.dirty[i] == nil && n.mu.inflight[i] == nil {
+			n.startFetchLocked(i)
+		}
 	}
 	// Keep the window small: drop chunks behind the reader.
 	for i := range n.mu.cache {
 		if i < s.Index {
-			delete(n.mu.cache, i)
+			n.evictLocked(i)
 		}
 	}
 	n.mu.Unlock()
 	select {
 	case <-f.done:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		n.unref(f)
+		return nil, nil, ctx.Err()
 	}
 	if f.err != nil {
 		n.mu.Lock()
 		if n.mu.cache[s.Index] == f {
-			delete(n.mu.cache, s.Index)
+			n.evictLocked(s.Index)
 		}
 		n.mu.Unlock()
-		return nil, f.err
+		err := f.err
+		n.unref(f)
+		return nil, nil, err
 	}
 	if s.Offset >= int64(len(f.data)) {
-		return nil, nil
+		return f, nil, nil
 	}
-	return f.data[s.Offset:min(int64(len(f.data)), s.Offset+s.Len)], nil
-}
-
-func (n *openInode) fetchChunk(idx uint64) *fetch {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.startFetchLocked(idx)
+	return f, f.data[s.Offset:min(int64(len(f.data)), s.Offset+s.Len)], nil
 }
 
 // startFetchLocked returns the fetch of chunk idx, starting it if needed.
@@ -114,13 +231,44 @@ func (n *openInode) startFetchLocked(idx uint64) *fetch {
 	if f := n.mu.cache[idx]; f != nil {
 		return f
 	}
-	f := &fetch{done: make(chan struct{})}
+	f := &fetch{done: make(chan struct{}), refs: 2} // the cache's and the goroutine's
 	n.mu.cache[idx] = f
 	go func() {
-		defer close(f.done)
 		ctx, cancel := context.WithTimeout(context.Background(), uploadTimeout)
-		defer cancel()
 		f.data, f.err = n.c.readChunk(ctx, n.ino, idx, 0, n.c.cfg.ChunkSize)
+		cancel()
+		close(f.done)
+		n.unref(f)
 	}()
 	return f
+}
+
+// evictLocked drops chunk idx from the read-ahead cache.
+func (n *openInode) evictLocked(idx uint64) {
+	if f := n.mu.cache[idx]; f != nil {
+		delete(n.mu.cache, idx)
+		n.unrefLocked(f)
+	}
+}
+
+// dropCacheLocked empties the read-ahead cache.
+func (n *openInode) dropCacheLocked() {
+	for idx := range n.mu.cache {
+		n.evictLocked(idx)
+	}
+}
+
+func (n *openInode) unref(f *fetch) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.unrefLocked(f)
+}
+
+// unrefLocked drops a reference to f; the last one gives its buffer back.
+func (n *openInode) unrefLocked(f *fetch) {
+	f.refs--
+	if f.refs == 0 {
+		rpc.PutBuffer(f.data)
+		f.data = nil
+	}
 }

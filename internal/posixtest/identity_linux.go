@@ -17,7 +17,7 @@ import (
 // CAP_FSETID), so the kernel judges the call as it would an ordinary user's.
 //
 // This needs CAP_SETUID and CAP_SETGID and briefly gives a thread another
-// identity, which is why only this package's tests enable it (localFS.canAs)
+// identity, which is why only tests enable it (LocalFSAs, localFS.canAs)
 // and LocalFS's As returns nil.
 func runAs(creds *core.Creds, fn func() error) error {
 	if creds == nil {

@@ -15,7 +15,7 @@ import (
 // LocalFS returns an FS over the local directory root: every call is the
 // system call on root+path, so the suite can be checked against the kernel.
 // Its As returns nil: acting as another user means changing a thread's
-// identity (runAs), which only this package's own test does.
+// identity (runAs), which LocalFSAs does.
 //
 // The raw system calls are used rather than package os wherever os would
 // translate mode bits or flags, so the suite sees exactly what Linux does.
@@ -23,11 +23,21 @@ func LocalFS(root string) FS {
 	return &localFS{root: strings.TrimRight(root, "/")}
 }
 
+// LocalFSAs is LocalFS with a working As: a view's calls run with its
+// user's fsuid, fsgid and groups, set on a locked thread for the duration of
+// each call (runAs). It needs CAP_SETUID and CAP_SETGID, and briefly gives
+// threads of the calling process other identities: it is for tests, such as
+// the suite run against a FUSE mount, whose server then sees each call come
+// from the view's user.
+func LocalFSAs(root string) FS {
+	return &localFS{root: strings.TrimRight(root, "/"), canAs: true}
+}
+
 type localFS struct {
 	root string
 	// creds, if set, is the identity every call runs with (see runAs).
 	creds *core.Creds
-	// canAs enables As: only this package's tests set it (see runAs).
+	// canAs enables As: only tests set it (LocalFSAs; see runAs).
 	canAs bool
 }
 

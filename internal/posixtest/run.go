@@ -18,6 +18,7 @@ func allCases() []testCase {
 	for _, group := range [][]testCase{
 		fileCases, dataCases, dirCases, nameCases, renameCases,
 		linkCases, symlinkCases, attrCases, timeCases, xattrCases, permCases,
+		errnoCases, permErrnoCases,
 	} {
 		cs = append(cs, group...)
 	}

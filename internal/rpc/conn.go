@@ -3,6 +3,7 @@ package rpc
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
@@ -39,9 +40,9 @@ type Conn struct {
 	writers atomic.Int32
 	w       struct {
 		sync.Mutex
-		bw  *bufio.Writer
-		hdr [headerLen]byte
-		err error // sticky: after a failed write the connection is dead
+		buf []byte    // frames not yet written; capacity writeBufSize
+		vec [3][]byte // backing array of the writev of a large frame
+		err error     // sticky: after a failed write the connection is dead
 	}
 
 	// rd is the reading role: exactly one goroutine reads frames at a time.
@@ -95,6 +96,8 @@ func ConnFromContext(ctx context.Context) *Conn {
 // call out itself. That makes calls reusable through callPool.
 type call struct {
 	resp      proto.Message
+	wantData  bool   // CallData: the response may carry an attachment
+	respData  []byte // the response's attachment, from GetBuffer
 	done      chan struct{}
 	err       error
 	respBytes int
@@ -126,7 +129,7 @@ func newConn(nc net.Conn, cfg connConfig) *Conn {
 	}
 	c := &Conn{nc: nc, cfg: cfg, done: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.WithValue(context.Background(), connKey{}, c))
-	c.w.bw = bufio.NewWriterSize(nc, 32<<10)
+	c.w.buf = make([]byte, 0, writeBufSize)
 	c.rd.br = bufio.NewReaderSize(nc, 32<<10)
 	c.rd.takeover = time.AfterFunc(time.Hour, c.takeOverReading)
 	c.rd.takeover.Stop()
@@ -202,36 +205,48 @@ func (c *Conn) closeWithError(err error) {
 // errs.Canceled at once and tells the peer to cancel the handler. A handler's
 // error comes back as an *errs.Error with its kind and message; a broken
 // connection gives errs.Unavailable.
+//
+// A response that carries an attachment (a method served with HandleData)
+// fails with errs.Protocol: use CallData.
 func (c *Conn) Call(ctx context.Context, method uint16, req, resp proto.Message) error {
-	_, err := c.call(ctx, method, req, resp)
+	_, _, err := c.call(ctx, method, req, nil, resp, false)
 	return err
 }
 
-// call is Call that also reports whether the request may have reached the
-// wire; a Peer retries the ones that certainly did not.
-func (c *Conn) call(ctx context.Context, method uint16, req, resp proto.Message) (sent bool, err error) {
+// CallData is Call for methods served with HandleData: data (may be nil) is
+// sent as the request's attachment, straight from the caller's slice, which
+// is no longer used once CallData returns. The response's attachment comes
+// back as respData (nil if none), in a buffer from GetBuffer that the caller
+// owns: it may hand it to PutBuffer when done with it.
+func (c *Conn) CallData(ctx context.Context, method uint16, req proto.Message, data []byte, resp proto.Message) (respData []byte, err error) {
+	_, respData, err = c.call(ctx, method, req, data, resp, true)
+	return respData, err
+}
+
+// call is CallData that also reports whether the request may have reached
+// the wire; a Peer retries the ones that certainly did not.
+func (c *Conn) call(ctx context.Context, method uint16, req proto.Message, data []byte, resp proto.Message, wantData bool) (sent bool, respData []byte, err error) {
 	var start time.Time
 	if c.cfg.callObs != nil {
 		start = time.Now()
 	}
 	h := header{typ: frameRequest, method: method}
 	if err := ctx.Err(); err != nil {
-		return false, ctxError(ctx, "rpc "+weftpb.MethodName(method))
+		return false, nil, ctxError(ctx, "rpc "+weftpb.MethodName(method))
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		if h.timeout = time.Until(dl); h.timeout <= 0 {
-			return false, ctxError(ctx, "rpc "+weftpb.MethodName(method))
+			return false, nil, ctxError(ctx, "rpc "+weftpb.MethodName(method))
 		}
 	}
-	bp, err := c.marshal(req, method)
+	bp, err := c.marshal(req, method, data)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
-	reqBytes := len(*bp)
-	h.bodyLen = reqBytes
+	reqBytes := len(*bp) + len(data)
 
 	cl := callPool.Get().(*call)
-	cl.resp, cl.err, cl.respBytes = resp, nil, 0
+	cl.resp, cl.wantData, cl.err, cl.respBytes = resp, wantData, nil, 0
 	h.id = c.nextID.Add(1)
 	c.mu.Lock()
 	if c.mu.closed {
@@ -239,13 +254,14 @@ func (c *Conn) call(ctx context.Context, method uint16, req, resp proto.Message)
 		c.mu.Unlock()
 		putBuf(bp)
 		callPool.Put(cl)
-		return false, errs.Wrap(errs.Unavailable, "rpc "+weftpb.MethodName(method), "", err)
+		return false, nil, errs.Wrap(errs.Unavailable, "rpc "+weftpb.MethodName(method), "", err)
 	}
 	c.mu.pending[h.id] = cl
 	c.mu.Unlock()
 
-	// A failed write closes the connection, which completes cl.
-	_ = c.writeFrame(&h, *bp)
+	// A failed write closes the connection, which completes cl. The write
+	// is done when writeFrame returns: data is the caller's again.
+	_ = c.writeFrame(&h, *bp, data)
 	putBuf(bp)
 
 	select {
@@ -259,7 +275,7 @@ func (c *Conn) call(ctx context.Context, method uint16, req, resp proto.Message)
 		if mine {
 			// Cancel in the background: the writer may be busy and the
 			// caller must not wait for it.
-			go c.writeFrame(&header{typ: frameCancel, id: h.id}, nil)
+			go c.writeFrame(&header{typ: frameCancel, id: h.id}, nil, nil)
 			err = ctxError(ctx, "rpc "+weftpb.MethodName(method))
 		} else {
 			// The response or the close won the race and is completing cl.
@@ -267,13 +283,13 @@ func (c *Conn) call(ctx context.Context, method uint16, req, resp proto.Message)
 			err = cl.err
 		}
 	}
-	respBytes := cl.respBytes
-	cl.resp, cl.err = nil, nil
+	respBytes, respData := cl.respBytes, cl.respData
+	cl.resp, cl.respData, cl.err = nil, nil, nil
 	callPool.Put(cl)
 	if c.cfg.callObs != nil {
 		c.cfg.callObs.Observe(method, time.Since(start), reqBytes, respBytes, err)
 	}
-	return true, err
+	return true, respData, err
 }
 
 // Send sends a one-way message: no response, no error from the handler. It
@@ -288,13 +304,12 @@ func (c *Conn) Send(ctx context.Context, method uint16, req proto.Message) error
 			return ctxError(ctx, "rpc "+weftpb.MethodName(method))
 		}
 	}
-	bp, err := c.marshal(req, method)
+	bp, err := c.marshal(req, method, nil)
 	if err != nil {
 		return err
 	}
 	defer putBuf(bp)
 	h.id = c.nextID.Add(1)
-	h.bodyLen = len(*bp)
 	c.mu.Lock()
 	closed := c.mu.closed
 	err = c.mu.err
@@ -302,10 +317,12 @@ func (c *Conn) Send(ctx context.Context, method uint16, req proto.Message) error
 	if closed {
 		return errs.Wrap(errs.Unavailable, "rpc "+weftpb.MethodName(method), "", err)
 	}
-	return c.writeFrame(&h, *bp)
+	return c.writeFrame(&h, *bp, nil)
 }
 
-func (c *Conn) marshal(m proto.Message, method uint16) (*[]byte, error) {
+// marshal encodes m and checks that it fits a frame with an attachment of
+// data.
+func (c *Conn) marshal(m proto.Message, method uint16, data []byte) (*[]byte, error) {
 	bp := getBuf()
 	b, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], m)
 	*bp = b
@@ -313,28 +330,47 @@ func (c *Conn) marshal(m proto.Message, method uint16) (*[]byte, error) {
 		putBuf(bp)
 		return nil, errs.Wrap(errs.Invalid, "rpc "+weftpb.MethodName(method), "encode", err)
 	}
-	if len(b) > c.cfg.maxFrame {
+	if n := bodyLen(b, data); n > c.cfg.maxFrame {
 		putBuf(bp)
-		return nil, errs.New(errs.TooBig, "rpc "+weftpb.MethodName(method), "message of %d bytes exceeds the frame limit of %d", len(b), c.cfg.maxFrame)
+		return nil, errs.New(errs.TooBig, "rpc "+weftpb.MethodName(method), "message of %d bytes exceeds the frame limit of %d", n, c.cfg.maxFrame)
 	}
 	return bp, nil
 }
 
-// writeFrame writes one frame. A write error closes the connection.
-func (c *Conn) writeFrame(h *header, body []byte) error {
+// bodyLen is the body length of a frame carrying msg and attachment data.
+func bodyLen(msg, data []byte) int {
+	if len(data) == 0 {
+		return len(msg)
+	}
+	return attachLenSize + len(msg) + len(data)
+}
+
+const (
+	// writeBufSize is the write buffer of a connection: frames that fit
+	// wait there for the last writer of a burst to flush them.
+	writeBufSize = 32 << 10
+)
+
+// writeFrame writes one frame: h, then msg, then data as the attachment if
+// it is not empty. It sets h's body length and attachment flag. When it
+// returns, msg and data have been written (or the write failed) and are the
+// caller's again. A write error closes the connection.
+func (c *Conn) writeFrame(h *header, msg, data []byte) error {
+	h.bodyLen = bodyLen(msg, data)
+	if len(data) > 0 {
+		h.flags |= flagData
+	}
 	c.writers.Add(1)
 	c.w.Lock()
 	err := c.w.err
 	if err == nil {
-		encodeHeader(&c.w.hdr, h)
-		if _, err = c.w.bw.Write(c.w.hdr[:]); err == nil {
-			_, err = c.w.bw.Write(body)
-		}
+		err = c.appendFrameLocked(h, msg, data)
 	}
 	// Decrement under the lock: whoever sees zero has the last frame of the
 	// burst in the buffer, and anyone who came later will flush after it.
-	if c.writers.Add(-1) == 0 && err == nil {
-		err = c.w.bw.Flush()
+	if c.writers.Add(-1) == 0 && err == nil && len(c.w.buf) > 0 {
+		_, err = c.nc.Write(c.w.buf)
+		c.w.buf = c.w.buf[:0]
 	}
 	if err != nil && c.w.err == nil {
 		c.w.err = err
@@ -344,6 +380,48 @@ func (c *Conn) writeFrame(h *header, body []byte) error {
 		err = errs.Wrap(errs.Unavailable, "rpc", "write to "+c.nc.RemoteAddr().String(), err)
 		c.closeWithError(err)
 	}
+	return err
+}
+
+// appendFrameLocked puts a frame in the write buffer. Parts too large for
+// it are written at once, behind what is buffered, in one writev: they are
+// never copied.
+func (c *Conn) appendFrameLocked(h *header, msg, data []byte) error {
+	fixed := headerLen
+	if h.hasData() {
+		fixed += attachLenSize
+	}
+	if len(c.w.buf)+fixed > cap(c.w.buf) {
+		if _, err := c.nc.Write(c.w.buf); err != nil {
+			return err
+		}
+		c.w.buf = c.w.buf[:0]
+	}
+	var hb [headerLen]byte
+	encodeHeader(&hb, h)
+	c.w.buf = append(c.w.buf, hb[:]...)
+	if h.hasData() {
+		c.w.buf = binary.BigEndian.AppendUint32(c.w.buf, uint32(len(data)))
+	}
+	vec := c.w.vec[:0]
+	for _, p := range [2][]byte{msg, data} {
+		switch {
+		case len(p) == 0:
+		case len(vec) == 0 && len(c.w.buf)+len(p) <= cap(c.w.buf):
+			c.w.buf = append(c.w.buf, p...)
+		case len(vec) == 0:
+			vec = append(vec, c.w.buf, p)
+		default:
+			vec = append(vec, p)
+		}
+	}
+	if len(vec) == 0 {
+		return nil
+	}
+	bufs := net.Buffers(vec)
+	_, err := bufs.WriteTo(c.nc)
+	clear(c.w.vec[:])
+	c.w.buf = c.w.buf[:0]
 	return err
 }
 
@@ -367,17 +445,15 @@ func (c *Conn) readLoop() {
 		if h.typ == frameRequest || h.typ == frameOneWay {
 			bp = getBuf() // handed to the handler
 		}
-		if cap(*bp) < h.bodyLen {
-			*bp = make([]byte, h.bodyLen)
-		}
-		body := (*bp)[:h.bodyLen]
-		if _, err := io.ReadFull(br, body); err != nil {
+		msg, data, err := readBody(br, &h, bp, GetBuffer)
+		if err != nil {
+			PutBuffer(data)
 			c.readFailed(err)
 			return
 		}
 		switch h.typ {
 		case frameResponse:
-			c.deliver(&h, body)
+			c.deliver(&h, msg, data)
 			if cap(c.rd.rbuf) > maxPooledBuf {
 				c.rd.rbuf = nil
 			}
@@ -386,7 +462,7 @@ func (c *Conn) readLoop() {
 		default:
 			// With nothing more buffered, run the handler right here:
 			// handing it to a new goroutine costs more than most handlers.
-			retire, err := c.startHandler(&h, bp, body, br.Buffered() == 0)
+			retire, err := c.startHandler(&h, bp, msg, data, br.Buffered() == 0)
 			if err != nil {
 				c.readFailed(err)
 				return
@@ -470,25 +546,35 @@ func (c *Conn) readFailed(err error) {
 	c.closeWithError(err)
 }
 
-// deliver completes the pending call a response belongs to. A response for a
-// call that is no longer pending (its caller gave up) is dropped.
-func (c *Conn) deliver(h *header, body []byte) {
+// deliver completes the pending call a response belongs to, handing it the
+// attachment data. A response for a call that is no longer pending (its
+// caller gave up) is dropped.
+func (c *Conn) deliver(h *header, msg, data []byte) {
 	c.mu.Lock()
 	cl := c.mu.pending[h.id]
 	delete(c.mu.pending, h.id)
 	c.mu.Unlock()
 	if cl == nil {
+		PutBuffer(data)
 		return
 	}
-	cl.respBytes = len(body)
+	cl.respBytes = len(msg) + len(data)
 	switch {
 	case h.isError():
-		cl.err = &errs.Error{Kind: h.kind, Msg: strings.ToValidUTF8(string(body), "\uFFFD")}
-	case cl.resp != nil:
-		if err := proto.Unmarshal(body, cl.resp); err != nil {
-			cl.err = errs.Wrap(errs.Protocol, "rpc "+weftpb.MethodName(h.method), "decode response", err)
+		cl.err = &errs.Error{Kind: h.kind, Msg: strings.ToValidUTF8(string(msg), "\uFFFD")}
+	case data != nil && !cl.wantData:
+		cl.err = errs.New(errs.Protocol, "rpc "+weftpb.MethodName(h.method), "response carries a %d-byte attachment; the method needs CallData", len(data))
+	default:
+		if cl.resp != nil {
+			if err := proto.Unmarshal(msg, cl.resp); err != nil {
+				cl.err = errs.Wrap(errs.Protocol, "rpc "+weftpb.MethodName(h.method), "decode response", err)
+			}
+		}
+		if cl.err == nil {
+			cl.respData, data = data, nil
 		}
 	}
+	PutBuffer(data) // unless the call took it
 	cl.done <- struct{}{}
 }
 

@@ -21,7 +21,9 @@
 //	offset size field
 //	0      4    body length in bytes (not counting the header), <= max frame size
 //	4      1    frame type: 1 request, 2 response, 3 one-way, 4 cancel
-//	5      1    flags: bit 0 (error) on responses only; other bits must be zero
+//	5      1    flags: bit 0 (error) on responses only; bit 1 (attachment)
+//	            on requests, one-way messages and responses without the
+//	            error flag; other bits must be zero
 //	6      2    method number
 //	8      8    request id, chosen by the side that sends the request
 //	16     8    aux: for requests and one-way messages the time the caller
@@ -31,16 +33,28 @@
 //	24     n    body: the request or response proto, or for an error response
 //	            the error message (UTF-8); empty for cancel
 //
+// A body with the attachment flag carries raw bytes after the message, so
+// that bulk data (chunk contents) is never copied into or out of a proto:
+//
+//	offset size field
+//	0      4    attachment length a, at most n-4
+//	4      n-4-a the message
+//	n-a    a    the attachment
+//
 // Request ids belong to the sending side: a response or cancel frame names an
 // id that its receiver chose when it sent the request. Anything malformed
-// (unknown type or flag, bad kind, oversized length, non-empty cancel) closes
-// the connection: the stream can no longer be trusted to be in sync.
+// (unknown type or flag, bad kind, oversized length, an attachment longer
+// than its body, non-empty cancel) closes the connection: the stream can no
+// longer be trusted to be in sync.
 //
 // # Flow
 //
-// Writes from all goroutines go through one buffered writer; the last writer
-// in a burst flushes, so concurrent frames share system calls while a lone
-// caller pays no extra latency. One goroutine per connection reads frames;
+// Writes from all goroutines go through one write buffer; the last writer in
+// a burst flushes, so concurrent frames share system calls while a lone
+// caller pays no extra latency. A large attachment is not copied into the
+// buffer: it leaves with the buffered bytes in one writev. On the receiving
+// side an attachment is read straight into a pooled buffer (GetBuffer) that
+// the handler or the caller gets, with no proto decoding and no zeroing. One goroutine per connection reads frames;
 // each request and one-way message runs in its own goroutine, so responses
 // can leave in any order. A caller whose context ends gets errs.Canceled or
 // errs.Timeout at once, and a cancel frame tells the other side to cancel the
@@ -58,12 +72,13 @@ import (
 )
 
 // Version is the protocol version exchanged in the handshake. Bump it on any
-// incompatible change to the frame layout.
-const Version = 1
+// incompatible change to the frame layout. Version 2 added attachments.
+const Version = 2
 
 // DefaultMaxFrameSize bounds a frame's body unless the options say otherwise.
-// The largest regular message is a chunk write; this leaves ample room.
-const DefaultMaxFrameSize = 64 << 20
+// The largest regular frame carries a whole chunk of the largest chunk size
+// (64 MiB) as its attachment; the extra MiB is for its message.
+const DefaultMaxFrameSize = 65 << 20
 
 const (
 	headerLen = 24
@@ -95,9 +110,18 @@ func (t frameType) String() string {
 	return fmt.Sprintf("frame type %d", uint8(t))
 }
 
-// flagError marks a response whose body is an error message rather than a
-// proto message.
-const flagError = 1 << 0
+const (
+	// flagError marks a response whose body is an error message rather
+	// than a proto message.
+	flagError = 1 << 0
+	// flagData marks a body that ends with a raw attachment; the body
+	// starts with the attachment's length (attachLenSize bytes).
+	flagData = 1 << 1
+)
+
+// attachLenSize is the size of the attachment length that starts a body
+// with flagData.
+const attachLenSize = 4
 
 // header is a decoded frame header.
 type header struct {
@@ -105,12 +129,15 @@ type header struct {
 	flags   uint8
 	method  uint16
 	id      uint64
-	bodyLen int
+	bodyLen int           // everything after the header
 	timeout time.Duration // requests and one-way; 0 = none
 	kind    errs.Kind     // error responses
 }
 
 func (h *header) isError() bool { return h.flags&flagError != 0 }
+
+// hasData reports whether the body carries an attachment.
+func (h *header) hasData() bool { return h.flags&flagData != 0 }
 
 // encodeHeader writes h into b. It does not validate: senders build headers
 // from values they control.
@@ -146,7 +173,7 @@ func decodeHeader(b *[headerLen]byte, maxBody int) (header, error) {
 	h.bodyLen = int(n)
 	switch h.typ {
 	case frameRequest, frameOneWay:
-		if h.flags != 0 {
+		if h.flags&^flagData != 0 {
 			return header{}, errs.New(errs.Protocol, "rpc", "%s frame with unknown flags %#x", h.typ, h.flags)
 		}
 		if aux > math.MaxInt64 {
@@ -154,7 +181,7 @@ func decodeHeader(b *[headerLen]byte, maxBody int) (header, error) {
 		}
 		h.timeout = time.Duration(aux)
 	case frameResponse:
-		if h.flags&^flagError != 0 {
+		if h.flags&^(flagError|flagData) != 0 || h.flags == flagError|flagData {
 			return header{}, errs.New(errs.Protocol, "rpc", "response frame with unknown flags %#x", h.flags)
 		}
 		if h.isError() {
@@ -172,31 +199,81 @@ func decodeHeader(b *[headerLen]byte, maxBody int) (header, error) {
 	default:
 		return header{}, errs.New(errs.Protocol, "rpc", "unknown frame type %d", uint8(h.typ))
 	}
+	if h.hasData() && h.bodyLen < attachLenSize {
+		return header{}, errs.New(errs.Protocol, "rpc", "%s frame of %d bytes too short for its attachment length", h.typ, h.bodyLen)
+	}
 	return h, nil
 }
 
-// readFrame reads one frame from r. The body is read into *buf, grown as
-// needed, and returned as a slice of it.
-func readFrame(r io.Reader, maxBody int, buf *[]byte) (header, []byte, error) {
+// decodeAttachLen parses the attachment length that starts the body of a
+// frame with flagData and returns the message's and the attachment's
+// lengths.
+func decodeAttachLen(b *[attachLenSize]byte, h *header) (msgLen, dataLen int, err error) {
+	a := binary.BigEndian.Uint32(b[:])
+	rest := h.bodyLen - attachLenSize
+	if uint64(a) > uint64(rest) {
+		return 0, 0, errs.New(errs.Protocol, "rpc", "%s frame with an attachment of %d bytes in a body of %d", h.typ, a, h.bodyLen)
+	}
+	return rest - int(a), int(a), nil
+}
+
+// readBody reads the body of a frame whose header is h: the message into
+// *msgBuf (grown as needed), and the attachment, if any, into a buffer from
+// alloc. The attachment is read straight from r into its buffer: with a
+// bufio.Reader, a large one bypasses the reader's buffer.
+func readBody(r io.Reader, h *header, msgBuf *[]byte, alloc func(int) []byte) (msg, data []byte, err error) {
+	msgLen := h.bodyLen
+	dataLen := 0
+	if h.hasData() {
+		var lb [attachLenSize]byte
+		if _, err := io.ReadFull(r, lb[:]); err != nil {
+			return nil, nil, noEOF(err)
+		}
+		if msgLen, dataLen, err = decodeAttachLen(&lb, h); err != nil {
+			return nil, nil, err
+		}
+	}
+	if cap(*msgBuf) < msgLen {
+		*msgBuf = make([]byte, msgLen)
+	}
+	msg = (*msgBuf)[:msgLen]
+	if _, err := io.ReadFull(r, msg); err != nil {
+		return nil, nil, noEOF(err)
+	}
+	if h.hasData() {
+		data = alloc(dataLen)[:dataLen]
+		if _, err := io.ReadFull(r, data); err != nil {
+			return nil, data, noEOF(err)
+		}
+	}
+	return msg, data, nil
+}
+
+// noEOF turns an EOF in the middle of a frame into io.ErrUnexpectedEOF.
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// readFrame reads one frame from r (tests and fuzzing; the read loop reads
+// the parts itself). The message is read into *buf, grown as needed; the
+// attachment into a new slice.
+func readFrame(r io.Reader, maxBody int, buf *[]byte) (header, []byte, []byte, error) {
 	var hb [headerLen]byte
 	if _, err := io.ReadFull(r, hb[:]); err != nil {
-		return header{}, nil, err
+		return header{}, nil, nil, err
 	}
 	h, err := decodeHeader(&hb, maxBody)
 	if err != nil {
-		return header{}, nil, err
+		return header{}, nil, nil, err
 	}
-	if cap(*buf) < h.bodyLen {
-		*buf = make([]byte, h.bodyLen)
+	msg, data, err := readBody(r, &h, buf, func(n int) []byte { return make([]byte, n) })
+	if err != nil {
+		return header{}, nil, nil, err
 	}
-	body := (*buf)[:h.bodyLen]
-	if _, err := io.ReadFull(r, body); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return header{}, nil, err
-	}
-	return h, body, nil
+	return h, msg, data, nil
 }
 
 // hello is the handshake message of this side.

@@ -20,6 +20,15 @@ func encodeFrame(h header, body []byte) []byte {
 	return append(hb[:], body...)
 }
 
+// encodeDataFrame encodes a frame with the attachment flag: the attachment
+// length, msg, then data.
+func encodeDataFrame(h header, msg, data []byte) []byte {
+	h.flags |= flagData
+	body := binary.BigEndian.AppendUint32(nil, uint32(len(data)))
+	body = append(append(body, msg...), data...)
+	return encodeFrame(h, body)
+}
+
 func TestFrameRoundTrip(t *testing.T) {
 	for _, h := range []header{
 		{typ: frameRequest, method: 7, id: 1, timeout: 1500 * time.Millisecond},
@@ -34,10 +43,52 @@ func TestFrameRoundTrip(t *testing.T) {
 			body = nil
 		}
 		var buf []byte
-		got, gotBody, err := readFrame(bytes.NewReader(encodeFrame(h, body)), 1<<20, &buf)
+		got, gotBody, gotData, err := readFrame(bytes.NewReader(encodeFrame(h, body)), 1<<20, &buf)
 		h.bodyLen = len(body)
-		if err != nil || got != h || !bytes.Equal(gotBody, body) {
-			t.Errorf("round trip of %+v: got %+v %q, %v", h, got, gotBody, err)
+		if err != nil || got != h || !bytes.Equal(gotBody, body) || gotData != nil {
+			t.Errorf("round trip of %+v: got %+v %q %q, %v", h, got, gotBody, gotData, err)
+		}
+	}
+}
+
+func TestFrameAttachmentRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		h         header
+		msg, data string
+	}{
+		{header{typ: frameRequest, method: 100, id: 1, timeout: time.Second}, "msg", "chunk bytes"},
+		{header{typ: frameRequest, method: 100, id: 2}, "", "no message at all"},
+		{header{typ: frameOneWay, method: 200, id: 3}, "m", "d"},
+		{header{typ: frameResponse, method: 101, id: 4}, "reply", "data"},
+		{header{typ: frameResponse, method: 101, id: 5}, "empty attachment", ""},
+	} {
+		var buf []byte
+		got, msg, data, err := readFrame(bytes.NewReader(encodeDataFrame(tc.h, []byte(tc.msg), []byte(tc.data))), 1<<20, &buf)
+		if err != nil || !got.hasData() || string(msg) != tc.msg || string(data) != tc.data {
+			t.Errorf("%+v: got %+v msg %q data %q, %v", tc.h, got, msg, data, err)
+		}
+	}
+}
+
+func TestFrameAttachmentRejects(t *testing.T) {
+	good := encodeDataFrame(header{typ: frameRequest, method: 1, id: 1}, []byte("msg"), []byte("data"))
+	tooLong := bytes.Clone(good)
+	binary.BigEndian.PutUint32(tooLong[headerLen:], 8) // the body holds 3+4
+	huge := bytes.Clone(good)
+	binary.BigEndian.PutUint32(huge[headerLen:], 1<<32-1)
+	short := encodeFrame(header{typ: frameRequest, flags: flagData, method: 1, id: 1}, []byte{0, 0, 0})
+	onError := encodeFrame(header{typ: frameResponse, flags: flagError | flagData, kind: errs.NotExist, id: 1}, []byte{0, 0, 0, 0})
+	onCancel := encodeFrame(header{typ: frameCancel, flags: flagData, id: 1}, nil)
+	for name, frame := range map[string][]byte{
+		"attachment longer than the body": tooLong,
+		"attachment length 2^32-1":        huge,
+		"body shorter than the length":    short,
+		"attachment on an error":          onError,
+		"attachment on a cancel":          onCancel,
+	} {
+		var buf []byte
+		if _, _, _, err := readFrame(bytes.NewReader(frame), 1<<20, &buf); !errs.Is(err, errs.Protocol) {
+			t.Errorf("%s: err = %v; want Protocol", name, err)
 		}
 	}
 }
@@ -71,32 +122,50 @@ func TestDecodeHeaderRejects(t *testing.T) {
 }
 
 // FuzzDecodeFrame feeds arbitrary bytes to the frame reader: it must never
-// panic, and whatever it accepts must encode back to the same bytes.
+// panic, and whatever it accepts (with or without an attachment) must
+// encode back to the same bytes.
 func FuzzDecodeFrame(f *testing.F) {
 	f.Add(encodeFrame(header{typ: frameRequest, method: 1, id: 1, timeout: time.Second}, []byte{0x0a, 0x01, 'x'}))
 	f.Add(encodeFrame(header{typ: frameResponse, method: 1, id: 1, flags: flagError, kind: errs.NotExist}, []byte("no such file")))
 	f.Add(encodeFrame(header{typ: frameCancel, id: 3}, nil))
+	f.Add(encodeDataFrame(header{typ: frameRequest, method: 100, id: 4, timeout: time.Second}, []byte{0x0a, 0x01, 'x'}, []byte("chunk")))
+	f.Add(encodeDataFrame(header{typ: frameResponse, method: 101, id: 5}, nil, []byte("data")))
 	f.Add([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
 	const limit = 1 << 16
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var buf []byte
-		h, body, err := readFrame(bytes.NewReader(data), limit, &buf)
+		h, msg, att, err := readFrame(bytes.NewReader(data), limit, &buf)
 		if err != nil {
 			if len(data) >= headerLen && !errs.Is(err, errs.Protocol) && err != io.ErrUnexpectedEOF {
 				t.Fatalf("full header gave a non-protocol error %v", err)
 			}
 			return
 		}
-		if h.bodyLen > limit || len(body) != h.bodyLen {
-			t.Fatalf("accepted body of %d bytes (header says %d, limit %d)", len(body), h.bodyLen, limit)
+		if h.bodyLen > limit || bodyLenOf(&h, msg, att) != h.bodyLen {
+			t.Fatalf("accepted a message of %d and an attachment of %d bytes (header says %d, limit %d)", len(msg), len(att), h.bodyLen, limit)
+		}
+		if !h.hasData() && att != nil {
+			t.Fatalf("attachment of %d bytes without the flag", len(att))
 		}
 		if h.typ == frameResponse && h.isError() && !h.kind.Valid() {
 			t.Fatalf("accepted invalid kind %d", h.kind)
 		}
-		if again := encodeFrame(h, body); !bytes.Equal(again, data[:headerLen+h.bodyLen]) {
+		again := encodeFrame(h, msg)
+		if h.hasData() {
+			again = encodeDataFrame(h, msg, att)
+		}
+		if !bytes.Equal(again, data[:headerLen+h.bodyLen]) {
 			t.Fatalf("re-encoded frame differs:\n got %x\nwant %x", again, data[:headerLen+h.bodyLen])
 		}
 	})
+}
+
+// bodyLenOf is the body length that msg and att make with h's flags.
+func bodyLenOf(h *header, msg, att []byte) int {
+	if h.hasData() {
+		return attachLenSize + len(msg) + len(att)
+	}
+	return len(msg)
 }
 
 // rawConn connects to addr and sends hello as its handshake, returning the
@@ -184,11 +253,19 @@ func TestMalformedFrameClosesOnlyThatConnection(t *testing.T) {
 	badKind[16+7] = byte(errs.ReadOnly) + 1
 	oversized := encodeFrame(header{typ: frameRequest, method: mEcho, id: 1}, nil)
 	binary.BigEndian.PutUint32(oversized[0:4], 1<<20+1)
+	// An attachment length past the body: the server must not trust it to
+	// find the next frame, nor allocate it.
+	longAttachment := encodeDataFrame(header{typ: frameRequest, method: mData, id: 1}, []byte("m"), []byte("data"))
+	binary.BigEndian.PutUint32(longAttachment[headerLen:], 1<<31)
+	shortBody := encodeFrame(header{typ: frameRequest, flags: flagData, method: mData, id: 1}, []byte{0, 0})
 	for name, frame := range map[string][]byte{
-		"garbage":        bytes.Repeat([]byte{0xff}, 64),
-		"oversized":      oversized,
-		"bad kind":       badKind,
-		"cancel payload": encodeFrame(header{typ: frameCancel, id: 1}, []byte("x")),
+		"garbage":                    bytes.Repeat([]byte{0xff}, 64),
+		"oversized":                  oversized,
+		"bad kind":                   badKind,
+		"cancel payload":             encodeFrame(header{typ: frameCancel, id: 1}, []byte("x")),
+		"attachment past the body":   longAttachment,
+		"body shorter than a length": shortBody,
+		"attachment on an error":     encodeFrame(header{typ: frameResponse, flags: flagError | flagData, kind: errs.NotExist, id: 1}, []byte{0, 0, 0, 0}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			nc, _ := rawConn(t, ts.addr, helloWith(Version))

@@ -21,10 +21,29 @@ type Mux struct {
 }
 
 // handler is a registered method with its types erased: serve decodes the
-// request body, runs the function, and appends the encoded response to out.
+// request message, runs the function with the request's attachment (data),
+// and appends the encoded response to out, returning the response's
+// attachment separately.
 type handler struct {
-	oneWay bool
-	serve  func(ctx context.Context, body, out []byte) ([]byte, error)
+	oneWay   bool
+	withData bool // takes and returns attachments (HandleData)
+	serve    func(ctx context.Context, msg, data, out []byte) ([]byte, Attachment, error)
+}
+
+// Attachment is raw bytes sent after a response message (HandleData). The
+// bytes are written to the connection after the handler returns; Release,
+// if set, is called once they have been written or the write failed, never
+// before, so the handler can lend a buffer (say from GetBuffer) and get it
+// back.
+type Attachment struct {
+	Data    []byte
+	Release func()
+}
+
+func (a Attachment) release() {
+	if a.Release != nil {
+		a.Release()
+	}
 }
 
 // NewMux returns an empty Mux.
@@ -40,21 +59,53 @@ func NewMux() *Mux {
 func Handle[Req, Resp proto.Message](m *Mux, method uint16, fn func(ctx context.Context, req Req) (Resp, error)) {
 	var zero Req
 	typ := zero.ProtoReflect().Type()
-	m.register(method, &handler{serve: func(ctx context.Context, body, out []byte) ([]byte, error) {
+	m.register(method, &handler{serve: func(ctx context.Context, msg, _, out []byte) ([]byte, Attachment, error) {
 		req := typ.New().Interface().(Req)
-		if err := proto.Unmarshal(body, req); err != nil {
-			return out, errs.Wrap(errs.Protocol, "rpc", "decode request", err)
+		if err := proto.Unmarshal(msg, req); err != nil {
+			return out, Attachment{}, errs.Wrap(errs.Protocol, "rpc", "decode request", err)
 		}
 		resp, err := fn(ctx, req)
 		if err != nil {
-			return out, err
+			return out, Attachment{}, err
 		}
-		out, err = proto.MarshalOptions{}.MarshalAppend(out, resp)
-		if err != nil {
-			return out, errs.Wrap(errs.IO, "rpc", "encode response", err)
-		}
-		return out, nil
+		out, err = marshalResponse(out, resp)
+		return out, Attachment{}, err
 	}})
+}
+
+// HandleData registers fn for method, whose requests and responses may carry
+// an attachment: raw bytes after the message that no proto encoding copies
+// (chunk data). data is the request's attachment, nil if it has none; it
+// lives in a pooled buffer that is reused once fn returns, so fn must not
+// keep it. fn's Attachment is sent after its response message.
+func HandleData[Req, Resp proto.Message](m *Mux, method uint16, fn func(ctx context.Context, req Req, data []byte) (Resp, Attachment, error)) {
+	var zero Req
+	typ := zero.ProtoReflect().Type()
+	m.register(method, &handler{withData: true, serve: func(ctx context.Context, msg, data, out []byte) ([]byte, Attachment, error) {
+		req := typ.New().Interface().(Req)
+		if err := proto.Unmarshal(msg, req); err != nil {
+			return out, Attachment{}, errs.Wrap(errs.Protocol, "rpc", "decode request", err)
+		}
+		resp, att, err := fn(ctx, req, data)
+		if err != nil {
+			att.release()
+			return out, Attachment{}, err
+		}
+		out, err = marshalResponse(out, resp)
+		if err != nil {
+			att.release()
+			return out, Attachment{}, err
+		}
+		return out, att, nil
+	}})
+}
+
+func marshalResponse(out []byte, resp proto.Message) ([]byte, error) {
+	out, err := proto.MarshalOptions{}.MarshalAppend(out, resp)
+	if err != nil {
+		return out, errs.Wrap(errs.IO, "rpc", "encode response", err)
+	}
+	return out, nil
 }
 
 // HandleOneWay registers fn for one-way messages of method: nothing is sent
@@ -62,13 +113,13 @@ func Handle[Req, Resp proto.Message](m *Mux, method uint16, fn func(ctx context.
 func HandleOneWay[Req proto.Message](m *Mux, method uint16, fn func(ctx context.Context, req Req)) {
 	var zero Req
 	typ := zero.ProtoReflect().Type()
-	m.register(method, &handler{oneWay: true, serve: func(ctx context.Context, body, out []byte) ([]byte, error) {
+	m.register(method, &handler{oneWay: true, serve: func(ctx context.Context, msg, _, out []byte) ([]byte, Attachment, error) {
 		req := typ.New().Interface().(Req)
-		if err := proto.Unmarshal(body, req); err != nil {
-			return out, errs.Wrap(errs.Protocol, "rpc", "decode one-way message", err)
+		if err := proto.Unmarshal(msg, req); err != nil {
+			return out, Attachment{}, errs.Wrap(errs.Protocol, "rpc", "decode one-way message", err)
 		}
 		fn(ctx, req)
-		return out, nil
+		return out, Attachment{}, nil
 	}})
 }
 

@@ -51,11 +51,27 @@ func (p *Peer) Call(ctx context.Context, method uint16, req, resp proto.Message)
 		if err != nil {
 			return err
 		}
-		sent, err := c.call(ctx, method, req, resp)
+		sent, _, err := c.call(ctx, method, req, nil, resp, false)
 		if !sent && attempt == 0 && errs.Is(err, errs.Unavailable) {
 			continue // the connection was already dead; Conn redials
 		}
 		return err
+	}
+}
+
+// CallData is Conn.CallData on the Peer's connection, dialing first if
+// needed.
+func (p *Peer) CallData(ctx context.Context, method uint16, req proto.Message, data []byte, resp proto.Message) ([]byte, error) {
+	for attempt := 0; ; attempt++ {
+		c, err := p.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		sent, respData, err := c.call(ctx, method, req, data, resp, true)
+		if !sent && attempt == 0 && errs.Is(err, errs.Unavailable) {
+			continue // the connection was already dead; Conn redials
+		}
+		return respData, err
 	}
 }
 

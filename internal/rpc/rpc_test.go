@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +29,7 @@ const (
 	mBlock    uint16 = 9006 // blocks until its context ends, then reports why
 	mNotify   uint16 = 9007 // one-way
 	mCallback uint16 = 9008 // calls the client back with mEcho
+	mData     uint16 = 9009 // HandleData: see dataHandler
 )
 
 func msg(s string) *weftpb.ReadlinkReply { return &weftpb.ReadlinkReply{Target: s} }
@@ -64,6 +66,9 @@ type testServer struct {
 	conns chan *Conn  // mCallback hands over its connection
 	notes chan string // mNotify delivers here
 	seen  sync.Map    // *Conn -> true: connections that made a request
+	// released counts mData's response attachments given back after
+	// their write.
+	released atomic.Int64
 }
 
 func (ts *testServer) gate(name string) chan struct{} {
@@ -106,6 +111,7 @@ func newTestMux(ts *testServer) *Mux {
 	HandleOneWay(mux, mNotify, func(ctx context.Context, req *weftpb.ReadlinkReply) {
 		ts.notes <- req.Target
 	})
+	HandleData(mux, mData, ts.dataHandler)
 	Handle(mux, mCallback, func(ctx context.Context, req *weftpb.ReadlinkReply) (*weftpb.ReadlinkReply, error) {
 		c := ConnFromContext(ctx)
 		var resp weftpb.ReadlinkReply

@@ -202,19 +202,21 @@ func (s *Server) Close() error {
 
 // startHandler runs the handler of an incoming request or one-way message,
 // inline on the reading goroutine or in a goroutine of its own; the handler
-// owns bp from now on. retire says that the reading goroutine has been
-// replaced (see runInline). An error closes the connection.
-func (c *Conn) startHandler(h *header, bp *[]byte, body []byte, inline bool) (retire bool, err error) {
+// owns bp (holding msg) and data from now on. retire says that the reading
+// goroutine has been replaced (see runInline). An error closes the
+// connection.
+func (c *Conn) startHandler(h *header, bp *[]byte, msg, data []byte, inline bool) (retire bool, err error) {
 	hd := c.cfg.mux.lookup(h.method)
 	if hd == nil || hd.oneWay != (h.typ == frameOneWay) {
 		putBuf(bp)
+		PutBuffer(data)
 		if h.typ == frameOneWay {
 			c.cfg.log.Debug("rpc: dropping one-way message for an unknown method", "method", h.method)
 			return false, nil
 		}
 		err := errs.New(errs.NotSupported, "rpc", "method %d (%s) is not served here", h.method, weftpb.MethodName(h.method))
-		c.reply(h, nil, err)
-		c.observe(h.method, 0, len(body), 0, err)
+		c.reply(h, nil, nil, err)
+		c.observe(h.method, 0, len(msg)+len(data), 0, err)
 		return false, nil
 	}
 
@@ -234,17 +236,18 @@ func (c *Conn) startHandler(h *header, bp *[]byte, body []byte, inline bool) (re
 		if dup {
 			cancel()
 			putBuf(bp)
+			PutBuffer(data)
 			return false, errs.New(errs.Protocol, "rpc", "request id %d reused while still in flight", h.id)
 		}
 	}
 	hh := *h
 	if inline {
-		return c.runInline(func() { c.serve(ctx, cancel, hh, hd, bp, body) }), nil
+		return c.runInline(func() { c.serve(ctx, cancel, hh, hd, bp, msg, data) }), nil
 	}
 	c.cfg.handlers.Add(1)
 	go func() {
 		defer c.cfg.handlers.Done()
-		c.serve(ctx, cancel, hh, hd, bp, body)
+		c.serve(ctx, cancel, hh, hd, bp, msg, data)
 	}()
 	return false, nil
 }
@@ -260,13 +263,23 @@ func (c *Conn) cancelServing(id uint64) {
 	}
 }
 
-// serve runs one handler and sends its response.
-func (c *Conn) serve(ctx context.Context, cancel context.CancelFunc, h header, hd *handler, bp *[]byte, body []byte) {
+// serve runs one handler and sends its response. The request's buffers go
+// back to their pools when the handler returns; the response's attachment
+// is released once written.
+func (c *Conn) serve(ctx context.Context, cancel context.CancelFunc, h header, hd *handler, bp *[]byte, msg, data []byte) {
 	start := time.Now()
 	out := getBuf()
-	resp, err := c.runHandler(ctx, &h, hd, body, (*out)[:0])
-	reqBytes := len(body)
+	var resp []byte
+	var att Attachment
+	var err error
+	if data != nil && !hd.withData {
+		err = errs.New(errs.Protocol, "rpc "+weftpb.MethodName(h.method), "the request carries an attachment the method does not take")
+	} else {
+		resp, att, err = c.runHandler(ctx, &h, hd, msg, data, (*out)[:0])
+	}
+	reqBytes := len(msg) + len(data)
 	putBuf(bp)
+	PutBuffer(data)
 	if h.typ == frameRequest {
 		c.mu.Lock()
 		delete(c.mu.serving, h.id)
@@ -277,14 +290,15 @@ func (c *Conn) serve(ctx context.Context, cancel context.CancelFunc, h header, h
 	}
 	respBytes := 0
 	if h.typ == frameRequest {
-		if err == nil && len(resp) > c.cfg.maxFrame {
-			err = errs.New(errs.TooBig, "rpc "+weftpb.MethodName(h.method), "response of %d bytes exceeds the frame limit of %d", len(resp), c.cfg.maxFrame)
+		if n := bodyLen(resp, att.Data); err == nil && n > c.cfg.maxFrame {
+			err = errs.New(errs.TooBig, "rpc "+weftpb.MethodName(h.method), "response of %d bytes exceeds the frame limit of %d", n, c.cfg.maxFrame)
 		}
 		if err == nil {
-			respBytes = len(resp)
+			respBytes = len(resp) + len(att.Data)
 		}
-		c.reply(&h, resp, err)
+		c.reply(&h, resp, att.Data, err)
 	}
+	att.release()
 	if resp != nil {
 		*out = resp
 	}
@@ -294,22 +308,23 @@ func (c *Conn) serve(ctx context.Context, cancel context.CancelFunc, h header, h
 
 // runHandler runs a handler, turning a panic into an errs.IO error so that
 // one bad request cannot take the server down.
-func (c *Conn) runHandler(ctx context.Context, h *header, hd *handler, body, out []byte) (resp []byte, err error) {
+func (c *Conn) runHandler(ctx context.Context, h *header, hd *handler, msg, data, out []byte) (resp []byte, att Attachment, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.cfg.log.Error("rpc: handler panicked", "method", weftpb.MethodName(h.method), "remote", c.nc.RemoteAddr().String(),
 				"panic", r, "stack", string(debug.Stack()))
-			resp, err = nil, errs.New(errs.IO, "rpc "+weftpb.MethodName(h.method), "handler failed unexpectedly")
+			resp, att, err = nil, Attachment{}, errs.New(errs.IO, "rpc "+weftpb.MethodName(h.method), "handler failed unexpectedly")
 		}
 	}()
-	return hd.serve(ctx, body, out)
+	return hd.serve(ctx, msg, data, out)
 }
 
 // maxErrorMessage bounds the error text sent back; longer text is cut.
 const maxErrorMessage = 4 << 10
 
-// reply sends the response to request h: resp, or err with its kind.
-func (c *Conn) reply(h *header, resp []byte, err error) {
+// reply sends the response to request h: resp with the attachment data, or
+// err with its kind.
+func (c *Conn) reply(h *header, resp, data []byte, err error) {
 	rh := header{typ: frameResponse, method: h.method, id: h.id}
 	if err != nil {
 		rh.flags = flagError
@@ -318,10 +333,9 @@ func (c *Conn) reply(h *header, resp []byte, err error) {
 		if len(msg) > maxErrorMessage {
 			msg = msg[:maxErrorMessage]
 		}
-		resp = []byte(msg)
+		resp, data = []byte(msg), nil
 	}
-	rh.bodyLen = len(resp)
-	_ = c.writeFrame(&rh, resp) // a failure closes the connection; nobody to tell
+	_ = c.writeFrame(&rh, resp, data) // a failure closes the connection; nobody to tell
 }
 
 // wireKind is the kind sent for a handler's error. Context errors from a

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -57,6 +58,11 @@ func TestTLS(t *testing.T) {
 	ctx := testCtx(t)
 	if got, err := echo(ctx, c, "secret"); err != nil || got != "echo:secret" {
 		t.Fatalf("echo over TLS: %q, %v", got, err)
+	}
+	// Attachments, which go out by writev on plain TCP, go through TLS too.
+	data := bytes.Repeat([]byte("tls"), 100<<10)
+	if got, err := c.CallData(ctx, mData, msg("echo"), data, nil); err != nil || !bytes.Equal(got, bytes.ToUpper(data)) {
+		t.Fatalf("attachment over TLS: %d bytes, %v", len(got), err)
 	}
 	// A plain client cannot talk to a TLS server.
 	if _, err := Dial(ctx, ts.addr, DialOptions{}); err == nil {

@@ -11,6 +11,21 @@ type ChunkKey struct{ Ino, Index uint64 }
 
 func (k ChunkKey) String() string { return fmt.Sprintf("%x/%d", k.Ino, k.Index) }
 
+// WriteMode says how far a write's bytes must go before Write returns.
+type WriteMode uint8
+
+const (
+	// WriteBack holds the bytes (in the page cache, for disk); SyncChunks
+	// makes them durable later.
+	WriteBack WriteMode = iota
+	// WriteBehind is WriteBack, and the device starts writing the bytes
+	// now without Write waiting for them, so that the sync which follows
+	// soon has less to wait for.
+	WriteBehind
+	// WriteThrough makes the bytes durable before Write returns.
+	WriteThrough
+)
+
 // Usage is what StatFS reports.
 type Usage struct {
 	Capacity uint64 // bytes the backend may hold
@@ -26,12 +41,14 @@ type Usage struct {
 // Errors carry a kind: errs.Corrupt for a checksum mismatch, errs.NoSpace
 // when the backend is full, errs.IO for a failing device.
 type Backend interface {
-	// Write writes data at off, growing the chunk (a gap reads as zeros).
-	// With sync it returns once the bytes are durable.
-	Write(k ChunkKey, off int64, data []byte, sync bool) error
+	// Write writes data at off, growing the chunk (a gap reads as zeros);
+	// mode says how durable the bytes are when it returns.
+	Write(k ChunkKey, off int64, data []byte, mode WriteMode) error
 	// Read returns up to n bytes at off; fewer if the chunk ends, none if it
-	// does not exist.
-	Read(k ChunkKey, off, n int64) ([]byte, error)
+	// does not exist. The bytes live in one buffer the backend gets from
+	// alloc (at most once, of at most n plus two blocks), possibly at an
+	// offset within it; every byte of the result has been written.
+	Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, error)
 	// Truncate sets the chunk's size; size 0 removes it.
 	Truncate(k ChunkKey, size int64) error
 	// Delete removes every chunk of ino with index >= from and returns how

@@ -199,7 +199,7 @@ func (d *diskBackend) makeInoDir(ino uint64) error {
 	return err
 }
 
-func (d *diskBackend) Write(k ChunkKey, off int64, data []byte, sync bool) error {
+func (d *diskBackend) Write(k ChunkKey, off int64, data []byte, mode WriteMode) error {
 	if len(data) == 0 {
 		return nil
 	}
@@ -214,15 +214,18 @@ func (d *diskBackend) Write(k ChunkKey, off int64, data []byte, sync bool) error
 	d.markFile(k)
 	ch := writeChange(cf.l.blockSize, cf.size, off, data)
 	err = cf.apply(ch, func() error {
-		if _, err := cf.f.WriteAt(data, cf.l.dataOff+off); err != nil {
-			return errs.Wrap(errs.IO, "write chunk", k.String(), err)
-		}
-		return nil
+		return cf.writeData(data, off)
 	}, d.hook)
-	if err != nil || !sync {
+	switch {
+	case err != nil:
 		return err
+	case mode == WriteThrough:
+		return d.syncFile(k, cf)
+	case mode == WriteBehind:
+		// Only a hint: if it fails, the sync to come does the work.
+		startWriteback(cf.f, cf.l.dataOff+off, int64(len(data)))
 	}
-	return d.syncFile(k, cf)
+	return nil
 }
 
 func (d *diskBackend) Truncate(k ChunkKey, size int64) error {
@@ -259,7 +262,7 @@ func (d *diskBackend) remove(k ChunkKey) error {
 	return nil
 }
 
-func (d *diskBackend) Read(k ChunkKey, off, n int64) ([]byte, error) {
+func (d *diskBackend) Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, error) {
 	cf, err := d.open(k, false)
 	if cf == nil || err != nil {
 		return nil, err
@@ -268,7 +271,7 @@ func (d *diskBackend) Read(k ChunkKey, off, n int64) ([]byte, error) {
 	if off >= cf.size || n == 0 {
 		return nil, nil
 	}
-	return cf.read(off, min(off+n, cf.size))
+	return cf.read(off, min(off+n, cf.size), alloc)
 }
 
 func (d *diskBackend) Delete(ino, from uint64) (uint64, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"sync"
 
 	"github.com/weftfs/weft/internal/errs"
 )
@@ -115,14 +116,7 @@ func (d *diskBackend) Sync(ino uint64) error {
 	if di == nil {
 		return nil
 	}
-	var failed []uint64
-	var firstErr error
-	for idx := range di.files {
-		if err := d.syncChunk(ChunkKey{ino, idx}); err != nil {
-			failed = append(failed, idx)
-			firstErr = cmp.Or(firstErr, err)
-		}
-	}
+	failed, firstErr := d.syncChunks(ino, di.files)
 	dirs := di.dirs
 	if err := d.syncDirs(ino, di.dirs); err != nil {
 		firstErr = cmp.Or(firstErr, errs.Wrap(errs.IO, "sync chunks", d.inoDir(ino), err))
@@ -133,6 +127,49 @@ func (d *diskBackend) Sync(ino uint64) error {
 		d.putBack(ino, failed, dirs)
 	}
 	return firstErr
+}
+
+// syncWorkers bounds the fdatasyncs of one Sync in flight at once. One at a
+// time, each waits for its own journal commit and the disk idles between
+// them: measured on ext4 over virtio, 256 sequential fdatasyncs of 4 MiB
+// files took 1.3-2x as long as one fsync of a 1 GiB file, 16 in parallel
+// the same time (their commits group).
+const syncWorkers = 16
+
+// syncChunks fdatasyncs the chunk files of ino named by idxs, several at a
+// time, and returns those that failed with the first error.
+func (d *diskBackend) syncChunks(ino uint64, idxs map[uint64]struct{}) ([]uint64, error) {
+	work := make(chan uint64)
+	type result struct {
+		idx uint64
+		err error
+	}
+	results := make(chan result)
+	var wg sync.WaitGroup
+	for range min(syncWorkers, len(idxs)) {
+		wg.Go(func() {
+			for idx := range work {
+				results <- result{idx, d.syncChunk(ChunkKey{ino, idx})}
+			}
+		})
+	}
+	go func() {
+		for idx := range idxs {
+			work <- idx
+		}
+		close(work)
+		wg.Wait()
+		close(results)
+	}()
+	var failed []uint64
+	var firstErr error
+	for r := range results {
+		if r.err != nil {
+			failed = append(failed, r.idx)
+			firstErr = cmp.Or(firstErr, r.err)
+		}
+	}
+	return failed, firstErr
 }
 
 func (d *diskBackend) syncChunk(k ChunkKey) error {

@@ -127,6 +127,25 @@ func (cf *chunkFile) writeEntries(lo int64, es []entry) error {
 	return nil
 }
 
+// writeUnit bounds one pwrite of chunk data. The page cache gives a write of
+// 2 MiB or more huge folios, whose allocation was measured (Linux 6.18 on a
+// 2-vCPU VM, ext4) at about 1 s of CPU per GiB written, against 0.2 s for
+// writes of 64 KiB to 1 MiB: four pwrites instead of one for a 4 MiB chunk
+// cost nothing next to that.
+const writeUnit = 1 << 20
+
+// writeData writes p at the chunk's offset off, in pieces of writeUnit.
+func (cf *chunkFile) writeData(p []byte, off int64) error {
+	for len(p) > 0 {
+		n := min(len(p), writeUnit)
+		if _, err := cf.f.WriteAt(p[:n], cf.l.dataOff+off); err != nil {
+			return errs.Wrap(errs.IO, "write chunk", cf.k.String(), err)
+		}
+		p, off = p[n:], off+int64(n)
+	}
+	return nil
+}
+
 // readData reads the chunk's bytes [off, off+len(p)), all within size.
 func (cf *chunkFile) readData(p []byte, off int64) error {
 	if _, err := cf.f.ReadAt(p, cf.l.dataOff+off); err != nil {
@@ -224,7 +243,9 @@ func (cf *chunkFile) currentCRC(ch change, b int64, e entry) (uint32, error) {
 }
 
 // read returns the bytes [off, end) after verifying every block they touch.
-func (cf *chunkFile) read(off, end int64) ([]byte, error) {
+// It reads the whole blocks into one buffer from alloc, in one pread, and
+// returns the requested part of it.
+func (cf *chunkFile) read(off, end int64, alloc func(int) []byte) ([]byte, error) {
 	bs := cf.l.blockSize
 	lo, hi := off/bs, (end-1)/bs+1
 	es, err := cf.readEntries(lo, hi)
@@ -232,7 +253,7 @@ func (cf *chunkFile) read(off, end int64) ([]byte, error) {
 		return nil, err
 	}
 	start := lo * bs
-	buf := make([]byte, min(hi*bs, cf.size)-start)
+	buf := alloc(int(min(hi*bs, cf.size) - start))
 	if err := cf.readData(buf, start); err != nil {
 		return nil, err
 	}

@@ -59,7 +59,9 @@
 // reply, so an acknowledged synced write survives kill -9 and power loss.
 // Without sync the write is only in the page cache: it survives kill -9 but
 // not power loss until SyncChunks, which fdatasyncs every chunk file of the
-// inode written since its last sync.
+// inode written since its last sync (several at a time). A write with
+// write_behind also starts the device writing its bytes (sync_file_range),
+// which promises nothing but leaves less for that SyncChunks to wait for.
 //
 // Because step 1 is not fsync'ed before step 2, after a power loss the disk
 // may hold new data with an old entry: that block reads as Corrupt too. What

@@ -53,9 +53,20 @@ func mustWrite(t testing.TB, s *Server, ino, idx uint64, off int64, data []byte)
 	}
 }
 
+// read reads as the wire does, into a pooled buffer (which it copies out
+// of and releases, so that later reads reuse it and a stale byte would
+// show).
 func read(s *Server, ino, idx uint64, off, n int64) ([]byte, error) {
-	r, err := s.ReadChunk(context.Background(), &weftpb.ReadChunkRequest{Chunk: cid(ino, idx), Offset: off, Length: n})
-	return r.GetData(), err
+	_, att, err := s.ReadChunkData(context.Background(), &weftpb.ReadChunkRequest{Chunk: cid(ino, idx), Offset: off, Length: n}, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	if att.Data != nil {
+		out = bytes.Clone(att.Data)
+	}
+	att.Release()
+	return out, nil
 }
 
 func mustRead(t testing.TB, s *Server, ino, idx uint64, off, n int64) []byte {

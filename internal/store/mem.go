@@ -80,7 +80,7 @@ func (m *memBackend) reserve(n int64) bool {
 	}
 }
 
-func (m *memBackend) Write(k ChunkKey, off int64, data []byte, _ bool) error {
+func (m *memBackend) Write(k ChunkKey, off int64, data []byte, _ WriteMode) error {
 	c := m.lookup(k)
 	var size int64
 	if c != nil {
@@ -162,13 +162,13 @@ func resize[T any](s []T, n int64) []T {
 	return out
 }
 
-func (m *memBackend) Read(k ChunkKey, off, n int64) ([]byte, error) {
+func (m *memBackend) Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, error) {
 	c := m.lookup(k)
 	if c == nil || off >= c.size || n == 0 {
 		return nil, nil
 	}
 	end := min(off+n, c.size)
-	out := make([]byte, 0, end-off)
+	out := alloc(int(end - off))[:0]
 	for b := off / m.bs; b*m.bs < end; b++ {
 		blk := c.blocks[b]
 		if checksum(blk) != c.crcs[b] {

@@ -62,7 +62,8 @@ func (m *storeModel) write(t *rapid.T) {
 	off := rapid.Int64Range(0, modelMaxChunk+20).Draw(t, "off")
 	data := rapid.SliceOfN(rapid.Byte(), 0, 70).Draw(t, "data")
 	_, err := m.s.WriteChunk(context.Background(), &weftpb.WriteChunkRequest{
-		Chunk: cid(k.Ino, k.Index), Offset: off, Data: data, Sync: rapid.Bool().Draw(t, "sync"),
+		Chunk: cid(k.Ino, k.Index), Offset: off, Data: data,
+		Sync: rapid.Bool().Draw(t, "sync"), WriteBehind: rapid.Bool().Draw(t, "write behind"),
 	})
 	end := off + int64(len(data))
 	old := m.chunks[k]

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -11,14 +12,32 @@ import (
 // backend: no request content may make the server panic.
 
 // WriteChunk writes req.Data at req.Offset, growing the chunk; with
-// req.Sync it replies once the bytes are durable.
+// req.Sync it replies once the bytes are durable, with req.WriteBehind it
+// starts writing them to the device.
 func (s *Server) WriteChunk(ctx context.Context, req *weftpb.WriteChunkRequest) (*weftpb.WriteChunkReply, error) {
+	return s.writeChunk(ctx, req, req.GetData())
+}
+
+// WriteChunkData is WriteChunk with the bytes in the request's attachment,
+// as the wire carries them (the proto's data field is then empty).
+func (s *Server) WriteChunkData(ctx context.Context, req *weftpb.WriteChunkRequest, data []byte) (*weftpb.WriteChunkReply, rpc.Attachment, error) {
+	if len(req.GetData()) > 0 {
+		if len(data) > 0 {
+			return nil, rpc.Attachment{}, errs.New(errs.Invalid, "write chunk", "data both in the message and in the attachment")
+		}
+		data = req.GetData()
+	}
+	r, err := s.writeChunk(ctx, req, data)
+	return r, rpc.Attachment{}, err
+}
+
+func (s *Server) writeChunk(ctx context.Context, req *weftpb.WriteChunkRequest, data []byte) (*weftpb.WriteChunkReply, error) {
 	const op = "write chunk"
 	k, err := chunkKey(op, req.GetChunk())
 	if err != nil {
 		return nil, err
 	}
-	off, data := req.GetOffset(), req.GetData()
+	off := req.GetOffset()
 	if off < 0 || off > s.cfg.MaxChunkSize-int64(len(data)) {
 		return nil, errs.New(errs.Invalid, op, "chunk %v: %d bytes at offset %d: beyond the maximum chunk size %d", k, len(data), off, s.cfg.MaxChunkSize)
 	}
@@ -29,7 +48,14 @@ func (s *Server) WriteChunk(ctx context.Context, req *weftpb.WriteChunkRequest) 
 	defer done()
 	unlock := s.locks.lockChunk(k, true)
 	defer unlock()
-	if err := s.backend.Write(k, off, data, req.GetSync()); err != nil {
+	mode := WriteBack
+	switch {
+	case req.GetSync():
+		mode = WriteThrough
+	case req.GetWriteBehind():
+		mode = WriteBehind
+	}
+	if err := s.backend.Write(k, off, data, mode); err != nil {
 		return nil, s.failed(op, k, err)
 	}
 	s.m.bytesWritten.Add(float64(len(data)))
@@ -40,6 +66,31 @@ func (s *Server) WriteChunk(ctx context.Context, req *weftpb.WriteChunkRequest) 
 // req.Offset. A short reply means the chunk ends; a missing chunk is a hole
 // and reads empty.
 func (s *Server) ReadChunk(ctx context.Context, req *weftpb.ReadChunkRequest) (*weftpb.ReadChunkReply, error) {
+	data, err := s.readChunk(ctx, req, func(n int) []byte { return make([]byte, n) })
+	if err != nil {
+		return nil, err
+	}
+	return &weftpb.ReadChunkReply{Data: data}, nil
+}
+
+// ReadChunkData is ReadChunk with the bytes in the reply's attachment, as
+// the wire carries them: read from the backend into a pooled buffer that
+// goes back to the pool once the reply is written.
+func (s *Server) ReadChunkData(ctx context.Context, req *weftpb.ReadChunkRequest, _ []byte) (*weftpb.ReadChunkReply, rpc.Attachment, error) {
+	var buf []byte
+	data, err := s.readChunk(ctx, req, func(n int) []byte {
+		buf = rpc.GetBuffer(n)
+		return buf
+	})
+	release := func() { rpc.PutBuffer(buf) }
+	if err != nil {
+		release()
+		return nil, rpc.Attachment{}, err
+	}
+	return &weftpb.ReadChunkReply{}, rpc.Attachment{Data: data, Release: release}, nil
+}
+
+func (s *Server) readChunk(ctx context.Context, req *weftpb.ReadChunkRequest, alloc func(int) []byte) ([]byte, error) {
 	const op = "read chunk"
 	k, err := chunkKey(op, req.GetChunk())
 	if err != nil {
@@ -57,12 +108,12 @@ func (s *Server) ReadChunk(ctx context.Context, req *weftpb.ReadChunkRequest) (*
 	defer done()
 	unlock := s.locks.lockChunk(k, false)
 	defer unlock()
-	data, err := s.backend.Read(k, off, n)
+	data, err := s.backend.Read(k, off, n, alloc)
 	if err != nil {
 		return nil, s.failed(op, k, err)
 	}
 	s.m.bytesRead.Add(float64(len(data)))
-	return &weftpb.ReadChunkReply{Data: data}, nil
+	return data, nil
 }
 
 // TruncateChunk sets the chunk's size, dropping bytes or extending it with

@@ -7,8 +7,9 @@ import (
 
 // Register serves the store methods (100-105) of s on mux.
 func (s *Server) Register(mux *rpc.Mux) {
-	rpc.Handle(mux, weftpb.MethodWriteChunk, s.WriteChunk)
-	rpc.Handle(mux, weftpb.MethodReadChunk, s.ReadChunk)
+	// Chunk bytes travel as frame attachments, never inside the protos.
+	rpc.HandleData(mux, weftpb.MethodWriteChunk, s.WriteChunkData)
+	rpc.HandleData(mux, weftpb.MethodReadChunk, s.ReadChunkData)
 	rpc.Handle(mux, weftpb.MethodTruncateChunk, s.TruncateChunk)
 	rpc.Handle(mux, weftpb.MethodDeleteChunks, s.DeleteChunks)
 	rpc.Handle(mux, weftpb.MethodSyncChunks, s.SyncChunks)

@@ -36,33 +36,46 @@ func TestServeOverTCP(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 
 	data := []byte(strings.Repeat("weft", 1<<16)) // 256 KiB: several blocks
-	if err := c.Call(ctx, weftpb.MethodWriteChunk, &weftpb.WriteChunkRequest{Chunk: cid(1, 2), Offset: 10, Data: data, Sync: true}, &weftpb.WriteChunkReply{}); err != nil {
+	if _, err := c.CallData(ctx, weftpb.MethodWriteChunk, &weftpb.WriteChunkRequest{Chunk: cid(1, 2), Offset: 10, Sync: true}, data, &weftpb.WriteChunkReply{}); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	var rr weftpb.ReadChunkReply
-	if err := c.Call(ctx, weftpb.MethodReadChunk, &weftpb.ReadChunkRequest{Chunk: cid(1, 2), Offset: 10, Length: 1 << 20}, &rr); err != nil {
+	got, err := c.CallData(ctx, weftpb.MethodReadChunk, &weftpb.ReadChunkRequest{Chunk: cid(1, 2), Offset: 10, Length: 1 << 20}, nil, &rr)
+	if err != nil {
 		t.Fatalf("read: %v", err)
 	}
-	wantBytes(t, "read over tcp", rr.Data, data)
-	if err := c.Call(ctx, weftpb.MethodTruncateChunk, &weftpb.TruncateChunkRequest{Chunk: cid(1, 2), Size: 14}, &weftpb.TruncateChunkReply{}); err != nil {
+	wantBytes(t, "read over tcp", got, data)
+	if len(rr.Data) != 0 {
+		t.Fatalf("the reply's proto carries %d bytes besides the attachment", len(rr.Data))
+	}
+	// A plain Call of ReadChunk cannot take the attachment.
+	err = c.Call(ctx, weftpb.MethodReadChunk, &weftpb.ReadChunkRequest{Chunk: cid(1, 2), Length: 100}, &rr)
+	wantKind(t, "read with Call", err, errs.Protocol)
+	// Data in the proto field (an older caller) still writes.
+	if err := c.Call(ctx, weftpb.MethodWriteChunk, &weftpb.WriteChunkRequest{Chunk: cid(1, 2), Offset: 14, Data: []byte("WEFT")}, &weftpb.WriteChunkReply{}); err != nil {
+		t.Fatalf("write with proto data: %v", err)
+	}
+	_, err = c.CallData(ctx, weftpb.MethodWriteChunk, &weftpb.WriteChunkRequest{Chunk: cid(1, 2), Data: []byte("x")}, []byte("y"), &weftpb.WriteChunkReply{})
+	wantKind(t, "data in both places", err, errs.Invalid)
+	if err := c.Call(ctx, weftpb.MethodTruncateChunk, &weftpb.TruncateChunkRequest{Chunk: cid(1, 2), Size: 18}, &weftpb.TruncateChunkReply{}); err != nil {
 		t.Fatalf("truncate: %v", err)
 	}
-	if err := c.Call(ctx, weftpb.MethodReadChunk, &weftpb.ReadChunkRequest{Chunk: cid(1, 2), Length: 100}, &rr); err != nil || string(rr.Data) != "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00weft" {
-		t.Fatalf("read after truncate: %q, %v", rr.Data, err)
+	if got, err := c.CallData(ctx, weftpb.MethodReadChunk, &weftpb.ReadChunkRequest{Chunk: cid(1, 2), Length: 100}, nil, &rr); err != nil || string(got) != "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00weftWEFT" {
+		t.Fatalf("read after truncate: %q, %v", got, err)
 	}
 	if err := c.Call(ctx, weftpb.MethodSyncChunks, &weftpb.SyncChunksRequest{Ino: 1}, &weftpb.SyncChunksReply{}); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
 	var st weftpb.StoreStatFSReply
-	if err := c.Call(ctx, weftpb.MethodStoreStatFS, &weftpb.StoreStatFSRequest{}, &st); err != nil || st.Chunks != 1 || st.Used != 14 || st.Capacity != 4<<20 {
+	if err := c.Call(ctx, weftpb.MethodStoreStatFS, &weftpb.StoreStatFSRequest{}, &st); err != nil || st.Chunks != 1 || st.Used != 18 || st.Capacity != 4<<20 {
 		t.Fatalf("statfs: %v, %v", &st, err)
 	}
 
 	// Errors keep their kind and message across the wire.
-	err = c.Call(ctx, weftpb.MethodWriteChunk, &weftpb.WriteChunkRequest{Data: []byte("x")}, &weftpb.WriteChunkReply{})
+	_, err = c.CallData(ctx, weftpb.MethodWriteChunk, &weftpb.WriteChunkRequest{}, []byte("x"), &weftpb.WriteChunkReply{})
 	wantKind(t, "write without a chunk id", err, errs.Invalid)
 	s.backend.(*memBackend).flipByte(ChunkKey{1, 2}, 3)
-	err = c.Call(ctx, weftpb.MethodReadChunk, &weftpb.ReadChunkRequest{Chunk: cid(1, 2), Length: 100}, &rr)
+	_, err = c.CallData(ctx, weftpb.MethodReadChunk, &weftpb.ReadChunkRequest{Chunk: cid(1, 2), Length: 100}, nil, &rr)
 	wantKind(t, "corrupt read", err, errs.Corrupt)
 	if !strings.Contains(err.Error(), "1/2") {
 		t.Fatalf("corrupt error %q does not name the chunk", err)
@@ -72,4 +85,24 @@ func TestServeOverTCP(t *testing.T) {
 	if err := c.Call(ctx, weftpb.MethodDeleteChunks, &weftpb.DeleteChunksRequest{Ino: 1}, &dr); err != nil || dr.Deleted != 1 {
 		t.Fatalf("delete: %d, %v", dr.Deleted, err)
 	}
+}
+
+// TestPooledReadsNeverLeak reads through pooled buffers after larger reads
+// have filled them: a short chunk, a hole and an unaligned range must come
+// back exact, with no byte of what the buffer held before.
+func TestPooledReadsNeverLeak(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *Server) {
+		big := []byte(strings.Repeat("x", 1<<20))
+		mustWrite(t, s, 7, 0, 0, big)
+		wantBytes(t, "big", mustRead(t, s, 7, 0, 0, 1<<20), big)
+		mustWrite(t, s, 7, 1, 0, []byte(strings.Repeat("y", 1000)))
+		wantBytes(t, "short chunk", mustRead(t, s, 7, 1, 0, 1<<20), []byte(strings.Repeat("y", 1000)))
+		mustWrite(t, s, 7, 2, 3*DefaultBlockSize, []byte("z"))
+		want := append(make([]byte, 3*DefaultBlockSize-5), 'z')
+		wantBytes(t, "over a hole", mustRead(t, s, 7, 2, 5, 1<<20), want)
+		wantBytes(t, "unaligned", mustRead(t, s, 7, 0, DefaultBlockSize-3, 7), []byte("xxxxxxx"))
+		if got := mustRead(t, s, 7, 3, 0, 1<<20); len(got) != 0 {
+			t.Fatalf("missing chunk read %d bytes", len(got))
+		}
+	})
 }

@@ -78,13 +78,19 @@ func (x *ChunkID) GetIndex() uint64 {
 
 // WriteChunkRequest writes data at offset within the chunk, growing it as
 // needed (a gap reads as zeros). With sync the reply waits until the bytes
-// are durable on the backend.
+// are durable on the backend. Since protocol version 2 the bytes travel as
+// the frame's attachment and data stays empty.
 type WriteChunkRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Chunk         *ChunkID               `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
-	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
-	Sync          bool                   `protobuf:"varint,4,opt,name=sync,proto3" json:"sync,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Chunk  *ChunkID               `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Offset int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data   []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	Sync   bool                   `protobuf:"varint,4,opt,name=sync,proto3" json:"sync,omitempty"`
+	// write_behind asks the backend to start writing the bytes to its device
+	// now, without waiting for them (no effect with sync): the writer will
+	// sync the chunk soon, as a close in the cluster's sync mode does, and
+	// that sync then has less to wait for.
+	WriteBehind   bool `protobuf:"varint,5,opt,name=write_behind,json=writeBehind,proto3" json:"write_behind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -143,6 +149,13 @@ func (x *WriteChunkRequest) GetData() []byte {
 func (x *WriteChunkRequest) GetSync() bool {
 	if x != nil {
 		return x.Sync
+	}
+	return false
+}
+
+func (x *WriteChunkRequest) GetWriteBehind() bool {
+	if x != nil {
+		return x.WriteBehind
 	}
 	return false
 }
@@ -245,6 +258,8 @@ func (x *ReadChunkRequest) GetLength() int64 {
 	return 0
 }
 
+// Since protocol version 2 the bytes travel as the frame's attachment and
+// data stays empty.
 type ReadChunkReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
@@ -658,12 +673,13 @@ const file_store_proto_rawDesc = "" +
 	"\vstore.proto\x12\aweft.v1\"1\n" +
 	"\aChunkID\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"{\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\x9e\x01\n" +
 	"\x11WriteChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x12\n" +
-	"\x04sync\x18\x04 \x01(\bR\x04sync\"\x11\n" +
+	"\x04sync\x18\x04 \x01(\bR\x04sync\x12!\n" +
+	"\fwrite_behind\x18\x05 \x01(\bR\vwriteBehind\"\x11\n" +
 	"\x0fWriteChunkReply\"j\n" +
 	"\x10ReadChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +

@@ -1,0 +1,257 @@
+package bench
+
+// andrew: seed 001's Andrew benchmark with a Linux-kernel-shaped tree, per
+// phase and per target.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// The phases, as the paper numbers them.
+var andrewPhases = []string{"I mkdir ×5", "II copy", "III recursive list", "IV read twice", "V make"}
+
+func andrewBenchmark() Benchmark {
+	return Benchmark{
+		Name: "andrew",
+		Seed: "seed 001, Snapdragon's Fig. 14, Andrew benchmark with Linux kernel source",
+		Doc: "Andrew benchmark on a generated tree shaped like the paper's kernel source: I make its " +
+			"directories 5 times, II copy its files into one copy, III list all copies recursively " +
+			"(lstat of every entry), IV read every copied file twice, V run make, which compiles the " +
+			"tree's C sources with gcc",
+		Notes: []string{
+			"The tree is generated deterministically (andrewtree.go): 690 directories, 10,528 files, ~127 MB, " +
+				"97% of the files under 64 KB, all but a few under 900 KB, the largest ~2 MB; 681 of the files are " +
+				"C sources, and make builds an object and a dependency file for each (make dep and make in one pass, " +
+				"gcc -MMD, make -j with one job per CPU): 1,362 new files. --quick uses a tree a tenth of the size. " +
+				"The source tree sits in the benchmark cache on the local disk, in the page cache. Seconds per phase, " +
+				"median over repeats with min–max; each repeat runs in a fresh directory of the same mount.",
+			"Secure mode (capabilities, seed 001's point) is not in weft yet: its rows say so.",
+		},
+		Run:     runAndrew,
+		Tables:  andrewTables,
+		Paper:   []Table{paperAndrew},
+		Figures: andrewFigures,
+	}
+}
+
+func runAndrew(ctx context.Context, env *Env) ([]Result, error) {
+	shape := andrewFull
+	if env.Quick {
+		shape = andrewQuick
+	}
+	for _, tool := range []string{"gcc", "make"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("andrew's phase V needs %s (Debian build-essential)", tool)
+		}
+	}
+	env.run.version("gcc", commandVersion("gcc", "--version"))
+	tree, err := loadAndrewTree(env.run.tools.cache, shape)
+	if err != nil {
+		return nil, fmt.Errorf("generating the tree: %w", err)
+	}
+	reps := env.repeats()
+	targets := env.targets()
+	env.progress(len(targets) * (1 + reps*len(andrewPhases)))
+	var out []Result
+	counted := false
+	err = env.eachTarget(ctx, targets, nil, func(m *Mount) error {
+		res := make([]Result, len(andrewPhases)+1)
+		for i, p := range append(andrewPhases, "total") {
+			res[i] = Result{Bench: "andrew", Case: p, Target: m.Target.Name, Unit: "s"}
+		}
+		for r := range reps {
+			dir := filepath.Join(m.Dir, fmt.Sprintf("run%d", r))
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				return err
+			}
+			times, err := andrewOnce(ctx, env, tree, dir, m.Target.Name)
+			if err != nil {
+				return err
+			}
+			if !counted {
+				n, b := buildOutputs(dir)
+				env.note(fmt.Sprintf("andrew: the tree has %d directories, %d files, %.0f MB; make wrote %d files, %.1f MB "+
+					"(the paper: 690, 10,528, ~127 MB; 1,362 files, 13 MB).", len(tree.Dirs), len(tree.Files), float64(tree.Bytes)/1e6, n, float64(b)/1e6))
+				counted = true
+			}
+			var total float64
+			for i, t := range times {
+				res[i].Samples = append(res[i].Samples, t)
+				total += t
+			}
+			res[len(andrewPhases)].Samples = append(res[len(andrewPhases)].Samples, total)
+		}
+		out = append(out, res...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range andrewPhases {
+		out = append(out, notYet("andrew", p, "weft secure", "capabilities issue"))
+	}
+	return out, nil
+}
+
+// andrewOnce runs the five phases in dir and returns their seconds.
+func andrewOnce(ctx context.Context, env *Env, tree *andrewTree, dir, target string) ([]float64, error) {
+	copies := make([]string, 5)
+	for i := range copies {
+		copies[i] = filepath.Join(dir, fmt.Sprintf("copy%d", i))
+	}
+	phases := []func() error{
+		func() error { // I: the directories, five times
+			for _, c := range copies {
+				if err := os.Mkdir(c, 0o755); err != nil {
+					return err
+				}
+				for _, d := range tree.Dirs {
+					if err := os.Mkdir(filepath.Join(c, d), 0o755); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		},
+		func() error { return copyFiles(ctx, tree, copies[0]) },
+		func() error { // III: ls -lR of every copy
+			for _, c := range copies {
+				if err := listTree(c); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		func() error { // IV: every copied file, twice
+			for range 2 {
+				if err := readFiles(ctx, copies[0], tree.Files); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		func() error { return runMake(ctx, copies[0]) },
+	}
+	times := make([]float64, len(phases))
+	for i, phase := range phases {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		env.step(target + ": " + andrewPhases[i])
+		start := time.Now()
+		if err := phase(); err != nil {
+			return nil, fmt.Errorf("phase %s: %w", andrewPhases[i], err)
+		}
+		times[i] = time.Since(start).Seconds()
+	}
+	return times, nil
+}
+
+func copyFiles(ctx context.Context, tree *andrewTree, dst string) error {
+	buf := make([]byte, 256<<10)
+	for _, f := range tree.Files {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := copyFile(filepath.Join(tree.Root, f), filepath.Join(dst, f), buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dst string, buf []byte) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyBuffer(struct{ io.Writer }{out}, in, buf); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// listTree reads every directory under root and lstats every entry.
+func listTree(root string) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		_, err = os.Lstat(path)
+		return err
+	})
+}
+
+func readFiles(ctx context.Context, root string, files []string) error {
+	buf := make([]byte, readBuf)
+	for _, f := range files {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		in, err := os.Open(filepath.Join(root, f))
+		if err != nil {
+			return err
+		}
+		for {
+			if _, err = in.Read(buf); err != nil {
+				break
+			}
+		}
+		in.Close()
+		if err != io.EOF {
+			return err
+		}
+	}
+	return nil
+}
+
+func runMake(ctx context.Context, dir string) error {
+	cmd := exec.CommandContext(ctx, "make", "-s", "-j", fmt.Sprint(runtime.NumCPU()))
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("make: %v: %s", err, lastLine(out))
+	}
+	return nil
+}
+
+// buildOutputs counts the files make wrote under dir (objects and
+// dependency files) and their bytes.
+func buildOutputs(dir string) (n int, bytes int64) {
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && (strings.HasSuffix(path, ".o") || strings.HasSuffix(path, ".d")) {
+			n++
+			if info, err := d.Info(); err == nil {
+				bytes += info.Size()
+			}
+		}
+		return nil
+	})
+	return n, bytes
+}
+
+func andrewTables(rs []Result) []Table {
+	t := pivot(rs, "phase (s)", byCase, byTarget, append(append([]string{}, andrewPhases...), "total"), nil)
+	t.Title = "Seconds per phase (median over repeats, min–max):"
+	return []Table{t}
+}
+
+func andrewFigures(rs []Result) []Figure {
+	phases := filter(rs, func(r Result) bool { return r.Case != "total" })
+	return []Figure{barFigure("andrew", "Andrew benchmark: seconds per phase", "seconds", phases, byCase, byTarget)}
+}

@@ -1,0 +1,216 @@
+package bench
+
+// latfs: seed 004's HBench-OS lat_fs, create then delete 2,000 files of 0, 1,
+// 4, 10 and 16 KiB; ms per create and per delete; weft's mem backend against
+// its disk backend, the local disk and tmpfs.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/core"
+)
+
+var latfsSizes = []int{0, 1, 4, 10, 16} // KiB
+
+func latfsBenchmark() Benchmark {
+	return Benchmark{
+		Name: "latfs",
+		Seed: "seed 004, Network RamDisk's Figs. 8 and 9, HBench-OS lat_fs",
+		Doc: "lat_fs: create 2,000 files of a given size in one directory (create, write, close), then " +
+			"delete them; ms per create and per delete, for 0, 1, 4, 10 and 16 KiB, weft's mem backend " +
+			"against its disk backend and the other targets",
+		Notes: []string{
+			"weft runs as the FUSE mount (weft up --mount, sync durability) with each backend, and through the " +
+				"client library with each backend (an in-process cluster), so the mem/disk comparison exists " +
+				"even where the FUSE target is skipped. The local disk and tmpfs are always measured, whatever --targets " +
+				"says: they are the seed's comparison. --quick uses 200 files. Median over repeats with min–max.",
+			"The paper compares RAM on two servers across a network with a local magnetic disk; weft's mem backend " +
+				"stands for the Network RamDisk, the local disk and tmpfs for the local alternatives. RAM " +
+				"reliability (mirroring, parity) waits for its issue.",
+		},
+		Run:     runLatfs,
+		Tables:  latfsTables,
+		Paper:   []Table{paperLatfs},
+		Figures: latfsFigures,
+	}
+}
+
+func runLatfs(ctx context.Context, env *Env) ([]Result, error) {
+	files := 2000
+	if env.Quick {
+		files = 200
+	}
+	reps := env.repeats()
+	targets := alwaysWith(env.targets(weftDisk, weftMem), kindLocal, kindTmpfs)
+	env.progress(len(targets) + 2 + (len(targets)+2)*reps)
+	var out []Result
+	measure := func(name string, fs latfsOps) error {
+		create := make([]Result, len(latfsSizes))
+		remove := make([]Result, len(latfsSizes))
+		for i, kb := range latfsSizes {
+			create[i] = Result{Bench: "latfs", Case: fmt.Sprintf("create, %d KiB", kb), Target: name, Unit: "ms", X: float64(kb)}
+			remove[i] = Result{Bench: "latfs", Case: fmt.Sprintf("delete, %d KiB", kb), Target: name, Unit: "ms", X: float64(kb)}
+		}
+		for r := range reps {
+			env.step(fmt.Sprintf("%s, repeat %d", name, r+1))
+			for i, kb := range latfsSizes {
+				dir := fmt.Sprintf("r%d-%dk", r, kb)
+				c, d, err := latfsOnce(ctx, fs, dir, files, kb<<10)
+				if err != nil {
+					return err
+				}
+				create[i].Samples = append(create[i].Samples, c)
+				remove[i].Samples = append(remove[i].Samples, d)
+			}
+		}
+		out = append(out, create...)
+		out = append(out, remove...)
+		return nil
+	}
+	err := env.eachTarget(ctx, targets, nil, func(m *Mount) error {
+		return measure(m.Target.Name, dirLatfs(m.Dir))
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range []weftVariant{weftDisk, weftMem} {
+		name := "weft library " + strings.TrimPrefix(v.name, "weft ")
+		env.step(name)
+		err := func() error {
+			dir, err := os.MkdirTemp(env.Dir, "lib-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			lc, err := startLib(ctx, dir, libOptions{Durability: v.durability, Backend: v.backend})
+			if err != nil {
+				return err
+			}
+			defer lc.Close()
+			c, err := lc.client(nil, true)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return measure(name, libLatfs(ctx, c.Client))
+		}()
+		if err != nil {
+			env.skip(name, err)
+		}
+	}
+	return out, nil
+}
+
+// latfsOps are the three operations lat_fs needs.
+type latfsOps struct {
+	mkdir  func(dir string) error
+	create func(dir, name string, data []byte) error
+	remove func(dir, name string) error
+}
+
+func dirLatfs(root string) latfsOps {
+	return latfsOps{
+		mkdir: func(dir string) error { return os.Mkdir(filepath.Join(root, dir), 0o755) },
+		create: func(dir, name string, data []byte) error {
+			f, err := os.OpenFile(filepath.Join(root, dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+			if err != nil {
+				return err
+			}
+			if _, err := f.Write(data); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		},
+		remove: func(dir, name string) error { return os.Remove(filepath.Join(root, dir, name)) },
+	}
+}
+
+func libLatfs(ctx context.Context, c *client.Client) latfsOps {
+	dirs := map[string]core.Ino{}
+	return latfsOps{
+		mkdir: func(dir string) error {
+			a, err := c.MkdirAt(ctx, core.RootIno, dir, 0o755)
+			dirs[dir] = a.Ino
+			return err
+		},
+		create: func(dir, name string, data []byte) error {
+			f, err := c.CreateAt(ctx, dirs[dir], name, os.O_WRONLY|os.O_EXCL, 0o644)
+			if err != nil {
+				return err
+			}
+			if _, err := f.Write(data); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		},
+		remove: func(dir, name string) error { return c.UnlinkAt(ctx, dirs[dir], name) },
+	}
+}
+
+// latfsOnce creates n files of size bytes in a new directory, then deletes
+// them, and returns ms per create and per delete.
+func latfsOnce(ctx context.Context, fs latfsOps, dir string, n, size int) (float64, float64, error) {
+	if err := fs.mkdir(dir); err != nil {
+		return 0, 0, err
+	}
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte('a' + i%26)
+	}
+	name := func(i int) string { return fmt.Sprintf("lat%05d", i) }
+	start := time.Now()
+	for i := range n {
+		if err := fs.create(dir, name(i), data); err != nil {
+			return 0, 0, err
+		}
+	}
+	create := time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	start = time.Now()
+	for i := range n {
+		if err := fs.remove(dir, name(i)); err != nil {
+			return 0, 0, err
+		}
+	}
+	del := time.Since(start)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(n) / float64(time.Millisecond) }
+	return ms(create), ms(del), nil
+}
+
+// stripOp turns "create, 16 KiB" into "16 KiB".
+func stripOp(r Result) string {
+	_, after, _ := strings.Cut(r.Case, ", ")
+	return after
+}
+
+func latfsTables(rs []Result) []Table {
+	var out []Table
+	for _, op := range []string{"create", "delete"} {
+		sub := filter(rs, func(r Result) bool { return strings.HasPrefix(r.Case, op+",") })
+		t := pivot(sub, "file size", stripOp, byTarget, nil, nil)
+		t.Title = fmt.Sprintf("ms per %s (median over repeats, min–max):", op)
+		out = append(out, t)
+	}
+	return out
+}
+
+func latfsFigures(rs []Result) []Figure {
+	var out []Figure
+	for _, op := range []string{"create", "delete"} {
+		sub := filter(rs, func(r Result) bool { return strings.HasPrefix(r.Case, op+",") })
+		f := lineFigure("latfs-"+op, "lat_fs: ms per "+op, "file size (KiB)", "ms per "+op, sub, byTarget)
+		f.LogY = true
+		out = append(out, f)
+	}
+	return out
+}

@@ -1,0 +1,233 @@
+package bench
+
+// seqio: seed 004's IOZONE figure, sequential write, rewrite, read and reread
+// throughput for files of 1 MiB to 1 GiB; weft's mem backend against its
+// disk backend and the other targets.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/weftfs/weft/internal/client"
+)
+
+var seqioOps = []string{"write", "rewrite", "read", "reread"}
+
+// seqioRecord is the size of every read and write call.
+const seqioRecord = 1 << 20
+
+func seqioBenchmark() Benchmark {
+	return Benchmark{
+		Name: "seqio",
+		Seed: "seed 004, Network RamDisk's Fig. 10, IOZONE sequential file I/O",
+		Doc: "IOZONE-style sequential I/O: write a new file, rewrite it in place, read it, read it again, " +
+			"1 MiB records, files of 1 MiB to 1 GiB; MB/s, weft's mem backend against its disk backend and " +
+			"the other targets",
+		Notes: []string{
+			"Own implementation (no fio needed), like IOZONE with -e: write and rewrite include the fsync and " +
+				"close, so the disk backend pays for durability and the mem backend does not; read and reread " +
+				"come right after, from whatever the target caches (the page cache for local and tmpfs, as IOZONE " +
+				"measures them). weft runs as the FUSE mount with each backend and through the library with each " +
+				"backend. The local disk and tmpfs are always measured. --quick stops at 16 MiB. Median over repeats with min–max.",
+		},
+		Run:     runSeqio,
+		Tables:  seqioTables,
+		Paper:   []Table{paperSeqio},
+		Figures: seqioFigures,
+	}
+}
+
+func seqioSizes(quick bool) []int64 {
+	if quick {
+		return []int64{1 << 20, 4 << 20, 16 << 20}
+	}
+	return []int64{1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30}
+}
+
+func runSeqio(ctx context.Context, env *Env) ([]Result, error) {
+	sizes := seqioSizes(env.Quick)
+	reps := env.repeats()
+	targets := alwaysWith(env.targets(weftDisk, weftMem), kindLocal, kindTmpfs)
+	env.progress(len(targets) + 2 + (len(targets)+2)*len(sizes))
+	var out []Result
+	measure := func(name string, fs seqioFS) error {
+		for _, size := range sizes {
+			env.step(fmt.Sprintf("%s, %s", name, sizeLabel(float64(size))))
+			res := make([]Result, len(seqioOps))
+			for i, op := range seqioOps {
+				res[i] = Result{Bench: "seqio", Case: fmt.Sprintf("%s, %sB", op, sizeLabel(float64(size))), Target: name, Unit: "MB/s", X: float64(size)}
+			}
+			for r := range reps {
+				rates, err := seqioOnce(ctx, fs, fmt.Sprintf("seqio-%d", r), size)
+				if err != nil {
+					return err
+				}
+				for i := range res {
+					res[i].Samples = append(res[i].Samples, rates[i])
+				}
+			}
+			out = append(out, res...)
+		}
+		return nil
+	}
+	err := env.eachTarget(ctx, targets, nil, func(m *Mount) error {
+		return measure(m.Target.Name, dirSeqio(m.Dir))
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range []weftVariant{weftDisk, weftMem} {
+		name := "weft library " + strings.TrimPrefix(v.name, "weft ")
+		err := func() error {
+			dir, err := os.MkdirTemp(env.Dir, "lib-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			lc, err := startLib(ctx, dir, libOptions{Durability: v.durability, Backend: v.backend})
+			if err != nil {
+				return err
+			}
+			defer lc.Close()
+			c, err := lc.client(nil, true)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return measure(name, libSeqio(ctx, c.Client))
+		}()
+		if err != nil {
+			env.skip(name, err)
+		}
+	}
+	return out, nil
+}
+
+// seqioFile is what the benchmark does to an open file.
+type seqioFile interface {
+	io.ReadWriter
+	Sync() error
+	Close() error
+}
+
+type seqioFS struct {
+	open   func(name string, flags int) (seqioFile, error)
+	remove func(name string) error
+}
+
+func dirSeqio(root string) seqioFS {
+	return seqioFS{
+		open: func(name string, flags int) (seqioFile, error) {
+			return os.OpenFile(filepath.Join(root, name), flags, 0o644)
+		},
+		remove: func(name string) error { return os.Remove(filepath.Join(root, name)) },
+	}
+}
+
+func libSeqio(ctx context.Context, c *client.Client) seqioFS {
+	return seqioFS{
+		open: func(name string, flags int) (seqioFile, error) {
+			return c.Open(ctx, "/"+name, flags, 0o644)
+		},
+		remove: func(name string) error { return c.Unlink(ctx, "/"+name) },
+	}
+}
+
+// seqioOnce writes, rewrites, reads and rereads a file of size bytes and
+// returns the four rates in MB/s.
+func seqioOnce(ctx context.Context, fs seqioFS, name string, size int64) ([]float64, error) {
+	buf := make([]byte, seqioRecord)
+	for i := range buf {
+		buf[i] = byte(i*7 + i>>11)
+	}
+	write := func(flags int) error {
+		f, err := fs.open(name, flags)
+		if err != nil {
+			return err
+		}
+		for done := int64(0); done < size; {
+			n, err := f.Write(buf[:min(int64(len(buf)), size-done)])
+			if err != nil {
+				f.Close()
+				return err
+			}
+			done += int64(n)
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	read := func() error {
+		f, err := fs.open(name, os.O_RDONLY)
+		if err != nil {
+			return err
+		}
+		var got int64
+		for {
+			n, err := f.Read(buf)
+			got += int64(n)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				f.Close()
+				return err
+			}
+		}
+		if got != size {
+			f.Close()
+			return fmt.Errorf("read %d bytes of a %d-byte file", got, size)
+		}
+		return f.Close()
+	}
+	steps := []func() error{
+		func() error { return write(os.O_WRONLY | os.O_CREATE | os.O_TRUNC) },
+		func() error { return write(os.O_WRONLY) },
+		read,
+		read,
+	}
+	rates := make([]float64, len(steps))
+	for i, step := range steps {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if err := step(); err != nil {
+			return nil, fmt.Errorf("%s: %w", seqioOps[i], err)
+		}
+		rates[i] = float64(size) / 1e6 / time.Since(start).Seconds()
+	}
+	return rates, fs.remove(name)
+}
+
+// opOf is "write" of "write, 16MB".
+func opOf(r Result) string { op, _, _ := strings.Cut(r.Case, ", "); return op }
+
+func seqioTables(rs []Result) []Table {
+	var out []Table
+	for _, op := range seqioOps {
+		sub := filter(rs, func(r Result) bool { return opOf(r) == op })
+		t := pivot(sub, "file size", stripOp, byTarget, nil, nil)
+		t.Title = fmt.Sprintf("%s, MB/s (median over repeats, min–max):", op)
+		out = append(out, t)
+	}
+	return out
+}
+
+func seqioFigures(rs []Result) []Figure {
+	var out []Figure
+	for _, op := range seqioOps {
+		sub := filter(rs, func(r Result) bool { return opOf(r) == op })
+		f := lineFigure("seqio-"+op, "Sequential "+op+" (1 MiB records)", "file size", "MB/s", sub, byTarget)
+		f.LogX = true
+		out = append(out, f)
+	}
+	return out
+}

@@ -1,0 +1,238 @@
+package bench
+
+// Targets: the file systems the benchmarks measure, each a mount point the
+// suite prepares and tears down itself.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/linksim"
+)
+
+// Target kinds, as --targets names them.
+const (
+	kindWeft          = "weft"
+	kindLocal         = "local"
+	kindTmpfs         = "tmpfs"
+	kindSSHFS         = "sshfs"
+	kindJuiceFSSQLite = "juicefs-sqlite"
+	kindJuiceFSRedis  = "juicefs-redis"
+	kindLoopback      = "loopback"
+	kindNFS           = "nfs"
+)
+
+// TargetNames are the names --targets accepts; "juicefs" is both JuiceFS
+// targets, "all" every target.
+var TargetNames = []string{kindWeft, kindLocal, kindTmpfs, kindSSHFS, "juicefs", kindJuiceFSSQLite, kindJuiceFSRedis, kindLoopback, kindNFS, "all"}
+
+var defaultTargets = []string{kindWeft, kindLocal}
+
+// parseTargets expands and checks --targets (comma-separated lists allowed).
+func parseTargets(names []string) ([]string, error) {
+	if len(names) == 0 {
+		names = defaultTargets
+	}
+	var out []string
+	add := func(k string) {
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	for _, n := range names {
+		for _, k := range strings.Split(n, ",") {
+			switch k = strings.TrimSpace(k); k {
+			case "":
+			case "all":
+				for _, a := range []string{kindWeft, kindLocal, kindTmpfs, kindSSHFS, kindJuiceFSSQLite, kindJuiceFSRedis, kindLoopback} {
+					add(a)
+				}
+			case "juicefs":
+				add(kindJuiceFSSQLite)
+				add(kindJuiceFSRedis)
+			case kindWeft, kindLocal, kindTmpfs, kindSSHFS, kindJuiceFSSQLite, kindJuiceFSRedis, kindLoopback, kindNFS:
+				add(k)
+			default:
+				return nil, errs.New(errs.Invalid, "bench", "unknown target %q (known: %s)", k, strings.Join(TargetNames, ", "))
+			}
+		}
+	}
+	return out, nil
+}
+
+// Target is one column of a benchmark: a kind of file system and, for
+// weft, the settings of its servers.
+type Target struct {
+	Name string // as the report shows it
+	Kind string
+	// Durability and Backend configure a weft target ("" is weft up's
+	// default: sync, disk).
+	Durability, Backend string
+}
+
+// weftVariant is a weft configuration a benchmark compares.
+type weftVariant struct{ name, durability, backend string }
+
+var (
+	weftDefault = weftVariant{"weft", "sync", "disk"}
+	weftSync    = weftVariant{"weft (sync)", "sync", "disk"}
+	weftAsync   = weftVariant{"weft (async)", "async", "disk"}
+	weftDisk    = weftVariant{"weft (disk)", "sync", "disk"}
+	weftMem     = weftVariant{"weft (mem)", "sync", "mem"}
+)
+
+// targets returns the run's targets for this benchmark: weft once per
+// variant (weftDefault if none is given), the others as asked. NFS never
+// has a row (see nfsNote).
+func (e *Env) targets(variants ...weftVariant) []Target {
+	if len(variants) == 0 {
+		variants = []weftVariant{weftDefault}
+	}
+	var out []Target
+	for _, k := range e.run.targets {
+		switch k {
+		case kindNFS:
+		case kindWeft:
+			for _, v := range variants {
+				out = append(out, Target{Name: v.name, Kind: k, Durability: v.durability, Backend: v.backend})
+			}
+		default:
+			out = append(out, Target{Name: k, Kind: k})
+		}
+	}
+	return out
+}
+
+// alwaysWith adds targets of the given kinds that the run did not ask for:
+// the ones a seed's comparison needs (tmpfs for lat_fs and IOZONE).
+func alwaysWith(ts []Target, kinds ...string) []Target {
+	for _, k := range kinds {
+		if !slices.ContainsFunc(ts, func(t Target) bool { return t.Kind == k }) {
+			ts = append(ts, Target{Name: k, Kind: k})
+		}
+	}
+	return ts
+}
+
+// Mount is a prepared target: a directory to work in, a way to drop its
+// caches (remount) and its teardown.
+type Mount struct {
+	Target Target
+	Dir    string
+
+	remount func(ctx context.Context) error
+	mu      sync.Mutex
+	stops   []func() error // teardown steps, run newest first
+	closed  bool
+}
+
+// onClose adds a teardown step.
+func (m *Mount) onClose(stop func() error) {
+	m.mu.Lock()
+	m.stops = append(m.stops, stop)
+	m.mu.Unlock()
+}
+
+// Remount drops what the target caches of its files: unmount and mount
+// again for FUSE targets, drop the kernel's page cache for the local disk.
+func (m *Mount) Remount(ctx context.Context) error {
+	if m.remount == nil {
+		return nil
+	}
+	return m.remount(ctx)
+}
+
+// Close tears the target down; every step runs even if one fails. Each step
+// bounds its own time.
+func (m *Mount) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	stops := m.stops
+	m.stops = nil
+	m.mu.Unlock()
+	var all []error
+	for i := len(stops) - 1; i >= 0; i-- {
+		if err := stops[i](); err != nil {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
+}
+
+// mount prepares t in a fresh directory under the benchmark's scratch
+// directory. With a link, the target's network hop (sshd, Redis) goes
+// through a linksim proxy of that profile; targets without one refuse.
+func (e *Env) mount(ctx context.Context, t Target, link *linksim.Profile) (*Mount, error) {
+	base, err := os.MkdirTemp(e.Dir, t.Kind+"-")
+	if err != nil {
+		return nil, err
+	}
+	m := &Mount{Target: t}
+	m.onClose(func() error { return os.RemoveAll(base) })
+	e.run.addMount(m)
+	if link != nil && !slices.Contains([]string{kindSSHFS, kindJuiceFSRedis}, t.Kind) {
+		m.Close()
+		return nil, errs.New(errs.Invalid, "bench", "%s has no network hop to put the %s link on", t.Kind, link.Name)
+	}
+	switch t.Kind {
+	case kindLocal:
+		err = e.mountLocal(m, base)
+	case kindTmpfs:
+		err = e.mountTmpfs(ctx, m, base)
+	case kindWeft:
+		err = e.mountWeft(ctx, m, base)
+	case kindLoopback:
+		err = e.mountLoopback(ctx, m, base)
+	case kindSSHFS:
+		err = e.mountSSHFS(ctx, m, base, link)
+	case kindJuiceFSSQLite, kindJuiceFSRedis:
+		err = e.mountJuiceFS(ctx, m, base, link)
+	default:
+		err = errs.New(errs.Invalid, "bench", "no target %q", t.Kind)
+	}
+	if err != nil {
+		if cerr := m.Close(); cerr != nil {
+			err = fmt.Errorf("%w (and teardown: %v)", err, cerr)
+		}
+		return nil, err
+	}
+	return m, nil
+}
+
+// eachTarget mounts every target in turn, runs fn on it and tears it down.
+// A target that cannot be mounted, or whose run fails, is reported as
+// skipped and the benchmark goes on with the next one; a canceled run stops.
+func (e *Env) eachTarget(ctx context.Context, ts []Target, link *linksim.Profile, fn func(m *Mount) error) error {
+	for _, t := range ts {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		e.step("mount " + t.Name)
+		m, err := e.mount(ctx, t, link)
+		if err != nil {
+			e.skip(t.Name, err)
+			continue
+		}
+		err = fn(m)
+		if cerr := m.Close(); cerr != nil {
+			e.run.opts.Log.Warn("teardown failed", "target", t.Name, "err", cerr)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			e.skip(t.Name, err)
+		}
+	}
+	return nil
+}

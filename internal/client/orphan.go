@@ -1,0 +1,130 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/weftfs/weft/internal/core"
+)
+
+// This file keeps files that this client has open usable when their names
+// change under it: a rename re-points the open state to the new name, and a
+// file whose last link goes away stays readable and writable through its
+// handles (POSIX's open-unlinked file) until the last one closes, when its
+// chunks are reclaimed.
+
+// OpenAttr returns a with the size and mtime this client's open state of
+// a.Ino holds (its own writes included, committed or not), and whether the
+// file is open here. The FUSE layer reports these to the kernel, whose page
+// cache follows the size it is told.
+func (c *Client) OpenAttr(a core.Attr) (core.Attr, bool) {
+	c.mu.Lock()
+	n := c.mu.open[a.Ino]
+	c.mu.Unlock()
+	if n == nil {
+		return a, false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	a.Size, a.Mtime = n.mu.size, n.mu.mtime
+	return a, true
+}
+
+// RepointOpen tells the client how the meta server now finds an open file,
+// when the caller knows better than the client can (the FUSE layer knows a
+// hard-linked file's other names when one of them is removed).
+func (c *Client) RepointOpen(ref Ref) {
+	c.mu.Lock()
+	n := c.mu.open[ref.Ino]
+	c.mu.Unlock()
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	n.mu.ref = ref
+	n.mu.Unlock()
+}
+
+// dropped handles the removal of name from parent, which held ino: gone
+// says ino has no link left, chunked that it has chunks to reclaim. A file
+// gone while open here stays usable until its last release, which reclaims
+// its chunks then (inode.go: releaseOpen); one that keeps other links is
+// found by inode from now on.
+func (c *Client) dropped(ino core.Ino, gone, chunked bool, parent core.Ino, name string) {
+	switch {
+	case !gone:
+		c.forgetName(ino, parent, name)
+	case c.orphan(ino):
+	case chunked:
+		c.reclaimChunks(ino)
+	}
+}
+
+// orphan marks ino's open state freed, and reports whether the file is
+// open here.
+func (c *Client) orphan(ino core.Ino) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.mu.open[ino]
+	if n == nil {
+		return false
+	}
+	n.mu.Lock()
+	n.mu.freed = true
+	n.mu.Unlock()
+	return true
+}
+
+// forgetName re-points the open state of ino, if it names (parent, name),
+// to the inode alone: the name is gone but the file has other links, and a
+// file with several links keeps a standalone record found by inode.
+func (c *Client) forgetName(ino, parent core.Ino, name string) {
+	c.mu.Lock()
+	n := c.mu.open[ino]
+	c.mu.Unlock()
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	if n.mu.ref.Parent == parent && n.mu.ref.Name == name {
+		n.mu.ref = Ref{Ino: ino}
+	}
+	n.mu.Unlock()
+}
+
+// renameOpen re-points open states after a rename: what was named (sp, sn)
+// is now (dp, dn), and with exchange the other way round too. skip is the
+// inode the rename replaced, if any.
+func (c *Client) renameOpen(sp core.Ino, sn string, dp core.Ino, dn string, exchange bool, skip core.Ino) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for ino, n := range c.mu.open {
+		if ino == skip {
+			continue
+		}
+		n.mu.Lock()
+		switch r := n.mu.ref; {
+		case r.Parent == sp && r.Name == sn:
+			n.mu.ref = Ref{Ino: ino, Parent: dp, Name: dn}
+		case exchange && r.Parent == dp && r.Name == dn:
+			n.mu.ref = Ref{Ino: ino, Parent: sp, Name: sn}
+		}
+		n.mu.Unlock()
+	}
+}
+
+// truncateFreedLocked truncates a file that has no name left: no meta
+// server has it, so only this client's state and the stores change.
+func (n *openInode) truncateFreedLocked(ctx context.Context, size uint64) error {
+	if !n.mu.inline && size < n.mu.size {
+		if err := n.c.shrinkChunks(ctx, n.ino, size); err != nil {
+			return err
+		}
+	}
+	if n.mu.inline && uint64(len(n.mu.data)) > size {
+		n.mu.data = n.mu.data[:size]
+	}
+	n.mu.size = size
+	n.mu.mtime = time.Now()
+	return nil
+}

@@ -1,0 +1,261 @@
+package fusefs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+)
+
+// Node is one file, directory, symlink or special file of the mount.
+type Node struct {
+	fs.Inode
+	fsys *fileSystem
+
+	mu struct {
+		sync.Mutex
+		attr  core.Attr // the latest attributes the server reported
+		opens int       // open file handles of this mount
+		// The size and mtime the kernel's page cache holds content for;
+		// a later open keeps the cache only if the file still has them.
+		cacheSize  uint64
+		cacheMtime time.Time
+		cacheValid bool
+		noCapUntil time.Time // security.capability known absent until then
+	}
+}
+
+var (
+	_ fs.InodeEmbedder  = (*Node)(nil)
+	_ fs.NodeGetattrer  = (*Node)(nil)
+	_ fs.NodeSetattrer  = (*Node)(nil)
+	_ fs.NodeAccesser   = (*Node)(nil)
+	_ fs.NodeStatfser   = (*Node)(nil)
+	_ fs.NodeReadlinker = (*Node)(nil)
+)
+
+func (n *Node) ino() core.Ino { return core.Ino(n.StableAttr().Ino) }
+
+// ref names the node for the meta server by its current place in the tree.
+// A node with no known parent (unlinked, or reached without a path) is named
+// by inode alone, which finds directories and hard-linked files.
+func (n *Node) ref() client.Ref {
+	ino := n.ino()
+	if ino == core.RootIno {
+		return client.Ref{Ino: ino}
+	}
+	name, parent := n.Parent()
+	if parent == nil {
+		return client.Ref{Ino: ino}
+	}
+	return client.Ref{Ino: ino, Parent: core.Ino(parent.StableAttr().Ino), Name: name}
+}
+
+// newChild returns the node for a child with attributes a, reusing the one
+// go-fuse already knows under name.
+func (n *Node) newChild(ctx context.Context, name string, a core.Attr) *fs.Inode {
+	if ch := n.GetChild(name); ch != nil && ch.StableAttr().Ino == uint64(a.Ino) {
+		if cn, ok := ch.Operations().(*Node); ok {
+			cn.setAttr(a)
+		}
+		return ch
+	}
+	child := &Node{fsys: n.fsys}
+	child.mu.attr = a
+	return n.NewInode(ctx, child, fs.StableAttr{Mode: a.Mode & core.ModeType, Ino: uint64(a.Ino), Gen: 1})
+}
+
+func (n *Node) setAttr(a core.Attr) {
+	n.mu.Lock()
+	n.mu.attr = a
+	n.mu.Unlock()
+}
+
+// fillAttr converts weft attributes to the kernel's.
+func fillAttr(out *fuse.Attr, a core.Attr) {
+	out.Ino = uint64(a.Ino)
+	out.Size = a.Size
+	out.Blocks = a.Blocks()
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid = a.UID
+	out.Gid = a.GID
+	out.Rdev = a.Rdev
+	out.Blksize = 1 << 16
+	setTime(&out.Atime, &out.Atimensec, a.Atime)
+	setTime(&out.Mtime, &out.Mtimensec, a.Mtime)
+	setTime(&out.Ctime, &out.Ctimensec, a.Ctime)
+}
+
+func setTime(sec *uint64, nsec *uint32, t time.Time) {
+	ns := t.UnixNano()
+	s, r := ns/1e9, ns%1e9
+	if r < 0 {
+		s, r = s-1, r+1e9
+	}
+	*sec, *nsec = uint64(s), uint32(r)
+}
+
+// attrTimeout is how long the kernel may trust n's attributes. Writes need
+// no exception: the kernel keeps the size itself and forgets its cached
+// size and times after every write, so the next stat asks.
+func (n *Node) attrTimeout() time.Duration {
+	return n.fsys.opts.AttrTimeout
+}
+
+// fillEntry fills a lookup-style reply for child with attributes a.
+func (n *Node) fillEntry(out *fuse.EntryOut, child *fs.Inode, a core.Attr) {
+	fillAttr(&out.Attr, a)
+	out.SetEntryTimeout(n.fsys.opts.EntryTimeout)
+	if cn, ok := child.Operations().(*Node); ok {
+		out.SetAttrTimeout(cn.attrTimeout())
+	} else {
+		out.SetAttrTimeout(n.fsys.opts.AttrTimeout)
+	}
+}
+
+// Getattr asks the server. A file whose last name is gone while this mount
+// still has it open answers from what this mount knows (see the package
+// doc).
+func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	a, err := n.getattr(ctx)
+	if err != nil {
+		return n.fsys.fail("getattr", err)
+	}
+	fillAttr(&out.Attr, a)
+	out.SetTimeout(n.attrTimeout())
+	return 0
+}
+
+func (n *Node) getattr(ctx context.Context) (core.Attr, error) {
+	cctx, cancel := n.fsys.callCtx(ctx)
+	defer cancel()
+	a, err := n.fsys.c.GetAttr(cctx, n.ref())
+	if err == nil {
+		n.setAttr(a)
+		return a, nil
+	}
+	if k := errs.KindOf(err); k != errs.NotExist && k != errs.Stale {
+		return a, err
+	}
+	n.mu.Lock()
+	open, last := n.mu.opens > 0, n.mu.attr
+	n.mu.Unlock()
+	if !open || last.Ino == 0 {
+		return a, err
+	}
+	last.Nlink = 0
+	last, _ = n.fsys.c.OpenAttr(last)
+	return last, nil
+}
+
+// Setattr is chmod, chown, truncate and utimensat. A truncate through an
+// open handle (ftruncate) needs only that the handle is writable.
+func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	cctx, cancel := n.fsys.callCtx(ctx)
+	defer cancel()
+	var s client.SetAttr
+	if m, ok := in.GetMode(); ok {
+		s.Mode = &m
+	}
+	if u, ok := in.GetUID(); ok {
+		s.UID = &u
+	}
+	if g, ok := in.GetGID(); ok {
+		s.GID = &g
+	}
+	if in.Valid&fuse.FATTR_ATIME != 0 {
+		if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+			s.AtimeNow = true
+		} else {
+			t := time.Unix(int64(in.Atime), int64(in.Atimensec))
+			s.Atime = &t
+		}
+	}
+	if in.Valid&fuse.FATTR_MTIME != 0 {
+		if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+			s.MtimeNow = true
+		} else {
+			t := time.Unix(int64(in.Mtime), int64(in.Mtimensec))
+			s.Mtime = &t
+		}
+	}
+	size, hasSize := in.GetSize()
+	if hasSize {
+		n.repoint() // a truncate of an open file goes through its open state
+	}
+	if h, ok := fh.(*handle); ok && hasSize {
+		if err := h.f.TruncateContext(cctx, int64(size)); err != nil {
+			return n.fsys.fail("ftruncate", err)
+		}
+		hasSize = false
+	}
+	if hasSize {
+		s.Size = &size
+	}
+	var a core.Attr
+	var err error
+	if s == (client.SetAttr{}) {
+		a, err = n.getattr(ctx)
+	} else {
+		a, err = n.fsys.c.SetAttr(cctx, n.ref(), s)
+		// The kernel truncates its page cache to the size in this reply:
+		// it must be this mount's size, buffered writes included.
+		a, _ = n.fsys.c.OpenAttr(a)
+	}
+	if err != nil {
+		return n.fsys.fail("setattr", err)
+	}
+	n.setAttr(a)
+	fillAttr(&out.Attr, a)
+	out.SetTimeout(n.attrTimeout())
+	return 0
+}
+
+// Access checks the caller's permission with the server (the kernel checks
+// mode bits itself under default_permissions and rarely asks).
+func (n *Node) Access(ctx context.Context, mask uint32) syscall.Errno {
+	cctx, cancel := n.fsys.callCtx(ctx)
+	defer cancel()
+	return n.fsys.fail("access", n.fsys.c.Access(cctx, n.ref(), mask&7))
+}
+
+// Statfs reports the cluster's capacity in 4 KiB blocks.
+func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	cctx, cancel := n.fsys.callCtx(ctx)
+	defer cancel()
+	s, err := n.fsys.c.StatFS(cctx)
+	if err != nil {
+		return n.fsys.fail("statfs", err)
+	}
+	const bs = 4096
+	out.Bsize, out.Frsize = bs, bs
+	out.Blocks = s.Capacity / bs
+	free := uint64(0)
+	if s.Capacity > s.Used {
+		free = (s.Capacity - s.Used) / bs
+	}
+	out.Bfree, out.Bavail = free, free
+	out.Files = s.Files + s.FilesFree
+	out.Ffree = s.FilesFree
+	out.NameLen = s.NameMax
+	return 0
+}
+
+// Readlink returns a symlink's target.
+func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	cctx, cancel := n.fsys.callCtx(ctx)
+	defer cancel()
+	t, err := n.fsys.c.Readlink(cctx, n.ref())
+	if err != nil {
+		return nil, n.fsys.fail("readlink", err)
+	}
+	return []byte(t), 0
+}

@@ -1,0 +1,254 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+)
+
+// handle is an open regular file: a client file handle and what the kernel
+// was told about its caching.
+type handle struct {
+	node   *Node
+	f      *client.File
+	write  bool // open for writing
+	direct bool // FOPEN_DIRECT_IO: the page cache does not see its I/O
+}
+
+var (
+	_ fs.NodeOpener    = (*Node)(nil)
+	_ fs.NodeCreater   = (*Node)(nil)
+	_ fs.FileReader    = (*handle)(nil)
+	_ fs.FileWriter    = (*handle)(nil)
+	_ fs.FileFlusher   = (*handle)(nil)
+	_ fs.FileReleaser  = (*handle)(nil)
+	_ fs.FileFsyncer   = (*handle)(nil)
+	_ fs.FileAllocater = (*handle)(nil)
+	_ fs.FileLseeker   = (*handle)(nil)
+)
+
+// Open opens a regular file (directories go through OpendirHandle).
+func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	cctx, cancel := n.fsys.callCtx(ctx)
+	defer cancel()
+	f, err := n.fsys.c.OpenRef(cctx, n.ref(), int(flags))
+	if err != nil {
+		return nil, 0, n.fsys.fail("open", err)
+	}
+	h := n.newHandle(f, flags)
+	return h, n.openFlags(h, true), 0
+}
+
+// Create creates (or, without O_EXCL, opens) name and returns it open.
+func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	cctx, cancel := n.fsys.callCtx(ctx)
+	defer cancel()
+	f, a, err := n.fsys.c.CreateAtAttr(cctx, n.ino(), name, int(flags), mode)
+	if err != nil {
+		return nil, nil, 0, n.fsys.fail("create", err)
+	}
+	a, _ = n.fsys.c.OpenAttr(a)
+	child := n.newChild(ctx, name, a)
+	cn := child.Operations().(*Node)
+	h := cn.newHandle(f, flags)
+	n.fillEntry(out, child, a)
+	return child, h, cn.openFlags(h, false), 0
+}
+
+func (n *Node) newHandle(f *client.File, flags uint32) *handle {
+	h := &handle{
+		node:  n,
+		f:     f,
+		write: flags&syscall.O_ACCMODE != syscall.O_RDONLY,
+		// An append goes where the client knows the end is; the
+		// kernel's cached size may be stale (package doc). O_DIRECT asks
+		// to bypass caches: the page cache is the one the kernel has.
+		direct: flags&(syscall.O_APPEND|syscall.O_DIRECT) != 0,
+	}
+	n.mu.Lock()
+	n.mu.opens++
+	n.mu.Unlock()
+	return h
+}
+
+// openFlags decides how the kernel caches the file opened with h: it keeps
+// its page cache if the file has the size and mtime the cache was filled
+// with. Otherwise the cache is dropped and, for an existing file, the
+// kernel's attributes are invalidated so that reads and stat see the new
+// size (close-to-open).
+func (n *Node) openFlags(h *handle, existing bool) uint32 {
+	if h.direct {
+		n.mu.Lock()
+		n.mu.cacheValid = false
+		n.mu.Unlock()
+		return fuse.FOPEN_DIRECT_IO
+	}
+	a, _ := n.fsys.c.OpenAttr(core.Attr{Ino: n.ino()})
+	n.mu.Lock()
+	keep := n.mu.cacheValid && n.mu.cacheSize == a.Size && n.mu.cacheMtime.Equal(a.Mtime)
+	seen := n.mu.attr.Size == a.Size && n.mu.attr.Mtime.Equal(a.Mtime)
+	n.mu.cacheSize, n.mu.cacheMtime, n.mu.cacheValid = a.Size, a.Mtime, true
+	n.mu.Unlock()
+	if keep {
+		return fuse.FOPEN_KEEP_CACHE
+	}
+	if existing && !seen {
+		// Attributes only (offset -1): takes no lock the kernel holds
+		// while it waits for this OPEN (package doc).
+		_ = n.NotifyContent(-1, 0)
+	}
+	return 0
+}
+
+// repoint tells the client where the file is now, before it commits to
+// the meta server: go-fuse's tree follows renames and unlinks, including
+// which other name a hard-linked file keeps when one goes. A node without a
+// parent keeps what the client tracked itself (its inode, or freed).
+func (h *handle) repoint() { h.node.repoint() }
+
+func (n *Node) repoint() {
+	if ref := n.ref(); ref.Parent != 0 {
+		n.fsys.c.RepointOpen(ref)
+	}
+}
+
+// Read reads at off; a short read is the end of the file.
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	k, err := h.f.ReadAt(dest, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, h.node.fsys.fail("read", err)
+	}
+	return fuse.ReadResultData(dest[:k]), 0
+}
+
+// Write buffers data at off (at the client's end of file for O_APPEND).
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	k, err := h.f.WriteAt(data, off)
+	if err != nil {
+		return uint32(k), h.node.fsys.fail("write", err)
+	}
+	return uint32(k), 0
+}
+
+// Flush is close(2) of one descriptor: writes become visible to other
+// mounts.
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	if !h.write {
+		return 0
+	}
+	h.repoint()
+	return h.node.fsys.fail("flush", h.f.Flush())
+}
+
+// Fsync makes the file durable (fdatasync does the same).
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	h.repoint()
+	return h.node.fsys.fail("fsync", h.f.Sync())
+}
+
+// Release is the last close of the handle. The kernel no longer waits for
+// it, so an error can only be logged.
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	n := h.node
+	var a core.Attr
+	if h.write && !h.direct {
+		// What this mount wrote went through the page cache: it holds
+		// the file as committed with the client's size and mtime.
+		a, _ = n.fsys.c.OpenAttr(core.Attr{Ino: n.ino()})
+	}
+	h.repoint()
+	err := h.f.Close()
+	n.mu.Lock()
+	n.mu.opens--
+	if h.write {
+		if h.direct || err != nil {
+			n.mu.cacheValid = false
+		} else {
+			n.mu.cacheSize, n.mu.cacheMtime, n.mu.cacheValid = a.Size, a.Mtime, true
+		}
+	}
+	n.mu.Unlock()
+	if err != nil {
+		n.fsys.log.Warn("closing a file failed; its last writes may be lost", "ino", n.ino(), "err", err)
+	}
+	return 0
+}
+
+// Allocate is fallocate(2): mode 0 grows the file (weft files are sparse,
+// so nothing is reserved), KEEP_SIZE alone does nothing, and
+// PUNCH_HOLE|KEEP_SIZE writes zeros over the range inside the file. Other
+// modes are not supported.
+func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	const (
+		keepSize  = 0x01
+		punchHole = 0x02
+	)
+	end := off + size
+	if end < off || end > 1<<50 {
+		return syscall.EFBIG
+	}
+	cctx, cancel := h.node.fsys.callCtx(ctx)
+	defer cancel()
+	cur, _ := h.node.fsys.c.OpenAttr(core.Attr{Ino: h.node.ino()})
+	switch mode {
+	case 0:
+		if end > cur.Size {
+			return h.node.fsys.fail("fallocate", h.f.TruncateContext(cctx, int64(end)))
+		}
+		return 0
+	case keepSize:
+		return 0
+	case punchHole | keepSize:
+		return h.node.fsys.fail("fallocate", h.zero(off, min(end, cur.Size)))
+	}
+	return syscall.EOPNOTSUPP
+}
+
+// zero writes zeros over [from, to).
+func (h *handle) zero(from, to uint64) error {
+	if h.direct {
+		// An O_APPEND handle writes at the end whatever offset it is
+		// given: refuse rather than append zeros.
+		return errs.New(errs.NotSupported, "fallocate", "punching a hole through an O_APPEND or O_DIRECT descriptor")
+	}
+	buf := make([]byte, min(to-from, 1<<20))
+	for off := from; off < to; {
+		k := min(to-off, uint64(len(buf)))
+		if _, err := h.f.WriteAt(buf[:k], int64(off)); err != nil {
+			return err
+		}
+		off += k
+	}
+	return nil
+}
+
+// Lseek answers SEEK_DATA and SEEK_HOLE treating the whole file as data
+// (holes read as zeros, but weft does not track them).
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	const (
+		seekData = 3
+		seekHole = 4
+	)
+	a, ok := h.node.fsys.c.OpenAttr(core.Attr{Ino: h.node.ino()})
+	if !ok {
+		return 0, syscall.EBADF
+	}
+	if off >= a.Size {
+		return 0, syscall.ENXIO
+	}
+	switch whence {
+	case seekData:
+		return off, 0
+	case seekHole:
+		return a.Size, 0
+	}
+	return 0, syscall.EINVAL
+}
