@@ -31,7 +31,7 @@ func andrewBenchmark() Benchmark {
 			"The tree is generated deterministically (andrewtree.go): 690 directories, 10,528 files, ~127 MB, " +
 				"97% of the files under 64 KB, all but a few under 900 KB, the largest ~2 MB; 681 of the files are " +
 				"C sources, and make builds an object and a dependency file for each (make dep and make in one pass, " +
-				"gcc -MMD, make -j with one job per CPU): 1,362 new files. --quick uses a tree a tenth of the size. " +
+				"gcc -MMD, make -j with one job per CPU): 1,362 new files. --quick uses a tree a twentieth of the size. " +
 				"The source tree sits in the benchmark cache on the local disk, in the page cache. Seconds per phase, " +
 				"median over repeats with min–max; each repeat runs in a fresh directory of the same mount.",
 			"Secure mode (capabilities, seed 001's point) is not in weft yet: its rows say so.",

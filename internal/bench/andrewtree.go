@@ -25,7 +25,7 @@ type treeShape struct {
 
 var (
 	andrewFull  = treeShape{Dirs: 690, Files: 10528, Sources: 681, Bytes: 127 << 20, Largest: 2 << 20}
-	andrewQuick = treeShape{Dirs: 69, Files: 1053, Sources: 68, Bytes: 12700 << 10, Largest: 2 << 20}
+	andrewQuick = treeShape{Dirs: 35, Files: 526, Sources: 34, Bytes: 6350 << 10, Largest: 2 << 20}
 )
 
 // andrewTree is a generated tree: where it is, its directories (relative,

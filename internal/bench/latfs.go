@@ -29,7 +29,7 @@ func latfsBenchmark() Benchmark {
 			"weft runs as the FUSE mount (weft up --mount, sync durability) with each backend, and through the " +
 				"client library with each backend (an in-process cluster), so the mem/disk comparison exists " +
 				"even where the FUSE target is skipped. The local disk and tmpfs are always measured, whatever --targets " +
-				"says: they are the seed's comparison. --quick uses 200 files. Median over repeats with min–max.",
+				"says: they are the seed's comparison. --quick uses 100 files. Median over repeats with min–max.",
 			"The paper compares RAM on two servers across a network with a local magnetic disk; weft's mem backend " +
 				"stands for the Network RamDisk, the local disk and tmpfs for the local alternatives. RAM " +
 				"reliability (mirroring, parity) waits for its issue.",
@@ -44,7 +44,7 @@ func latfsBenchmark() Benchmark {
 func runLatfs(ctx context.Context, env *Env) ([]Result, error) {
 	files := 2000
 	if env.Quick {
-		files = 200
+		files = 100
 	}
 	reps := env.repeats()
 	targets := alwaysWith(env.targets(weftDisk, weftMem), kindLocal, kindTmpfs)

@@ -25,7 +25,7 @@ func untarBenchmark() Benchmark {
 			"durability",
 		Notes: []string{
 			"The tarball is made once from Debian's linux-source package (/usr/src/linux-source-*.tar.xz): its " +
-				"first 10,000 entries (--quick: 2,000), about half the paper's linux-2.6.15, decompressed " +
+				"first 10,000 entries (--quick: 1,000), about half the paper's linux-2.6.15, decompressed " +
 				"into the benchmark cache; the full 6.x tree (~80,000 files) would take most of the run's time " +
 				"on the slower targets. Its few symlinks are left out: " +
 				"sshfs follows a symlink when tar sets its owner and times, which fails while the target is not " +
@@ -45,7 +45,7 @@ func postmarkBenchmark() Benchmark {
 		Doc:  "PostMark (Debian's postmark): small-file mail-server workload of creates, deletes, reads and appends; weft in sync and async durability",
 		Notes: []string{
 			"PostMark 1.51 with 1,000 files of 500 B–10 KB in one directory and 5,000 transactions, seed 42 " +
-				"(--quick: 200 files, 500 transactions); the paper does not give its settings. Wall-clock seconds " +
+				"(--quick: 100 files, 250 transactions); the paper does not give its settings. Wall-clock seconds " +
 				"of the whole run, median over repeats with min–max.",
 		},
 		Run:     runPostmark,
@@ -58,7 +58,7 @@ func postmarkBenchmark() Benchmark {
 func runUntar(ctx context.Context, env *Env) ([]Result, error) {
 	entries := 10000
 	if env.Quick {
-		entries = 2000
+		entries = 1000
 	}
 	tarball, err := untarInput(ctx, env, entries)
 	if err != nil {
@@ -212,7 +212,7 @@ func runPostmark(ctx context.Context, env *Env) ([]Result, error) {
 	env.run.version("postmark", "PostMark "+postmarkVersion(pm))
 	files, transactions := 1000, 5000
 	if env.Quick {
-		files, transactions = 200, 500
+		files, transactions = 100, 250
 	}
 	reps := env.repeats()
 	targets := env.targets(weftSync, weftAsync)
