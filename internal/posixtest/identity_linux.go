@@ -78,3 +78,10 @@ func setThreadIdentity(uid, gid uint32, groups []uint32) error {
 	}
 	return nil
 }
+
+// RunAs runs fn on a locked thread whose file system identity is creds, as
+// the permission cases do: tests of other mounts call it to act as another
+// user. It needs root.
+func RunAs(creds core.Creds, fn func() error) error {
+	return runAs(&creds, fn)
+}
