@@ -178,12 +178,7 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 
 // append writes p at the current end of the file and returns where.
 func (f *File) append(p []byte) (int64, error) {
-	f.n.mu.Lock()
-	off := int64(f.n.mu.size)
-	f.n.mu.Unlock()
-	// Holding no lock across write is safe enough within one client only if
-	// appenders are serialized; they are, by the handle's mutex in Write.
-	return off, f.n.write(p, off)
+	return f.n.writeAppend(p)
 }
 
 // Write writes at the handle's offset (or the end with O_APPEND).

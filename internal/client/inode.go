@@ -141,7 +141,19 @@ func (c *Client) overlayOpen(a core.Attr) core.Attr {
 
 // write buffers p at off.
 func (n *openInode) write(p []byte, off int64) error {
-	return n.writeBuffer(p, off, false)
+	_, err := n.writeBuffer(p, off, false)
+	return err
+}
+
+// atEnd as a write offset means the end of the file as it is when the write
+// takes the lock (O_APPEND).
+const atEnd = -1
+
+// writeAppend writes p at the end of the file, choosing the offset under the
+// same lock as the write, so appenders in this client never overwrite each
+// other. It returns where p went.
+func (n *openInode) writeAppend(p []byte) (int64, error) {
+	return n.writeBuffer(p, atEnd, false)
 }
 
 // writeOwned is write for a buffer from rpc.GetBuffer that the caller hands
@@ -150,10 +162,13 @@ func (n *openInode) write(p []byte, off int64) error {
 // after its upload; otherwise it is copied and given back at once. Either
 // way the caller must not touch buf afterwards.
 func (n *openInode) writeOwned(buf []byte, off int64) error {
-	return n.writeBuffer(buf, off, true)
+	_, err := n.writeBuffer(buf, off, true)
+	return err
 }
 
-func (n *openInode) writeBuffer(p []byte, off int64, owned bool) error {
+// writeBuffer writes p at off (atEnd: the end of the file) and returns the
+// offset it wrote at.
+func (n *openInode) writeBuffer(p []byte, off int64, owned bool) (int64, error) {
 	if owned {
 		// Unless adopted below, p goes back to the pool when we are done.
 		defer func() {
@@ -162,17 +177,20 @@ func (n *openInode) writeBuffer(p []byte, off int64, owned bool) error {
 			}
 		}()
 	}
-	if len(p) == 0 {
-		return nil // POSIX: a zero-length write changes nothing
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if off == atEnd {
+		off = int64(n.mu.size)
+	}
+	if len(p) == 0 {
+		return off, nil // POSIX: a zero-length write changes nothing
+	}
 	if err := n.mu.err; err != nil {
-		return err
+		return off, err
 	}
 	end := off + int64(len(p))
 	if end < off || uint64(end) > maxFileSize {
-		return errs.New(errs.TooBig, "write", "offset %d + %d bytes is past the largest file", off, len(p))
+		return off, errs.New(errs.TooBig, "write", "offset %d + %d bytes is past the largest file", off, len(p))
 	}
 	n.mu.modified = true
 	n.mu.mtime = time.Now()
@@ -183,7 +201,7 @@ func (n *openInode) writeBuffer(p []byte, off int64, owned bool) error {
 				n.mu.data = append(n.mu.data, make([]byte, end-int64(len(n.mu.data)))...)
 			}
 			copy(n.mu.data[off:], p)
-			return nil
+			return off, nil
 		}
 		n.uninlineLocked()
 	}
@@ -200,7 +218,7 @@ func (n *openInode) writeBuffer(p []byte, off int64, owned bool) error {
 		n.uploadAllLocked()
 		n.mu.drained.Wait()
 	}
-	return n.mu.err
+	return off, n.mu.err
 }
 
 // adoptLocked makes buf, a pooled buffer, the dirty range at off of chunk
