@@ -27,4 +27,5 @@ func (s *Server) Register(mux *rpc.Mux) {
 	rpc.Handle(mux, weftpb.MethodSetXattr, s.SetXattr)
 	rpc.Handle(mux, weftpb.MethodListXattr, s.ListXattr)
 	rpc.Handle(mux, weftpb.MethodRemoveXattr, s.RemoveXattr)
+	rpc.Handle(mux, weftpb.MethodStatus, s.Status)
 }

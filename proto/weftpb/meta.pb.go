@@ -2425,6 +2425,236 @@ func (x *RemoveXattrRequest) GetName() string {
 	return ""
 }
 
+// StatusRequest asks a meta server for a summary of what it holds (weft status).
+type StatusRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Report at most this many of the largest directory partitions (0: none).
+	TopPartitions uint32 `protobuf:"varint,1,opt,name=top_partitions,json=topPartitions,proto3" json:"top_partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_meta_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *StatusRequest) GetTopPartitions() uint32 {
+	if x != nil {
+		return x.TopPartitions
+	}
+	return 0
+}
+
+type StatusReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServerId      uint32                 `protobuf:"varint,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	Servers       uint32                 `protobuf:"varint,2,opt,name=servers,proto3" json:"servers,omitempty"`       // meta servers in the cluster
+	Inodes        int64                  `protobuf:"varint,3,opt,name=inodes,proto3" json:"inodes,omitempty"`         // inodes allocated here in use
+	Dirs          int64                  `protobuf:"varint,4,opt,name=dirs,proto3" json:"dirs,omitempty"`             // directories whose inode is here
+	Partitions    uint64                 `protobuf:"varint,5,opt,name=partitions,proto3" json:"partitions,omitempty"` // directory partitions held here
+	Entries       uint64                 `protobuf:"varint,6,opt,name=entries,proto3" json:"entries,omitempty"`       // directory entries held here, all partitions
+	Splits        uint64                 `protobuf:"varint,7,opt,name=splits,proto3" json:"splits,omitempty"`         // partition splits done since start
+	Redirects     uint64                 `protobuf:"varint,8,opt,name=redirects,proto3" json:"redirects,omitempty"`   // requests answered WrongServer since start
+	Top           []*PartitionStatus     `protobuf:"bytes,9,rep,name=top,proto3" json:"top,omitempty"`
+	Durability    string                 `protobuf:"bytes,10,opt,name=durability,proto3" json:"durability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusReply) Reset() {
+	*x = StatusReply{}
+	mi := &file_meta_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusReply) ProtoMessage() {}
+
+func (x *StatusReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
+func (*StatusReply) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *StatusReply) GetServerId() uint32 {
+	if x != nil {
+		return x.ServerId
+	}
+	return 0
+}
+
+func (x *StatusReply) GetServers() uint32 {
+	if x != nil {
+		return x.Servers
+	}
+	return 0
+}
+
+func (x *StatusReply) GetInodes() int64 {
+	if x != nil {
+		return x.Inodes
+	}
+	return 0
+}
+
+func (x *StatusReply) GetDirs() int64 {
+	if x != nil {
+		return x.Dirs
+	}
+	return 0
+}
+
+func (x *StatusReply) GetPartitions() uint64 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *StatusReply) GetEntries() uint64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *StatusReply) GetSplits() uint64 {
+	if x != nil {
+		return x.Splits
+	}
+	return 0
+}
+
+func (x *StatusReply) GetRedirects() uint64 {
+	if x != nil {
+		return x.Redirects
+	}
+	return 0
+}
+
+func (x *StatusReply) GetTop() []*PartitionStatus {
+	if x != nil {
+		return x.Top
+	}
+	return nil
+}
+
+func (x *StatusReply) GetDurability() string {
+	if x != nil {
+		return x.Durability
+	}
+	return ""
+}
+
+type PartitionStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dir           uint64                 `protobuf:"varint,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	Index         uint32                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Radix         uint32                 `protobuf:"varint,3,opt,name=radix,proto3" json:"radix,omitempty"`
+	Entries       uint64                 `protobuf:"varint,4,opt,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionStatus) Reset() {
+	*x = PartitionStatus{}
+	mi := &file_meta_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionStatus) ProtoMessage() {}
+
+func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionStatus.ProtoReflect.Descriptor instead.
+func (*PartitionStatus) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *PartitionStatus) GetDir() uint64 {
+	if x != nil {
+		return x.Dir
+	}
+	return 0
+}
+
+func (x *PartitionStatus) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *PartitionStatus) GetRadix() uint32 {
+	if x != nil {
+		return x.Radix
+	}
+	return 0
+}
+
+func (x *PartitionStatus) GetEntries() uint64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
 var File_meta_proto protoreflect.FileDescriptor
 
 const file_meta_proto_rawDesc = "" +
@@ -2588,7 +2818,30 @@ const file_meta_proto_rawDesc = "" +
 	"\x12RemoveXattrRequest\x12$\n" +
 	"\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n" +
 	"\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name*\xba\x01\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"6\n" +
+	"\rStatusRequest\x12%\n" +
+	"\x0etop_partitions\x18\x01 \x01(\rR\rtopPartitions\"\xac\x02\n" +
+	"\vStatusReply\x12\x1b\n" +
+	"\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x18\n" +
+	"\aservers\x18\x02 \x01(\rR\aservers\x12\x16\n" +
+	"\x06inodes\x18\x03 \x01(\x03R\x06inodes\x12\x12\n" +
+	"\x04dirs\x18\x04 \x01(\x03R\x04dirs\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x05 \x01(\x04R\n" +
+	"partitions\x12\x18\n" +
+	"\aentries\x18\x06 \x01(\x04R\aentries\x12\x16\n" +
+	"\x06splits\x18\a \x01(\x04R\x06splits\x12\x1c\n" +
+	"\tredirects\x18\b \x01(\x04R\tredirects\x12*\n" +
+	"\x03top\x18\t \x03(\v2\x18.weft.v1.PartitionStatusR\x03top\x12\x1e\n" +
+	"\n" +
+	"durability\x18\n" +
+	" \x01(\tR\n" +
+	"durability\"i\n" +
+	"\x0fPartitionStatus\x12\x10\n" +
+	"\x03dir\x18\x01 \x01(\x04R\x03dir\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\x12\x14\n" +
+	"\x05radix\x18\x03 \x01(\rR\x05radix\x12\x18\n" +
+	"\aentries\x18\x04 \x01(\x04R\aentries*\xba\x01\n" +
 	"\vSetAttrBits\x12\x10\n" +
 	"\fSETATTR_NONE\x10\x00\x12\x10\n" +
 	"\fSETATTR_MODE\x10\x01\x12\x0f\n" +
@@ -2623,7 +2876,7 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_meta_proto_goTypes = []any{
 	(SetAttrBits)(0),           // 0: weft.v1.SetAttrBits
 	(RenameFlags)(0),           // 1: weft.v1.RenameFlags
@@ -2665,59 +2918,63 @@ var file_meta_proto_goTypes = []any{
 	(*ListXattrRequest)(nil),   // 37: weft.v1.ListXattrRequest
 	(*ListXattrReply)(nil),     // 38: weft.v1.ListXattrReply
 	(*RemoveXattrRequest)(nil), // 39: weft.v1.RemoveXattrRequest
-	(*Creds)(nil),              // 40: weft.v1.Creds
-	(*Attr)(nil),               // 41: weft.v1.Attr
-	(*NodeRef)(nil),            // 42: weft.v1.NodeRef
+	(*StatusRequest)(nil),      // 40: weft.v1.StatusRequest
+	(*StatusReply)(nil),        // 41: weft.v1.StatusReply
+	(*PartitionStatus)(nil),    // 42: weft.v1.PartitionStatus
+	(*Creds)(nil),              // 43: weft.v1.Creds
+	(*Attr)(nil),               // 44: weft.v1.Attr
+	(*NodeRef)(nil),            // 45: weft.v1.NodeRef
 }
 var file_meta_proto_depIdxs = []int32{
-	40, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
-	41, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
-	40, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
-	42, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
-	41, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
-	40, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
-	42, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
-	41, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
-	40, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
-	41, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
-	40, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
-	41, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
-	40, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
-	41, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
-	40, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
-	42, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
-	40, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
-	41, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
-	40, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
-	40, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
-	41, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
-	40, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
-	42, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
-	41, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
-	40, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
-	41, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
+	43, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
+	44, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
+	43, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
+	45, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
+	44, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
+	43, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
+	45, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
+	44, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
+	43, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
+	44, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
+	43, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
+	44, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
+	43, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
+	44, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
+	43, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
+	45, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
+	43, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
+	44, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
+	43, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
+	43, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
+	44, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
+	43, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
+	45, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
+	44, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
+	43, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
+	44, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
 	25, // 26: weft.v1.ReadDirReply.entries:type_name -> weft.v1.DirEntryMsg
-	40, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
-	42, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
-	41, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
-	40, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
-	42, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
-	41, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
-	40, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
-	42, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
-	40, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
-	42, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
-	40, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
-	42, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
-	40, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
-	42, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
-	40, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
-	42, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
-	43, // [43:43] is the sub-list for method output_type
-	43, // [43:43] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	43, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
+	45, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
+	44, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
+	43, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
+	45, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
+	44, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
+	43, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
+	45, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
+	43, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
+	45, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
+	43, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
+	45, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
+	43, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
+	45, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
+	43, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
+	45, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
+	42, // 43: weft.v1.StatusReply.top:type_name -> weft.v1.PartitionStatus
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -2732,7 +2989,7 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -24,6 +24,9 @@ const (
 	MethodSetXattr    = 18
 	MethodListXattr   = 19
 	MethodRemoveXattr = 20
+	MethodStatus      = 21 // weft status: what a meta server holds
+	// 30-39: byte-range and flock locks (lock.proto); 40-59: meta server to
+	// meta server calls (GIGA+ splits, cross-server operations).
 
 	MethodWriteChunk    = 100
 	MethodReadChunk     = 101
@@ -40,7 +43,7 @@ var methodNames = map[uint16]string{
 	MethodRename: "rename", MethodLink: "link", MethodReadDir: "readdir",
 	MethodOpen: "open", MethodCommit: "commit", MethodAccess: "access",
 	MethodStatFS: "statfs", MethodGetXattr: "getxattr", MethodSetXattr: "setxattr",
-	MethodListXattr: "listxattr", MethodRemoveXattr: "removexattr",
+	MethodListXattr: "listxattr", MethodRemoveXattr: "removexattr", MethodStatus: "status",
 	MethodWriteChunk: "write_chunk", MethodReadChunk: "read_chunk",
 	MethodTruncateChunk: "truncate_chunk", MethodDeleteChunks: "delete_chunks",
 	MethodSyncChunks: "sync_chunks", MethodStoreStatFS: "store_statfs",
