@@ -10,8 +10,9 @@ GO       ?= go
 GO_MIN   := 1.26
 BIN      := $(CURDIR)/bin
 DATA     ?= $(if $(HOME),$(HOME)/.weft,/tmp/weft-data)
-# make up MOUNT=DIR also mounts the cluster on DIR (created if missing).
-MOUNT    ?=
+# make up mounts the cluster on MOUNT (created if missing); MOUNT= runs it
+# without a mount.
+MOUNT    ?= $(if $(HOME),$(HOME)/weft,/tmp/weft)
 
 # Pinned tool versions (docs/decisions.md says why).
 STATICCHECK_VERSION   := v0.7.0
@@ -25,8 +26,8 @@ all: build
 build: check-go
 	$(GO) build -o $(BIN)/weft ./cmd/weft
 
-## up: build and run a single-machine cluster with its data in $(DATA) (and mounted on $(MOUNT), if set)
-up: build
+## up: build and run a single-machine cluster with its data in $(DATA), mounted on $(MOUNT)
+up: build $(if $(MOUNT),fuse-deps)
 	$(if $(MOUNT),mkdir -p "$(MOUNT)" &&) $(BIN)/weft up --data "$(DATA)" $(if $(MOUNT),--mount "$(MOUNT)")
 
 ## test: formatting, vet, staticcheck, then every test with the race detector

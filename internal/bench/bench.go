@@ -55,6 +55,12 @@ type Options struct {
 	Weft string
 	// Progress, if set, receives progress bars (a terminal).
 	Progress io.Writer
+	// MdtestFiles is mdtest's K, the files of one run (0: 20,000; 2,000
+	// with Quick).
+	MdtestFiles int
+	// MdtestServers lists the meta server counts mdtest runs (empty: 1, 2,
+	// 4, 8; 1, 2 with Quick).
+	MdtestServers []int
 	// InstallDeps lets the suite install missing Debian packages (sshd,
 	// sshfs, redis-server, postmark, linux-source) with apt-get when it runs
 	// as root.

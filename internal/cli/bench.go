@@ -54,6 +54,8 @@ func newBenchCommand(a *app) *cobra.Command {
 	f.StringVar(&opts.Out, "out", "bench-out", "directory for results.json, report.md and the plots")
 	f.IntVar(&opts.Repeats, "repeats", 3, "samples per measurement")
 	f.BoolVar(&opts.Quick, "quick", false, "small sizes (CI)")
+	f.IntVar(&opts.MdtestFiles, "mdtest-files", 0, "files per mdtest run (default 20000, 2000 with --quick)")
+	f.IntSliceVar(&opts.MdtestServers, "mdtest-servers", nil, "meta server counts mdtest runs (default 1,2,4,8)")
 	f.StringSliceVar(&opts.Targets, "targets", []string{"weft", "local"},
 		"file systems to measure: "+strings.Join(bench.TargetNames, ", "))
 	f.StringVar(&opts.Cache, "cache", "", "directory for what the suite installs and generates once (default ~/.cache/weft-bench)")

@@ -74,6 +74,8 @@ func NewRoot() *cobra.Command {
 		newVersionCommand,
 		newMountCommand,
 		newUmountCommand,
+		newClusterCommand,
+		newStatusCommand,
 	} {
 		root.AddCommand(newCmd(a))
 	}

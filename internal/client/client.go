@@ -96,11 +96,15 @@ type Client struct {
 	metas  []*rpc.Peer
 	stores []*rpc.Peer
 
+	maps dirMaps // GIGA+ partition bitmaps of directories (route.go)
+
 	mu struct {
 		sync.Mutex
 		open map[core.Ino]*openInode // files with open handles
 	}
 	bg sync.WaitGroup // background chunk reclaims
+
+	locks lockSession // file lock session (lock.go)
 }
 
 // New connects lazily to the cluster described by cfg: no server is contacted
@@ -124,6 +128,7 @@ func New(cfg Config) (*Client, error) {
 // Close waits for background work and closes the connections. Files still
 // open are not flushed: close them first.
 func (c *Client) Close() error {
+	c.endLocks()
 	c.bg.Wait()
 	var first error
 	for _, p := range append(append([]*rpc.Peer(nil), c.metas...), c.stores...) {
@@ -151,10 +156,6 @@ func (c *Client) creds(ctx context.Context) core.Creds {
 	}
 	return c.cfg.Creds
 }
-
-// metaFor returns the meta server responsible for directory dir. One server
-// for now; GIGA+ routing replaces this.
-func (c *Client) metaFor(core.Ino) *rpc.Peer { return c.metas[0] }
 
 // call sends a mutating request once: a retry after a lost reply could apply
 // it twice.

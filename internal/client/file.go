@@ -46,8 +46,8 @@ type File struct {
 // O_TRUNC, O_APPEND).
 func (c *Client) OpenRef(ctx context.Context, ref Ref, flags int) (*File, error) {
 	var r pb.OpenReply
-	err := call(ctx, c.metaFor(ref.Parent), pb.MethodOpen,
-		&pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: uint32(flags)}, &r)
+	req := &pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: uint32(flags)}
+	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodOpen, req, &r, false)
 	if err != nil {
 		return nil, err
 	}

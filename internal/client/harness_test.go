@@ -2,10 +2,14 @@ package client_test
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"path/filepath"
 	"testing"
 
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/cluster"
+	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
 )
 
@@ -13,10 +17,16 @@ import (
 // temp dir, loopback TCP) and returns a root client of it with a small chunk
 // size, so that multi-chunk paths run on small files.
 func newTestClient(t testing.TB, chunkSize int64) *client.Client {
+	return newTestClientBackend(t, chunkSize, "")
+}
+
+// newTestClientBackend is newTestClient with the store's backend ("disk",
+// "mem"; "" is the default).
+func newTestClientBackend(t testing.TB, chunkSize int64, backend string) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	emb, err := cluster.StartEmbedded(ctx, cluster.EmbeddedOptions{Dir: t.TempDir()})
+	emb, err := cluster.StartEmbedded(ctx, cluster.EmbeddedOptions{Dir: t.TempDir(), Backend: backend})
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}
@@ -29,4 +39,49 @@ func newTestClient(t testing.TB, chunkSize int64) *client.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// newMultiClient starts metas meta servers (GIGA+ with the given split
+// threshold) and one store, each on its own loopback port in this process,
+// and returns a root client that knows all of them.
+func newMultiClient(t testing.TB, metas, threshold int, chunkSize int64) (*client.Client, *config.Cluster) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.SplitThreshold = threshold
+	var lns []net.Listener
+	for i := range metas {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		cfg.Meta = append(cfg.Meta, config.DefaultMetaServer(ln.Addr().String(), filepath.Join(dir, fmt.Sprintf("meta%d", i))))
+	}
+	sln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store = []config.StoreServer{config.DefaultStoreServer(sln.Addr().String(), filepath.Join(dir, "store0"))}
+	ctx := context.Background()
+	for i := range metas {
+		m, err := cluster.StartMeta(ctx, cfg, i, cluster.Options{Listener: lns[i]})
+		if err != nil {
+			t.Fatalf("start meta %d: %v", i, err)
+		}
+		t.Cleanup(func() { m.Close() })
+	}
+	s, err := cluster.StartStore(ctx, cfg, 0, cluster.Options{Listener: sln})
+	if err != nil {
+		t.Fatalf("start store: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	cc := cluster.ClientConfig(cfg, core.Root, nil)
+	cc.ChunkSize = chunkSize
+	c, err := client.New(cc)
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, cfg
 }

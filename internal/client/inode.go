@@ -382,7 +382,7 @@ func (n *openInode) flushLocked(ctx context.Context, durable bool) error {
 		req.InlineData = n.mu.data
 	}
 	var r pb.CommitReply
-	if err := call(ctx, n.c.metaFor(n.mu.ref.Parent), pb.MethodCommit, req, &r); err != nil {
+	if err := n.c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodCommit, req, &r, false); err != nil {
 		return err
 	}
 	n.mu.modified = false

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/errs"
 	"pgregory.net/rapid"
 )
@@ -61,7 +62,36 @@ func join(dir, name string) string {
 // a real cluster and an in-memory model, comparing results and error kinds
 // after every step.
 func TestModel(t *testing.T) {
-	c := newTestClient(t, 64<<10)
+	runModel(t, newTestClient(t, 64<<10))
+}
+
+// TestModelGiga runs the model against four meta servers that split every
+// directory past two entries, so that splits, redirects and cross-server
+// renames, links and removes happen all the time.
+func TestModelGiga(t *testing.T) {
+	c, _ := newMultiClient(t, 4, 2, 64<<10)
+	runModel(t, c)
+	if c.Redirects() == 0 {
+		t.Error("no request was redirected: the partition maps were never stale")
+	}
+	var splits uint64
+	for i := range 4 {
+		st, err := c.MetaStatus(context.Background(), i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		splits += st.Splits
+		if st.Partitions == 0 {
+			t.Errorf("meta server %d holds no partition", i)
+		}
+	}
+	if splits == 0 {
+		t.Error("no directory split")
+	}
+	t.Logf("%d splits, %d redirects", splits, c.Redirects())
+}
+
+func runModel(t *testing.T, c *client.Client) {
 	ctx := context.Background()
 	run := 0
 	rapid.Check(t, func(rt *rapid.T) {

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
+	"slices"
 	"time"
 
 	"github.com/weftfs/weft/internal/core"
@@ -12,8 +14,8 @@ import (
 // LookupAt returns the attributes of name in directory parent.
 func (c *Client) LookupAt(ctx context.Context, parent core.Ino, name string) (core.Attr, error) {
 	var r pb.LookupReply
-	err := c.callIdempotent(ctx, c.metaFor(parent), pb.MethodLookup,
-		&pb.LookupRequest{Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name}, &r)
+	err := c.callName(ctx, parent, name, pb.MethodLookup,
+		&pb.LookupRequest{Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name}, &r, true)
 	if err != nil {
 		return core.Attr{}, err
 	}
@@ -23,8 +25,8 @@ func (c *Client) LookupAt(ctx context.Context, parent core.Ino, name string) (co
 // GetAttr returns the attributes of the node ref names.
 func (c *Client) GetAttr(ctx context.Context, ref Ref) (core.Attr, error) {
 	var r pb.GetAttrReply
-	err := c.callIdempotent(ctx, c.metaFor(ref.Parent), pb.MethodGetAttr,
-		&pb.GetAttrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb()}, &r)
+	req := &pb.GetAttrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb()}
+	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodGetAttr, req, &r, true)
 	if err != nil {
 		return core.Attr{}, err
 	}
@@ -105,7 +107,7 @@ func (c *Client) setAttr(ctx context.Context, ref Ref, s SetAttr, byHandle bool)
 	req.Node = ref.pb()
 	req.ByHandle = byHandle
 	var r pb.SetAttrReply
-	if err := call(ctx, c.metaFor(ref.Parent), pb.MethodSetAttr, req, &r); err != nil {
+	if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodSetAttr, req, &r, false); err != nil {
 		return core.Attr{}, err
 	}
 	a := attrFromPB(r.Attr)
@@ -128,8 +130,8 @@ func (c *Client) prepareTruncate(ctx context.Context, ref Ref, size uint64) erro
 		return nil
 	}
 	var r pb.OpenReply
-	err := c.callIdempotent(ctx, c.metaFor(ref.Parent), pb.MethodOpen,
-		&pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: oWRONLY}, &r)
+	req := &pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: oWRONLY}
+	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodOpen, req, &r, true)
 	if err != nil || !r.Attr.GetInline() {
 		return err
 	}
@@ -153,7 +155,7 @@ func (c *Client) CreateAtAttr(ctx context.Context, parent core.Ino, name string,
 		Mode: core.ModeFile | mode&core.ModeBits, Exclusive: flags&oEXCL != 0, OpenFlags: uint32(flags),
 	}
 	var r pb.CreateReply
-	if err := call(ctx, c.metaFor(parent), pb.MethodCreate, req, &r); err != nil {
+	if err := c.callName(ctx, parent, name, pb.MethodCreate, req, &r, false); err != nil {
 		return nil, core.Attr{}, err
 	}
 	ref := Ref{Ino: core.Ino(r.Attr.GetIno()), Parent: parent, Name: name}
@@ -177,35 +179,35 @@ func (c *Client) MknodAt(ctx context.Context, parent core.Ino, name string, mode
 		mode |= core.ModeFile
 	}
 	var r pb.CreateReply
-	err := call(ctx, c.metaFor(parent), pb.MethodCreate, &pb.CreateRequest{
+	err := c.callName(ctx, parent, name, pb.MethodCreate, &pb.CreateRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name, Mode: mode, Rdev: rdev, Exclusive: true,
-	}, &r)
+	}, &r, false)
 	return attrFromPB(r.Attr), err
 }
 
 // MkdirAt creates directory name in parent.
 func (c *Client) MkdirAt(ctx context.Context, parent core.Ino, name string, mode uint32) (core.Attr, error) {
 	var r pb.MkdirReply
-	err := call(ctx, c.metaFor(parent), pb.MethodMkdir, &pb.MkdirRequest{
+	err := c.callName(ctx, parent, name, pb.MethodMkdir, &pb.MkdirRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name, Mode: mode & core.ModeBits,
-	}, &r)
+	}, &r, false)
 	return attrFromPB(r.Attr), err
 }
 
 // SymlinkAt creates symlink name in parent pointing at target.
 func (c *Client) SymlinkAt(ctx context.Context, parent core.Ino, name, target string) (core.Attr, error) {
 	var r pb.SymlinkReply
-	err := call(ctx, c.metaFor(parent), pb.MethodSymlink, &pb.SymlinkRequest{
+	err := c.callName(ctx, parent, name, pb.MethodSymlink, &pb.SymlinkRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name, Target: target,
-	}, &r)
+	}, &r, false)
 	return attrFromPB(r.Attr), err
 }
 
 // Readlink returns the target of the symlink ref names.
 func (c *Client) Readlink(ctx context.Context, ref Ref) (string, error) {
 	var r pb.ReadlinkReply
-	err := c.callIdempotent(ctx, c.metaFor(ref.Parent), pb.MethodReadlink,
-		&pb.ReadlinkRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb()}, &r)
+	req := &pb.ReadlinkRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb()}
+	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodReadlink, req, &r, true)
 	return r.Target, err
 }
 
@@ -213,9 +215,9 @@ func (c *Client) Readlink(ctx context.Context, ref Ref) (string, error) {
 // last link of a chunked file, its chunks are reclaimed in the background.
 func (c *Client) UnlinkAt(ctx context.Context, parent core.Ino, name string) error {
 	var r pb.UnlinkReply
-	err := call(ctx, c.metaFor(parent), pb.MethodUnlink, &pb.UnlinkRequest{
+	err := c.callName(ctx, parent, name, pb.MethodUnlink, &pb.UnlinkRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name,
-	}, &r)
+	}, &r, false)
 	if err == nil {
 		c.dropped(core.Ino(r.Attr.GetIno()), r.Attr.GetNlink() == 0, r.Freed, parent, name)
 	}
@@ -224,9 +226,9 @@ func (c *Client) UnlinkAt(ctx context.Context, parent core.Ino, name string) err
 
 // RmdirAt removes the empty directory name from parent.
 func (c *Client) RmdirAt(ctx context.Context, parent core.Ino, name string) error {
-	return call(ctx, c.metaFor(parent), pb.MethodRmdir, &pb.RmdirRequest{
+	return c.callName(ctx, parent, name, pb.MethodRmdir, &pb.RmdirRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name,
-	}, &pb.Empty{})
+	}, &pb.Empty{}, false)
 }
 
 // Rename flags, Linux values.
@@ -238,10 +240,10 @@ const (
 // RenameAt moves srcName in srcParent to dstName in dstParent.
 func (c *Client) RenameAt(ctx context.Context, srcParent core.Ino, srcName string, dstParent core.Ino, dstName string, flags uint32) error {
 	var r pb.RenameReply
-	err := call(ctx, c.metaFor(srcParent), pb.MethodRename, &pb.RenameRequest{
+	err := c.callName(ctx, srcParent, srcName, pb.MethodRename, &pb.RenameRequest{
 		Creds: credsPB(c.creds(ctx)), SrcParent: uint64(srcParent), SrcName: srcName,
 		DstParent: uint64(dstParent), DstName: dstName, Flags: flags,
-	}, &r)
+	}, &r, false)
 	if err == nil {
 		replaced := core.Ino(r.Replaced.GetIno())
 		if replaced != 0 {
@@ -255,27 +257,134 @@ func (c *Client) RenameAt(ctx context.Context, srcParent core.Ino, srcName strin
 // LinkAt makes newName in newParent a hard link to the file ref names.
 func (c *Client) LinkAt(ctx context.Context, ref Ref, newParent core.Ino, newName string) (core.Attr, error) {
 	var r pb.LinkReply
-	err := call(ctx, c.metaFor(newParent), pb.MethodLink, &pb.LinkRequest{
+	err := c.callName(ctx, newParent, newName, pb.MethodLink, &pb.LinkRequest{
 		Creds: credsPB(c.creds(ctx)), Node: ref.pb(), NewParent: uint64(newParent), NewName: newName,
-	}, &r)
+	}, &r, false)
 	return attrFromPB(r.Attr), err
 }
 
 // ReadDirPage returns up to limit entries of dir after cookie (nil starts at
 // the beginning), the cookie to continue with, and whether the listing ended.
+//
+// A directory split across meta servers is listed by merging its partitions:
+// every partition the client knows of is read from the cookie's position in
+// (name hash, name) order, the order every partition keeps, and the smallest
+// entries are returned. A partition's bitmap may name partitions the client
+// did not know, which are read too. An entry that a concurrent split moves is
+// returned once: a moved entry keeps its position, so it is skipped as a
+// duplicate if both its old and new partition return it.
 func (c *Client) ReadDirPage(ctx context.Context, dir core.Ino, cookie []byte, limit int, plus bool) ([]core.DirEntry, []byte, bool, error) {
-	var r pb.ReadDirReply
-	err := c.callIdempotent(ctx, c.metaFor(dir), pb.MethodReadDir, &pb.ReadDirRequest{
-		Creds: credsPB(c.creds(ctx)), Dir: uint64(dir), Cookie: cookie, Limit: uint32(limit), Plus: plus,
-	}, &r)
-	if err != nil {
-		return nil, nil, false, err
+	if limit <= 0 {
+		limit = defaultPageLimit
 	}
-	out := make([]core.DirEntry, 0, len(r.Entries))
-	for _, e := range r.Entries {
+	req := func() *pb.ReadDirRequest {
+		return &pb.ReadDirRequest{Creds: credsPB(c.creds(ctx)), Dir: uint64(dir), Cookie: cookie, Limit: uint32(limit), Plus: plus}
+	}
+	if len(c.metas) == 1 {
+		var r pb.ReadDirReply
+		if err := c.callIdempotent(ctx, c.metas[0], pb.MethodReadDir, req(), &r); err != nil {
+			return nil, nil, false, err
+		}
+		out := make([]core.DirEntry, 0, len(r.Entries))
+		for _, e := range r.Entries {
+			out = append(out, entryFromPB(e))
+		}
+		return out, r.Cookie, r.Eof, nil
+	}
+	type part struct {
+		entries []*pb.DirEntryMsg
+		eof     bool
+	}
+	parts := map[uint32]*part{}
+	for {
+		bitmap := c.maps.bitmap(dir)
+		var todo []uint32
+		for p := uint32(0); p < uint32(len(bitmap))*8; p++ {
+			if core.BitmapHas(bitmap, p) && parts[p] == nil {
+				todo = append(todo, p)
+			}
+		}
+		if len(todo) == 0 {
+			break
+		}
+		replies := make([]pb.ReadDirReply, len(todo))
+		errc := make(chan error, len(todo))
+		for i, p := range todo {
+			go func() {
+				errc <- c.callIdempotent(ctx, c.partPeer(dir, p), pb.MethodReadDir, req(), &replies[i])
+			}()
+		}
+		var first error
+		for range todo {
+			if err := <-errc; err != nil && first == nil {
+				first = err
+			}
+		}
+		if first != nil {
+			return nil, nil, false, first
+		}
+		for i, p := range todo {
+			parts[p] = &part{entries: replies[i].Entries, eof: replies[i].Eof}
+			c.maps.learn(dir, replies[i].Bitmap)
+		}
+	}
+	// Merge: an entry may be returned only if every partition that stopped
+	// early (not eof) has returned past it.
+	var bound *pb.DirEntryMsg
+	var all []*pb.DirEntryMsg
+	for _, p := range parts {
+		all = append(all, p.entries...)
+		if !p.eof && len(p.entries) > 0 {
+			last := p.entries[len(p.entries)-1]
+			if bound == nil || entryLess(last, bound) {
+				bound = last
+			}
+		}
+	}
+	slices.SortFunc(all, func(a, b *pb.DirEntryMsg) int {
+		switch {
+		case entryLess(a, b):
+			return -1
+		case entryLess(b, a):
+			return 1
+		}
+		return 0
+	})
+	out := make([]core.DirEntry, 0, min(limit, len(all)))
+	next := cookie
+	eof := bound == nil
+	for i, e := range all {
+		if i > 0 && all[i-1].Name == e.Name {
+			continue // moved by a split while we read
+		}
+		if bound != nil && entryLess(bound, e) || len(out) == limit {
+			eof = false
+			break
+		}
 		out = append(out, entryFromPB(e))
+		next = readdirCookie(e.Name)
 	}
-	return out, r.Cookie, r.Eof, nil
+	return out, next, eof, nil
+}
+
+// defaultPageLimit is the page size when the caller names none.
+const defaultPageLimit = 1024
+
+// entryLess orders entries as every partition lists them: name hash, then
+// name.
+func entryLess(a, b *pb.DirEntryMsg) bool {
+	ha, hb := core.NameHash(a.Name), core.NameHash(b.Name)
+	if ha != hb {
+		return ha < hb
+	}
+	return a.Name < b.Name
+}
+
+// readdirCookie is the position just after name, in the meta servers'
+// cookie format (docs/wire.md): version 2, the name hash, the name.
+func readdirCookie(name string) []byte {
+	c := binary.BigEndian.AppendUint64([]byte{2}, core.NameHash(name))
+	return append(c, name...)
 }
 
 // ReadDirAt lists every entry of dir ("." and ".." excluded), calling fn for
@@ -304,6 +413,6 @@ func (c *Client) ReadDirAt(ctx context.Context, dir core.Ino, plus bool, fn func
 
 // Access checks the caller's permission mask (R=4, W=2, X=1; 0 = exists).
 func (c *Client) Access(ctx context.Context, ref Ref, mask uint32) error {
-	return c.callIdempotent(ctx, c.metaFor(ref.Parent), pb.MethodAccess,
-		&pb.AccessRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Mask: mask}, &pb.Empty{})
+	req := &pb.AccessRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Mask: mask}
+	return c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodAccess, req, &pb.Empty{}, true)
 }

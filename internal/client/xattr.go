@@ -15,31 +15,29 @@ const (
 // GetXattr returns the value of extended attribute name.
 func (c *Client) GetXattr(ctx context.Context, ref Ref, name string) ([]byte, error) {
 	var r pb.GetXattrReply
-	err := c.callIdempotent(ctx, c.metaFor(ref.Parent), pb.MethodGetXattr,
-		&pb.GetXattrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Name: name}, &r)
+	req := &pb.GetXattrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Name: name}
+	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodGetXattr, req, &r, true)
 	return r.Value, err
 }
 
 // SetXattr sets extended attribute name (flags: XattrCreate, XattrReplace).
 func (c *Client) SetXattr(ctx context.Context, ref Ref, name string, value []byte, flags uint32) error {
-	return call(ctx, c.metaFor(ref.Parent), pb.MethodSetXattr, &pb.SetXattrRequest{
-		Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Name: name, Value: value, Flags: flags,
-	}, &pb.Empty{})
+	req := &pb.SetXattrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Name: name, Value: value, Flags: flags}
+	return c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodSetXattr, req, &pb.Empty{}, false)
 }
 
 // ListXattr returns the names of the extended attributes of ref.
 func (c *Client) ListXattr(ctx context.Context, ref Ref) ([]string, error) {
 	var r pb.ListXattrReply
-	err := c.callIdempotent(ctx, c.metaFor(ref.Parent), pb.MethodListXattr,
-		&pb.ListXattrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb()}, &r)
+	req := &pb.ListXattrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb()}
+	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodListXattr, req, &r, true)
 	return r.Names, err
 }
 
 // RemoveXattr removes extended attribute name.
 func (c *Client) RemoveXattr(ctx context.Context, ref Ref, name string) error {
-	return call(ctx, c.metaFor(ref.Parent), pb.MethodRemoveXattr, &pb.RemoveXattrRequest{
-		Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Name: name,
-	}, &pb.Empty{})
+	req := &pb.RemoveXattrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Name: name}
+	return c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodRemoveXattr, req, &pb.Empty{}, false)
 }
 
 // StatFS describes the file system's capacity.

@@ -85,16 +85,24 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 	if dir == "" {
 		return nil, errs.New(errs.Invalid, "start meta", "meta[%d].dir is empty: set dir in the cluster file or pass --data", id)
 	}
+	var peers []string
+	if len(cfg.Meta) > 1 {
+		for _, m := range cfg.Meta {
+			peers = append(peers, m.Addr)
+		}
+	}
 	return start(ctx, "meta", id, entry.Addr, pick(opts.MetricsAddr, entry.MetricsAddr), opts,
 		func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux) (io.Closer, error) {
 			s, err := meta.Open(meta.Config{
-				ID:          id,
-				Dir:         dir,
-				Durability:  cfg.Durability,
-				InlineLimit: cfg.InlineLimit,
-				Logger:      log,
-				Registry:    reg,
-				Now:         opts.Now,
+				ID:             id,
+				Dir:            dir,
+				Durability:     cfg.Durability,
+				InlineLimit:    cfg.InlineLimit,
+				Logger:         log,
+				Registry:       reg,
+				Now:            opts.Now,
+				Peers:          peers,
+				SplitThreshold: cfg.SplitThreshold,
 			})
 			if err != nil {
 				return nil, err

@@ -149,9 +149,11 @@ func New(dir string, opts Options) (*Mount, error) {
 			// send a chmod as the writer (which only the owner may do).
 			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
 			Debug:             opts.Debug,
+			// fcntl and flock locks go to the meta server (node_lock.go).
+			EnableLocks: true,
 		},
 	}
-	server, err := fs.Mount(abs, root, fo)
+	server, err := mountWithLocks(abs, root, fo)
 	if err != nil {
 		return nil, errs.Wrap(errs.IO, op, abs, err)
 	}

@@ -39,7 +39,14 @@ var (
 func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
-	f, err := n.fsys.c.OpenRef(cctx, n.ref(), int(flags))
+	ref := n.ref()
+	f, err := n.fsys.c.OpenRef(cctx, ref, int(flags))
+	if errs.Is(err, errs.NotExist) && ref.Parent != 0 {
+		// The name the kernel reached this node by is gone (another
+		// mount removed it): ESTALE makes the kernel look it up again,
+		// and an O_CREAT open then creates the file.
+		err = errs.Wrap(errs.Stale, "open", ref.Name, err)
+	}
 	if err != nil {
 		return nil, 0, n.fsys.fail("open", err)
 	}

@@ -2,7 +2,6 @@ package meta
 
 import (
 	"encoding/binary"
-	"hash/fnv"
 
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
@@ -15,12 +14,24 @@ import (
 //	"i" ino(8)                                standalone inode record (directories, hard-linked files)
 //	"d" dir(8) partition(4) hash(8) name      directory entry
 //	"x" ino(8) name                           extended attribute value
+//	"s" dir(8)                                split in progress (SplitIntent)
+//	"I" txid(8)                               cross-server operation in progress (Intent)
 const (
 	tagSystem = 'S'
 	tagInode  = 'i'
 	tagEntry  = 'd'
 	tagXattr  = 'x'
+	tagSplit  = 's'
+	tagIntent = 'I'
 )
+
+func splitKey(dir core.Ino) []byte {
+	return binary.BigEndian.AppendUint64([]byte{tagSplit}, uint64(dir))
+}
+
+func intentKey(txid uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{tagIntent}, txid)
+}
 
 // System keys.
 var (
@@ -29,6 +40,7 @@ var (
 	keyInodes   = []byte("Sinodes")    // int64 counter (merge operand): inodes in use
 	keyDirs     = []byte("Sdirs")      // int64 counter (merge operand): directories
 	keyServerID = []byte("Sserver-id") // uint64: the meta server id this store belongs to
+	keyServers  = []byte("Sservers")   // uint64: meta servers in the cluster (GIGA+ placement depends on it)
 )
 
 // formatVersion is the on-disk format this code writes and reads.
@@ -49,10 +61,14 @@ func dirPrefix(dir core.Ino) []byte {
 	return k
 }
 
+// partPrefix is the prefix of every entry key of partition part of dir.
+func partPrefix(dir core.Ino, part uint32) []byte {
+	return binary.BigEndian.AppendUint32(dirPrefix(dir), part)
+}
+
 func entryKey(dir core.Ino, part uint32, name string) []byte {
-	k := dirPrefix(dir)
-	k = binary.BigEndian.AppendUint32(k, part)
-	k = binary.BigEndian.AppendUint64(k, nameHash(name))
+	k := partPrefix(dir, part)
+	k = binary.BigEndian.AppendUint64(k, core.NameHash(name))
 	return append(k, name...)
 }
 
@@ -88,62 +104,29 @@ func prefixEnd(p []byte) []byte {
 	return nil
 }
 
-// nameHash is the GIGA+ hash of an entry name: FNV-1a finished with the
-// splitmix64 mixer, because splits look at one bit at a time starting from the
-// lowest and FNV's low bits are weak. Part of the on-disk format.
-func nameHash(name string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	x := h.Sum64()
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
-
-// partitionOf returns the GIGA+ partition that holds hash in a directory with
-// the given radix and partition bitmap: the partition is hash mod 2^r for the
-// largest r <= radix whose partition exists (a partition that has not split
-// yet still holds the names of its future children).
-func partitionOf(hash uint64, radix uint32, bitmap []byte) uint32 {
-	for r := int(radix); r > 0; r-- {
-		p := uint32(hash & (1<<uint(r) - 1))
-		if bitmapHas(bitmap, p) {
-			return p
-		}
-	}
-	return 0
-}
-
-func bitmapHas(bitmap []byte, p uint32) bool {
-	i := p / 8
-	return int(i) < len(bitmap) && bitmap[i]&(1<<(p%8)) != 0
-}
-
-// Readdir cookies are opaque to clients: a version byte and the key suffix
-// (partition, hash, name) of the last entry returned. Resuming seeks to the
-// key just after it, so entries created or removed meanwhile never shift the
-// position of the others.
-const cookieVersion = 1
+// Readdir cookies are opaque to clients: a version byte and the name hash and
+// name of the last entry returned. The order (hash, name) is the same in
+// every partition, so a client merging the partitions of a split directory
+// resumes every one of them at the cookie, and entries created, removed or
+// moved by a split meanwhile never shift the position of the others.
+const cookieVersion = 2
 
 func encodeCookie(key []byte) []byte {
-	c := make([]byte, 0, 1+len(key)-9)
+	c := make([]byte, 0, 1+len(key)-13)
 	c = append(c, cookieVersion)
-	return append(c, key[9:]...)
+	return append(c, key[13:]...)
 }
 
-// cookieSeek returns the first key of dir that a readdir resuming at cookie
-// must return.
-func cookieSeek(dir core.Ino, cookie []byte) ([]byte, error) {
+// cookieSeek returns the first key of partition part of dir that a readdir
+// resuming at cookie must return.
+func cookieSeek(dir core.Ino, part uint32, cookie []byte) ([]byte, error) {
 	if len(cookie) == 0 {
-		return dirPrefix(dir), nil
+		return partPrefix(dir, part), nil
 	}
-	if cookie[0] != cookieVersion || len(cookie) < 1+4+8+1 || len(cookie) > 1+4+8+core.MaxNameLen {
+	if cookie[0] != cookieVersion || len(cookie) < 1+8+1 || len(cookie) > 1+8+core.MaxNameLen {
 		return nil, errs.New(errs.Invalid, "readdir", "bad cookie")
 	}
-	k := append(dirPrefix(dir), cookie[1:]...)
+	k := append(partPrefix(dir, part), cookie[1:]...)
 	// Names never contain NUL, so key+"\x00" is the immediate successor.
 	return append(k, 0), nil
 }

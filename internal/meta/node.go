@@ -66,7 +66,7 @@ func (t *txn) resolve(ref *weftpb.NodeRef) (*node, error) {
 		if err := validName(t.op, ref.Name); err != nil {
 			return nil, err
 		}
-		d, err := t.dir(core.Ino(ref.Parent))
+		d, err := t.dirFor(core.Ino(ref.Parent), ref.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -96,6 +96,24 @@ func (t *txn) resolve(ref *weftpb.NodeRef) (*node, error) {
 		return nil, errs.New(errs.Invalid, t.op, "node names neither an inode nor an entry")
 	}
 	return t.nodeByIno(ino)
+}
+
+// resolveHere resolves the node of a single-node operation, which the client
+// routed by the ref's entry: a node whose attributes live with an owner on
+// another meta server is answered WrongServer ("owner"), and the client asks
+// the owner by ino.
+func (t *txn) resolveHere(ref *weftpb.NodeRef) (*node, error) {
+	if ref != nil && ref.Parent != 0 {
+		t.route(core.Ino(ref.Parent), ref.Name)
+	}
+	n, err := t.resolve(ref)
+	if err != nil {
+		return nil, err
+	}
+	if t.dist == nil && !n.embedded() && t.s.ownerOf(n.ino) != t.s.cfg.ID {
+		return nil, errOwner
+	}
+	return n, nil
 }
 
 func (t *txn) nodeByIno(ino core.Ino) (*node, error) {
@@ -130,11 +148,18 @@ func refLock(ref *weftpb.NodeRef) []core.Ino {
 }
 
 // attrOf converts a record to the wire attributes of ino.
+// A directory split across servers reports one link, as btrfs does: its
+// subdirectories are counted by partition, and 1 tells find(1) and fts not to
+// infer the number of subdirectories from the link count.
 func attrOf(ino core.Ino, r *weftpb.InodeRecord) *weftpb.Attr {
-	return &weftpb.Attr{
+	a := &weftpb.Attr{
 		Ino: uint64(ino), Mode: r.Mode, Nlink: r.Nlink, Uid: r.Uid, Gid: r.Gid, Rdev: r.Rdev,
 		Size: r.Size, AtimeNs: r.AtimeNs, MtimeNs: r.MtimeNs, CtimeNs: r.CtimeNs, Inline: r.Inline,
 	}
+	if core.IsDir(r.Mode) && r.Radix > 0 {
+		a.Nlink = 1
+	}
+	return a
 }
 
 func (n *node) wireAttr() *weftpb.Attr { return attrOf(n.ino, n.attr) }

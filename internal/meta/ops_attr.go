@@ -21,7 +21,8 @@ func (s *Server) Lookup(_ context.Context, req *weftpb.LookupRequest) (*weftpb.L
 	}
 	reply := &weftpb.LookupReply{}
 	err = s.view(op, func(t *txn) error {
-		d, err := t.dir(core.Ino(req.Parent))
+		t.route(core.Ino(req.Parent), req.Name)
+		d, err := t.dirFor(core.Ino(req.Parent), req.Name)
 		if err != nil {
 			return err
 		}
@@ -50,7 +51,7 @@ func (s *Server) GetAttr(_ context.Context, req *weftpb.GetAttrRequest) (*weftpb
 	}
 	reply := &weftpb.GetAttrReply{}
 	err := s.view(op, func(t *txn) error {
-		n, err := t.resolve(req.Node)
+		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
 		}
@@ -72,7 +73,7 @@ func (s *Server) Access(_ context.Context, req *weftpb.AccessRequest) (*weftpb.E
 		return nil, errs.New(errs.Invalid, op, "mask %#o", req.Mask)
 	}
 	err = s.view(op, func(t *txn) error {
-		n, err := t.resolve(req.Node)
+		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
 		}
@@ -116,8 +117,10 @@ func (s *Server) SetAttr(_ context.Context, req *weftpb.SetAttrRequest) (*weftpb
 		return nil, errs.New(errs.Invalid, op, "unknown setattr bits %#x", req.Valid&^setattrKnown)
 	}
 	reply := &weftpb.SetAttrReply{}
+	var spread *weftpb.PeerSetPermRequest
 	err = s.update(op, refLock(req.Node), func(t *txn) error {
-		n, err := t.resolve(req.Node)
+		spread = nil
+		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
 		}
@@ -134,12 +137,33 @@ func (s *Server) SetAttr(_ context.Context, req *weftpb.SetAttrRequest) (*weftpb
 		}
 		t.putNode(n)
 		reply.Attr = n.wireAttr()
+		if n.isDir() && n.attr.Radix > 0 && req.Valid&uint32(weftpb.SetAttrBits_SETATTR_MODE|weftpb.SetAttrBits_SETATTR_UID|weftpb.SetAttrBits_SETATTR_GID) != 0 {
+			spread = &weftpb.PeerSetPermRequest{Dir: uint64(n.ino), Mode: n.attr.Mode, Uid: n.attr.Uid, Gid: n.attr.Gid}
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	if spread != nil {
+		s.spreadPerm(spread)
+	}
 	return reply, nil
+}
+
+// spreadPerm copies a split directory's new mode and owner to the stubs of
+// its other partitions, which check permissions for their entries. Until a
+// server has the copy it checks with the old one, as a client with cached
+// attributes would.
+func (s *Server) spreadPerm(req *weftpb.PeerSetPermRequest) {
+	for srv := range s.n {
+		if srv == s.cfg.ID {
+			continue
+		}
+		if err := s.peerCall("setattr", srv, weftpb.MethodPeerSetPerm, req, &weftpb.Empty{}); err != nil {
+			s.log.Warn("meta: could not copy directory permissions to a partition", "dir", req.Dir, "server", srv, "err", err)
+		}
+	}
 }
 
 func (s *Server) checkSetAttr(op string, c core.Creds, r *weftpb.InodeRecord, req *weftpb.SetAttrRequest) error {

@@ -37,7 +37,8 @@ func (s *Server) Create(_ context.Context, req *weftpb.CreateRequest) (*weftpb.C
 	parent := core.Ino(req.Parent)
 	reply := &weftpb.CreateReply{}
 	err = s.update(op, []core.Ino{parent}, func(t *txn) error {
-		d, err := t.dir(parent)
+		t.route(parent, req.Name)
+		d, err := t.dirFor(parent, req.Name)
 		if err != nil {
 			return err
 		}
@@ -67,6 +68,7 @@ func (s *Server) Create(_ context.Context, req *weftpb.CreateRequest) (*weftpb.C
 		}
 		t.putEntry(parent, d, req.Name, &weftpb.EntryRecord{Ino: uint64(ino), Mode: r.Mode, Attr: r})
 		d.Entries++
+		t.grew(parent, d)
 		t.touchDir(parent, d)
 		t.inodeDelta++
 		reply.Attr = attrOf(ino, r)
@@ -109,6 +111,7 @@ func (s *Server) Mkdir(_ context.Context, req *weftpb.MkdirRequest) (*weftpb.Mkd
 	parent := core.Ino(req.Parent)
 	reply := &weftpb.MkdirReply{}
 	err = s.update(op, []core.Ino{parent}, func(t *txn) error {
+		t.route(parent, req.Name)
 		d, err := s.checkNewName(t, c, parent, req.Name)
 		if err != nil {
 			return err
@@ -125,6 +128,7 @@ func (s *Server) Mkdir(_ context.Context, req *weftpb.MkdirRequest) (*weftpb.Mkd
 		t.putInode(ino, r)
 		t.putEntry(parent, d, req.Name, &weftpb.EntryRecord{Ino: uint64(ino), Mode: r.Mode})
 		d.Entries++
+		t.grew(parent, d)
 		d.Nlink++
 		t.touchDir(parent, d)
 		t.inodeDelta++
@@ -164,6 +168,7 @@ func (s *Server) Symlink(_ context.Context, req *weftpb.SymlinkRequest) (*weftpb
 	parent := core.Ino(req.Parent)
 	reply := &weftpb.SymlinkReply{}
 	err = s.update(op, []core.Ino{parent}, func(t *txn) error {
+		t.route(parent, req.Name)
 		d, err := s.checkNewName(t, c, parent, req.Name)
 		if err != nil {
 			return err
@@ -176,6 +181,7 @@ func (s *Server) Symlink(_ context.Context, req *weftpb.SymlinkRequest) (*weftpb
 		r.Size, r.Symlink = uint64(len(req.Target)), []byte(req.Target)
 		t.putEntry(parent, d, req.Name, &weftpb.EntryRecord{Ino: uint64(ino), Mode: r.Mode, Attr: r})
 		d.Entries++
+		t.grew(parent, d)
 		t.touchDir(parent, d)
 		t.inodeDelta++
 		reply.Attr = attrOf(ino, r)
@@ -190,7 +196,7 @@ func (s *Server) Symlink(_ context.Context, req *weftpb.SymlinkRequest) (*weftpb
 // checkNewName checks that c may add name to directory parent and that the
 // name is free; it returns the directory's record.
 func (s *Server) checkNewName(t *txn, c core.Creds, parent core.Ino, name string) (*weftpb.InodeRecord, error) {
-	d, err := t.dir(parent)
+	d, err := t.dirFor(parent, name)
 	if err != nil {
 		return nil, err
 	}

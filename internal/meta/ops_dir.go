@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/weftfs/weft/internal/core"
@@ -15,11 +16,13 @@ const (
 	maxReadDirLimit     = 8192
 )
 
-// ReadDir lists a directory in key order (partition, name hash, name), from
-// just after the cookie's entry. Because the cookie names a position in that
-// order rather than a count, an entry present for the whole listing appears
-// exactly once however many names are created or removed meanwhile. "." and
-// ".." are the client's.
+// ReadDir lists this server's partition of a directory in (name hash, name)
+// order, from just after the cookie's position, and returns the server's
+// bitmap of the directory's partitions; the client merges the partitions.
+// Because the cookie names a position in that order rather than a count, an
+// entry present for the whole listing appears exactly once however many names
+// are created, removed or moved by splits meanwhile. "." and ".." are the
+// client's.
 func (s *Server) ReadDir(_ context.Context, req *weftpb.ReadDirRequest) (*weftpb.ReadDirReply, error) {
 	const op = "readdir"
 	c, err := credsOf(op, req.GetCreds())
@@ -27,9 +30,10 @@ func (s *Server) ReadDir(_ context.Context, req *weftpb.ReadDirRequest) (*weftpb
 		return nil, err
 	}
 	dir := core.Ino(req.Dir)
-	start, err := cookieSeek(dir, req.Cookie)
-	if err != nil {
-		return nil, err
+	if len(req.Cookie) > 0 {
+		if _, err := cookieSeek(dir, 0, req.Cookie); err != nil {
+			return nil, err
+		}
 	}
 	limit := int(min(req.Limit, maxReadDirLimit))
 	if limit == 0 {
@@ -41,10 +45,28 @@ func (s *Server) ReadDir(_ context.Context, req *weftpb.ReadDirRequest) (*weftpb
 		if err != nil {
 			return err
 		}
+		if s.n > 1 && !d.Stub && s.ownerOf(dir) != s.cfg.ID {
+			return errs.New(errs.Stale, op, "no partition of directory %d on this server", dir)
+		}
 		if err := checkAccess(op, c, d, mayRead); err != nil {
 			return err
 		}
-		return s.listEntries(t, start, prefixEnd(dirPrefix(dir)), limit, req.Plus, reply)
+		reply.Bitmap = d.Bitmap
+		start, err := cookieSeek(dir, d.Partition, req.Cookie)
+		if err != nil {
+			return err
+		}
+		if err := s.listEntries(t, start, prefixEnd(partPrefix(dir, d.Partition)), limit, req.Plus, reply); err != nil {
+			return err
+		}
+		// A split that committed between reading d and opening the
+		// iterator moved entries the listing lacks: the bitmap read
+		// now names where they went.
+		now := &weftpb.InodeRecord{}
+		if ok, err := getRecord(s.db, inodeKey(dir), now); err == nil && ok {
+			reply.Bitmap = core.BitmapOr(slices.Clone(reply.Bitmap), now.Bitmap)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err

@@ -28,7 +28,7 @@ func (s *Server) Open(_ context.Context, req *weftpb.OpenRequest) (*weftpb.OpenR
 	}
 	reply := &weftpb.OpenReply{}
 	fn := func(t *txn) error {
-		n, err := t.resolve(req.Node)
+		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
 		}
@@ -149,7 +149,7 @@ func (s *Server) Commit(_ context.Context, req *weftpb.CommitRequest) (*weftpb.C
 	}
 	reply := &weftpb.CommitReply{}
 	err = s.update(op, refLock(req.Node), func(t *txn) error {
-		n, err := t.resolve(req.Node)
+		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
 		}
@@ -194,7 +194,7 @@ func (s *Server) Readlink(_ context.Context, req *weftpb.ReadlinkRequest) (*weft
 	}
 	reply := &weftpb.ReadlinkReply{}
 	err := s.view(op, func(t *txn) error {
-		n, err := t.resolve(req.Node)
+		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
 		}

@@ -26,6 +26,7 @@ func (s *Server) Link(_ context.Context, req *weftpb.LinkRequest) (*weftpb.LinkR
 	newParent := core.Ino(req.NewParent)
 	reply := &weftpb.LinkReply{}
 	err = s.update(op, append(refLock(req.Node), newParent), func(t *txn) error {
+		t.route(newParent, req.NewName)
 		n, err := t.resolve(req.Node)
 		if err != nil {
 			return err
@@ -44,7 +45,7 @@ func (s *Server) Link(_ context.Context, req *weftpb.LinkRequest) (*weftpb.LinkR
 			if err := t.unembed(n); err != nil {
 				return err
 			}
-		} else if err := t.need(n.ino); err != nil {
+		} else if err := t.needOwner(n.ino); err != nil {
 			return err
 		}
 		r := n.attr
@@ -54,6 +55,7 @@ func (s *Server) Link(_ context.Context, req *weftpb.LinkRequest) (*weftpb.LinkR
 		t.putInode(n.ino, r)
 		t.putEntry(newParent, d, req.NewName, &weftpb.EntryRecord{Ino: uint64(n.ino), Mode: r.Mode})
 		d.Entries++
+		t.grew(newParent, d)
 		t.touchDir(newParent, d)
 		reply.Attr = n.wireAttr()
 		return nil
@@ -67,7 +69,7 @@ func (s *Server) Link(_ context.Context, req *weftpb.LinkRequest) (*weftpb.LinkR
 // unembed moves the attributes embedded in n's entry to a standalone record
 // (written by the caller through putInode) and leaves a pointer entry.
 func (t *txn) unembed(n *node) error {
-	if err := t.need(n.ino); err != nil {
+	if err := t.needOwner(n.ino); err != nil {
 		return err
 	}
 	r := n.attr

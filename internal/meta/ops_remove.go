@@ -71,7 +71,10 @@ func (s *Server) Rmdir(_ context.Context, req *weftpb.RmdirRequest) (*weftpb.Emp
 			return &errs.Error{Kind: errs.NotDir, Op: op, Path: req.Name}
 		case n.ino == core.RootIno:
 			return errs.E(errs.Busy, op)
-		case n.attr.Entries > 0:
+		}
+		if empty, err := t.dirEmpty(n); err != nil {
+			return err
+		} else if !empty {
 			return &errs.Error{Kind: errs.NotEmpty, Op: op, Path: req.Name}
 		}
 		if err := checkSticky(op, c, d, n.attr); err != nil {
@@ -93,7 +96,8 @@ func (s *Server) Rmdir(_ context.Context, req *weftpb.RmdirRequest) (*weftpb.Emp
 // removable finds name in parent for removal: the caller needs write and
 // search permission on the directory.
 func (t *txn) removable(c core.Creds, parent core.Ino, name string) (*weftpb.InodeRecord, *node, error) {
-	d, err := t.dir(parent)
+	t.route(parent, name)
+	d, err := t.dirFor(parent, name)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -110,8 +114,41 @@ func (t *txn) removable(c core.Creds, parent core.Ino, name string) (*weftpb.Ino
 	return d, n, nil
 }
 
-// removeDir deletes an empty directory n whose entry the caller removes.
+// dirEmpty reports whether directory n has no entries in any partition. A
+// directory whose partition 0 split may have partitions on every other
+// server: their stubs are read (and locked) too.
+func (t *txn) dirEmpty(n *node) (bool, error) {
+	if n.attr.Entries > 0 {
+		return false, nil
+	}
+	if n.attr.Radix == 0 || t.s.n == 1 {
+		return true, nil
+	}
+	for q := uint32(1); q < uint32(t.s.n); q++ {
+		d, err := t.part(core.PartitionServer(n.ino, q, t.s.n), n.ino)
+		if errs.Is(err, errs.Stale) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if d.Entries > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// removeDir deletes an empty directory n whose entry the caller removes,
+// with its partition stubs (dirEmpty read them).
 func (t *txn) removeDir(n *node) {
+	if n.attr.Radix > 0 {
+		for l, r := range t.parts {
+			if l.ino == n.ino && r != nil {
+				t.deletePart(l.srv, l.ino)
+			}
+		}
+	}
 	t.deleteInode(n.ino)
 	t.inodeDelta--
 	t.dirDelta--
@@ -131,7 +168,7 @@ func (t *txn) dropLink(n *node) (freed bool, err error) {
 		r.Nlink = 0
 		return core.IsRegular(r.Mode) && !r.Inline, nil
 	}
-	if err := t.need(n.ino); err != nil {
+	if err := t.needOwner(n.ino); err != nil {
 		return false, err
 	}
 	r.Links = slices.DeleteFunc(r.Links, func(l *weftpb.LinkRef) bool {
@@ -154,14 +191,21 @@ func (t *txn) dropLink(n *node) (freed bool, err error) {
 }
 
 // embed moves the attributes of a file left with one link from its
-// standalone record into that link's entry.
+// standalone record into that link's entry. When the entry lives on another
+// meta server than the record, the record stays (with one link): extended
+// attributes follow the attributes, and moving them is not worth a
+// cross-server write.
 func (t *txn) embed(ino core.Ino, r *weftpb.InodeRecord) error {
 	l := r.Links[0]
-	d, err := t.dir(core.Ino(l.Parent))
+	name := string(l.Name)
+	d, err := t.dirFor(core.Ino(l.Parent), name)
 	if err != nil {
 		return err
 	}
-	name := string(l.Name)
+	if t.partServer(core.Ino(l.Parent), d) != t.s.ownerOf(ino) {
+		t.putInode(ino, r)
+		return nil
+	}
 	e, found, err := t.entry(core.Ino(l.Parent), d, name)
 	if err != nil {
 		return err
@@ -174,7 +218,12 @@ func (t *txn) embed(ino core.Ino, r *weftpb.InodeRecord) error {
 	t.putEntry(core.Ino(l.Parent), d, name, e)
 	// Drop the standalone record but keep the xattrs: they follow the ino.
 	t.inodes[ino] = nil
-	delete(t.dirty, ino)
+	srv := t.s.ownerOf(ino)
+	delete(t.dirty, loc{srv, ino})
+	if srv != t.s.cfg.ID {
+		t.remoteOp(srv, &weftpb.KeyOp{Key: inodeKey(ino), Delete: true})
+		return nil
+	}
 	t.b.Delete(inodeKey(ino), nil)
 	return nil
 }

@@ -53,11 +53,12 @@ func (s *Server) Rename(_ context.Context, req *weftpb.RenameRequest) (*weftpb.R
 
 func (s *Server) rename(t *txn, c core.Creds, req *weftpb.RenameRequest, reply *weftpb.RenameReply) error {
 	srcP, dstP := core.Ino(req.SrcParent), core.Ino(req.DstParent)
-	sd, err := t.dir(srcP)
+	t.route(srcP, req.SrcName)
+	sd, err := t.dirFor(srcP, req.SrcName)
 	if err != nil {
 		return err
 	}
-	dd, err := t.dir(dstP)
+	dd, err := t.dirFor(dstP, req.DstName)
 	if err != nil {
 		return err
 	}
@@ -120,6 +121,7 @@ func (s *Server) rename(t *txn, c core.Creds, req *weftpb.RenameRequest, reply *
 		sd.Entries--
 		t.moveEntry(src, dstP, dd, req.DstName)
 		dd.Entries++
+		t.grew(dstP, dd)
 		if src.isDir() && srcP != dstP {
 			sd.Nlink--
 			dd.Nlink++
@@ -138,8 +140,13 @@ func (s *Server) checkRename(t *txn, c core.Creds, src, dst *node, dstP core.Ino
 			return &errs.Error{Kind: errs.NotDir, Op: t.op, Path: dst.name}
 		case !src.isDir() && dst.isDir():
 			return &errs.Error{Kind: errs.IsDir, Op: t.op, Path: dst.name}
-		case dst.isDir() && dst.attr.Entries > 0:
-			return &errs.Error{Kind: errs.NotEmpty, Op: t.op, Path: dst.name}
+		}
+		if dst.isDir() {
+			if empty, err := t.dirEmpty(dst); err != nil {
+				return err
+			} else if !empty {
+				return &errs.Error{Kind: errs.NotEmpty, Op: t.op, Path: dst.name}
+			}
 		}
 	}
 	if err := checkSticky(t.op, c, src.parentRec, src.attr); err != nil {
@@ -190,8 +197,8 @@ func (s *Server) checkRename(t *txn, c core.Creds, src, dst *node, dstP core.Ino
 }
 
 // isAncestor reports whether directory a is d or one of d's ancestors. It
-// reads parent pointers without their locks: they change only under renameMu,
-// which the caller holds.
+// reads parent pointers without their locks: they change only under the
+// cluster's directory-move lock, which the caller holds.
 func (s *Server) isAncestor(a, d core.Ino) (bool, error) {
 	cur := d
 	for range maxDepth {
@@ -201,8 +208,7 @@ func (s *Server) isAncestor(a, d core.Ino) (bool, error) {
 		if cur == core.RootIno {
 			return false, nil
 		}
-		r := &weftpb.InodeRecord{}
-		found, err := getRecord(s.db, inodeKey(cur), r)
+		r, found, err := s.readInode("rename", cur)
 		if err != nil {
 			return false, err
 		}
@@ -212,6 +218,22 @@ func (s *Server) isAncestor(a, d core.Ino) (bool, error) {
 		cur = core.Ino(r.Parent)
 	}
 	return false, errs.New(errs.Corrupt, "rename", "parent chain of %d deeper than %d", d, maxDepth)
+}
+
+// readInode reads ino's standalone record from its owner without locks.
+func (s *Server) readInode(op string, ino core.Ino) (*weftpb.InodeRecord, bool, error) {
+	srv, err := s.owner(op, ino)
+	if err != nil {
+		return nil, false, err
+	}
+	r := &weftpb.InodeRecord{}
+	var found bool
+	if srv == s.cfg.ID {
+		found, err = getRecord(s.db, inodeKey(ino), r)
+	} else {
+		found, err = s.peerGet(op, srv, weftpb.PeerGetRequest_INODE, ino, "", r)
+	}
+	return r, found, err
 }
 
 // moveEntry writes n's entry under a new (parent, name); the caller deletes

@@ -69,7 +69,7 @@ func (s *Server) GetXattr(_ context.Context, req *weftpb.GetXattrRequest) (*weft
 	}
 	reply := &weftpb.GetXattrReply{}
 	err = s.view(op, func(t *txn) error {
-		n, err := t.resolve(req.Node)
+		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
 		}
@@ -101,7 +101,7 @@ func (s *Server) ListXattr(_ context.Context, req *weftpb.ListXattrRequest) (*we
 	}
 	reply := &weftpb.ListXattrReply{}
 	err = s.view(op, func(t *txn) error {
-		n, err := t.resolve(req.Node)
+		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
 		}
@@ -172,14 +172,14 @@ func (s *Server) changeXattr(op string, creds *weftpb.Creds, ref *weftpb.NodeRef
 		return nil, err
 	}
 	err = s.update(op, refLock(ref), func(t *txn) error {
-		n, err := t.resolve(ref)
+		n, err := t.resolveHere(ref)
 		if err != nil {
 			return err
 		}
 		if !n.embedded() {
 			// Standalone records (and so their xattrs) are guarded by the
 			// ino's stripe, also when the request named an entry.
-			if err := t.need(n.ino); err != nil {
+			if err := t.needOwner(n.ino); err != nil {
 				return err
 			}
 		}

@@ -28,4 +28,17 @@ func (s *Server) Register(mux *rpc.Mux) {
 	rpc.Handle(mux, weftpb.MethodListXattr, s.ListXattr)
 	rpc.Handle(mux, weftpb.MethodRemoveXattr, s.RemoveXattr)
 	rpc.Handle(mux, weftpb.MethodStatus, s.Status)
+	rpc.Handle(mux, weftpb.MethodPeerLock, s.PeerLock)
+	rpc.Handle(mux, weftpb.MethodPeerUnlock, s.PeerUnlock)
+	rpc.Handle(mux, weftpb.MethodPeerGet, s.PeerGet)
+	rpc.Handle(mux, weftpb.MethodPeerApply, s.PeerApply)
+	rpc.Handle(mux, weftpb.MethodPeerInstallPartition, s.PeerInstallPartition)
+	rpc.Handle(mux, weftpb.MethodPeerSetPerm, s.PeerSetPerm)
+	rpc.Handle(mux, weftpb.MethodPeerRelease, s.PeerRelease)
+	// File locks live in memory, in a table of their own (locks.go).
+	locks := newLockTable(s.cfg.Now, LockSessionTTL)
+	rpc.Handle(mux, weftpb.MethodSetLock, locks.SetLock)
+	rpc.Handle(mux, weftpb.MethodGetLock, locks.GetLock)
+	rpc.Handle(mux, weftpb.MethodLockKeepAlive, locks.KeepAlive)
+	rpc.Handle(mux, weftpb.MethodEndLockSession, locks.EndSession)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -30,6 +31,12 @@ type Config struct {
 	Logger        *slog.Logger  // default: discard
 	Registry      *prometheus.Registry
 	Now           func() time.Time // default time.Now
+	// Peers lists every meta server's address, index = server id, this one
+	// included; empty means a single-server cluster.
+	Peers []string
+	// SplitThreshold is how many entries a directory partition holds before
+	// this server splits it (GIGA+); default 4000.
+	SplitThreshold int
 }
 
 const (
@@ -37,6 +44,8 @@ const (
 	defaultInlineLimit   = 4096
 	// maxInlineLimit keeps records small enough for the memtable and the wire.
 	maxInlineLimit = 1 << 20
+	// defaultSplitThreshold matches the cluster file's default.
+	defaultSplitThreshold = 4000
 )
 
 // Validate fills in defaults and checks the configuration.
@@ -73,6 +82,18 @@ func (c *Config) Validate() error {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if len(c.Peers) > core.MaxServers {
+		return errs.New(errs.Invalid, op, "%d meta servers, at most %d", len(c.Peers), core.MaxServers)
+	}
+	if len(c.Peers) > 0 && c.ID >= len(c.Peers) {
+		return errs.New(errs.Invalid, op, "server id %d but only %d meta servers", c.ID, len(c.Peers))
+	}
+	if c.SplitThreshold == 0 {
+		c.SplitThreshold = defaultSplitThreshold
+	}
+	if c.SplitThreshold < 2 {
+		return errs.New(errs.Invalid, op, "split threshold %d is less than 2", c.SplitThreshold)
+	}
 	return nil
 }
 
@@ -95,6 +116,10 @@ type Server struct {
 
 	inodes, dirs atomic.Int64 // mirrors of the persisted counters
 
+	n     int         // meta servers in the cluster
+	peers []*rpc.Peer // the other meta servers, by id (nil for this one)
+	giga  gigaState   // splits and cross-server operations (split.go, dist.go)
+
 	syncStop, syncDone chan struct{}
 
 	// hookAncestryChecked, when set by a test, runs after a directory move
@@ -112,11 +137,12 @@ func Open(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, db: db, sync: cfg.Durability == DurabilitySync}
+	s := &Server{cfg: cfg, log: cfg.Logger, db: db, sync: cfg.Durability == DurabilitySync, n: max(1, len(cfg.Peers))}
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err
 	}
+	s.initGiga()
 	s.registerMetrics()
 	if !s.sync {
 		s.syncStop, s.syncDone = make(chan struct{}), make(chan struct{})
@@ -148,6 +174,9 @@ func (s *Server) load() error {
 	if len(id) != 8 || binary.BigEndian.Uint64(id) != uint64(s.cfg.ID) {
 		return errs.New(errs.Invalid, op, "store in %s belongs to another meta server (id %x, want %d)", s.cfg.Dir, id, s.cfg.ID)
 	}
+	if err := s.checkServers(); err != nil {
+		return err
+	}
 	hwm, _, err := getValue(s.db, keyInoHWM)
 	if err != nil {
 		return err
@@ -169,12 +198,32 @@ func (s *Server) load() error {
 	return nil
 }
 
+// checkServers refuses a store made for another number of meta servers:
+// partition placement depends on it, so a cluster keeps its meta servers.
+// A store from before the key existed (one server) gets it now.
+func (s *Server) checkServers() error {
+	v, found, err := getValue(s.db, keyServers)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return errs.Wrap(errs.IO, "meta open", s.cfg.Dir,
+			s.db.Set(keyServers, binary.BigEndian.AppendUint64(nil, uint64(s.n)), pebble.Sync))
+	}
+	if len(v) != 8 || binary.BigEndian.Uint64(v) != uint64(s.n) {
+		return errs.New(errs.Invalid, "meta open", "store in %s belongs to a cluster of %x meta servers, the cluster file lists %d: "+
+			"the number of meta servers cannot change", s.cfg.Dir, v, s.n)
+	}
+	return nil
+}
+
 // initStore writes a new store's identity, allocator state and, on server 0,
 // the root directory, in one synced batch: a store is either new or complete.
 func (s *Server) initStore() error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	b.Set(keyServerID, binary.BigEndian.AppendUint64(nil, uint64(s.cfg.ID)), nil)
+	b.Set(keyServers, binary.BigEndian.AppendUint64(nil, uint64(s.n)), nil)
 	b.Set(keyInoHWM, binary.BigEndian.AppendUint64(nil, firstSeq), nil)
 	s.alloc.init(firstSeq)
 	if s.cfg.ID == 0 {
@@ -202,6 +251,7 @@ func (s *Server) initStore() error {
 // Close stops the server after the operations in progress finish, syncs the
 // WAL and closes the store.
 func (s *Server) Close() error {
+	s.closeGiga() // background splits and replays first: they enter like operations
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closed {

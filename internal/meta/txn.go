@@ -35,6 +35,7 @@ func stripeOf(ino core.Ino) int {
 // relockError asks update to rerun the operation holding more locks.
 type relockError struct {
 	ino      core.Ino
+	srv      int // the meta server whose stripe of ino is needed
 	renameMu bool
 }
 
@@ -54,27 +55,62 @@ type txn struct {
 	b        *pebble.Batch
 	now      int64
 
-	inodes map[core.Ino]*weftpb.InodeRecord
-	dirty  map[core.Ino]bool
+	inodes map[core.Ino]*weftpb.InodeRecord // owners' records, by ino
+	parts  map[loc]*weftpb.InodeRecord      // partition stubs, by server and dir
+	dirty  map[loc]bool                     // records to write at commit
 	// counter deltas applied to the in-memory gauges after a commit
 	inodeDelta, dirDelta int64
+
+	// A txn that needs records of other meta servers runs distributed
+	// (dist.go): remote holds the stripes it holds on each other server and
+	// the writes it will send there.
+	dist   *distState
+	remote map[int]*remoteTx
+	// grown lists directories whose partition here went over the split
+	// threshold in this txn.
+	grown []core.Ino
+	// routeDir and routeName are the name the client routed the request by:
+	// if this server's partition does not hold it, the answer is
+	// WrongServer rather than a cross-server operation.
+	routeDir  core.Ino
+	routeName string
 }
 
-// need fails with a relockError unless the txn may touch records guarded by
-// ino's stripe.
-func (t *txn) need(ino core.Ino) error {
+// loc names a record by the server that holds it and its ino.
+type loc struct {
+	srv int
+	ino core.Ino
+}
+
+// needOwner fails with a relockError unless the txn may touch ino's
+// standalone record, on its owner.
+func (t *txn) needOwner(ino core.Ino) error {
+	return t.needOn(t.s.ownerOf(ino), ino)
+}
+
+// needOn fails with a relockError unless the txn may touch records guarded by
+// ino's stripe on meta server srv.
+func (t *txn) needOn(srv int, ino core.Ino) error {
 	if t.readOnly {
 		return nil
 	}
-	if _, ok := slices.BinarySearch(t.held, stripeOf(ino)); ok {
+	held := t.held
+	if srv != t.s.cfg.ID {
+		rt := t.remote[srv]
+		if rt == nil {
+			return &relockError{ino: ino, srv: srv}
+		}
+		held = rt.held
+	}
+	if _, ok := slices.BinarySearch(held, stripeOf(ino)); ok {
 		return nil
 	}
-	return &relockError{ino: ino}
+	return &relockError{ino: ino, srv: srv}
 }
 
 // needRenameMu fails with a relockError unless the txn holds renameMu.
 func (t *txn) needRenameMu() error {
-	if t.readOnly || t.renameMu {
+	if t.readOnly || t.renameMu || t.dist != nil && t.dist.renameMu {
 		return nil
 	}
 	return &relockError{renameMu: true}
@@ -84,7 +120,11 @@ func (t *txn) needRenameMu() error {
 // caller reaches a standalone record through a handle or an entry that said it
 // exists.
 func (t *txn) inode(ino core.Ino) (*weftpb.InodeRecord, error) {
-	if err := t.need(ino); err != nil {
+	srv, err := t.s.owner(t.op, ino)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.needOn(srv, ino); err != nil {
 		return nil, err
 	}
 	if r, ok := t.inodes[ino]; ok {
@@ -94,7 +134,15 @@ func (t *txn) inode(ino core.Ino) (*weftpb.InodeRecord, error) {
 		return r, nil
 	}
 	r := &weftpb.InodeRecord{}
-	found, err := getRecord(t.s.db, inodeKey(ino), r)
+	var found bool
+	if srv == t.s.cfg.ID {
+		found, err = getRecord(t.s.db, inodeKey(ino), r)
+		if err == nil && found && r.Stub {
+			return nil, errs.New(errs.Corrupt, t.op, "inode %d: this server owns it but holds a partition stub", ino)
+		}
+	} else {
+		found, err = t.s.peerGet(t.op, srv, weftpb.PeerGetRequest_INODE, ino, "", r)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -108,12 +156,28 @@ func (t *txn) inode(ino core.Ino) (*weftpb.InodeRecord, error) {
 	return r, nil
 }
 
-// dir reads a directory's record: Stale if it is gone, NotDir if ino is not
-// a directory.
+// dir reads a directory's record for work on its entries: this server's
+// partition of it (the owner's record or a stub) if it has one, else the
+// owner's record. Stale if it is gone, NotDir if ino is not a directory.
 func (t *txn) dir(ino core.Ino) (*weftpb.InodeRecord, error) {
-	r, err := t.inode(ino)
+	srv, err := t.s.owner(t.op, ino)
 	if err != nil {
 		return nil, err
+	}
+	var r *weftpb.InodeRecord
+	if srv != t.s.cfg.ID {
+		r, err = t.part(t.s.cfg.ID, ino)
+		if errs.Is(err, errs.Stale) {
+			r, err = nil, nil // no partition here
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if r == nil {
+		if r, err = t.inode(ino); err != nil {
+			return nil, err
+		}
 	}
 	if !core.IsDir(r.Mode) {
 		return nil, errs.New(errs.NotDir, t.op, "inode %d is not a directory", ino)
@@ -121,16 +185,127 @@ func (t *txn) dir(ino core.Ino) (*weftpb.InodeRecord, error) {
 	return r, nil
 }
 
-// putInode stores r as ino's standalone record when the txn commits.
+// dirFor reads the partition record of directory dir that holds name,
+// wherever it is: this server's, or another's found through the bitmaps.
+func (t *txn) dirFor(dir core.Ino, name string) (*weftpb.InodeRecord, error) {
+	d, err := t.dir(dir)
+	if err != nil || t.s.n == 1 {
+		return d, err
+	}
+	h := core.NameHash(name)
+	if t.dist == nil && dir == t.routeDir && name == t.routeName && !holds(d, h) {
+		if d.Stub || t.s.ownerOf(dir) == t.s.cfg.ID {
+			t.s.giga.redirects.Add(1)
+			return nil, wrongServer(d.Bitmap)
+		}
+		return nil, errs.New(errs.Stale, t.op, "no partition of directory %d on this server", dir)
+	}
+	bitmap := slices.Clone(d.Bitmap)
+	for range 2 * core.MaxServers {
+		if holds(d, h) {
+			return d, nil
+		}
+		bitmap = core.BitmapOr(bitmap, d.Bitmap)
+		srv := core.PartitionServer(dir, core.PartitionOf(h, bitmap), t.s.n)
+		if d, err = t.part(srv, dir); err != nil {
+			return nil, err
+		}
+		if !core.IsDir(d.Mode) {
+			return nil, errs.New(errs.NotDir, t.op, "inode %d is not a directory", dir)
+		}
+		if !holds(d, h) && !bitmapGrows(bitmap, d.Bitmap) {
+			return nil, errs.New(errs.Corrupt, t.op, "no partition of directory %d holds %q", dir, name)
+		}
+	}
+	return nil, errs.New(errs.Corrupt, t.op, "partition maps of directory %d do not converge", dir)
+}
+
+// route records the name the client routed the request by.
+func (t *txn) route(dir core.Ino, name string) { t.routeDir, t.routeName = dir, name }
+
+// part reads the partition record of dir on server srv: the owner's record
+// there, a stub elsewhere. Stale if srv holds no partition of dir.
+func (t *txn) part(srv int, dir core.Ino) (*weftpb.InodeRecord, error) {
+	owner, err := t.s.owner(t.op, dir)
+	if err != nil {
+		return nil, err
+	}
+	if srv == owner {
+		return t.inode(dir)
+	}
+	if err := t.needOn(srv, dir); err != nil {
+		return nil, err
+	}
+	l := loc{srv, dir}
+	if r, ok := t.parts[l]; ok {
+		if r == nil {
+			return nil, errs.New(errs.Stale, t.op, "no partition of directory %d on server %d", dir, srv)
+		}
+		return r, nil
+	}
+	r := &weftpb.InodeRecord{}
+	var found bool
+	if srv == t.s.cfg.ID {
+		found, err = getRecord(t.s.db, inodeKey(dir), r)
+	} else {
+		found, err = t.s.peerGet(t.op, srv, weftpb.PeerGetRequest_PART, dir, "", r)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !found || !r.Stub {
+		return nil, errs.New(errs.Stale, t.op, "no partition of directory %d on server %d", dir, srv)
+	}
+	if t.parts == nil {
+		t.parts = map[loc]*weftpb.InodeRecord{}
+	}
+	t.parts[l] = r
+	return r, nil
+}
+
+// holds reports whether partition record d holds names with hash h.
+func holds(d *weftpb.InodeRecord, h uint64) bool {
+	return uint32(h&(1<<d.Radix-1)) == d.Partition
+}
+
+// bitmapGrows reports whether or-ing b into a adds a partition.
+func bitmapGrows(a, b []byte) bool {
+	for i, x := range b {
+		if i >= len(a) || x&^a[i] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// partServer is the meta server of partition record d of dir.
+func (t *txn) partServer(dir core.Ino, d *weftpb.InodeRecord) int {
+	if t.s.n == 1 {
+		return t.s.cfg.ID
+	}
+	return core.PartitionServer(dir, d.Partition, t.s.n)
+}
+
+// putInode stores r as ino's standalone record (or, for a stub, as the
+// partition record on its server) when the txn commits.
 func (t *txn) putInode(ino core.Ino, r *weftpb.InodeRecord) {
+	if t.dirty == nil {
+		t.dirty = map[loc]bool{}
+	}
+	if r.Stub {
+		l := loc{t.partServer(ino, r), ino}
+		if t.parts == nil {
+			t.parts = map[loc]*weftpb.InodeRecord{}
+		}
+		t.parts[l] = r
+		t.dirty[l] = true
+		return
+	}
 	if t.inodes == nil {
 		t.inodes = map[core.Ino]*weftpb.InodeRecord{}
 	}
-	if t.dirty == nil {
-		t.dirty = map[core.Ino]bool{}
-	}
 	t.inodes[ino] = r
-	t.dirty[ino] = true
+	t.dirty[loc{t.s.ownerOf(ino), ino}] = true
 }
 
 // deleteInode removes ino's standalone record and its extended attributes.
@@ -139,9 +314,30 @@ func (t *txn) deleteInode(ino core.Ino) {
 		t.inodes = map[core.Ino]*weftpb.InodeRecord{}
 	}
 	t.inodes[ino] = nil
-	delete(t.dirty, ino)
+	srv := t.s.ownerOf(ino)
+	delete(t.dirty, loc{srv, ino})
+	if srv != t.s.cfg.ID {
+		t.remoteOp(srv, &weftpb.KeyOp{Key: inodeKey(ino), Delete: true})
+		t.remoteOp(srv, &weftpb.KeyOp{DeleteXattrsOf: uint64(ino)})
+		return
+	}
 	t.b.Delete(inodeKey(ino), nil)
 	t.deleteXattrs(ino)
+}
+
+// deletePart removes the stub of dir on server srv.
+func (t *txn) deletePart(srv int, dir core.Ino) {
+	l := loc{srv, dir}
+	if t.parts == nil {
+		t.parts = map[loc]*weftpb.InodeRecord{}
+	}
+	t.parts[l] = nil
+	delete(t.dirty, l)
+	if srv != t.s.cfg.ID {
+		t.remoteOp(srv, &weftpb.KeyOp{Key: inodeKey(dir), Delete: true})
+		return
+	}
+	t.b.Delete(inodeKey(dir), nil)
 }
 
 // deleteXattrs deletes ino's extended attributes one key at a time. Most
@@ -166,27 +362,52 @@ func (t *txn) deleteXattrs(ino core.Ino) {
 
 // entry reads name in directory dir (whose record is d). found is false when
 // the name does not exist.
+// The partition record d must be the one that holds name (dirFor), else the
+// result is WrongServer with d's bitmap: the client's map was stale.
 func (t *txn) entry(dir core.Ino, d *weftpb.InodeRecord, name string) (e *weftpb.EntryRecord, found bool, err error) {
-	if err := t.need(dir); err != nil {
+	if !holds(d, core.NameHash(name)) {
+		return nil, false, wrongServer(d.Bitmap)
+	}
+	srv := t.partServer(dir, d)
+	if err := t.needOn(srv, dir); err != nil {
 		return nil, false, err
 	}
 	e = &weftpb.EntryRecord{}
+	if srv != t.s.cfg.ID {
+		found, err = t.s.peerGet(t.op, srv, weftpb.PeerGetRequest_ENTRY, dir, name, e)
+		return e, found, err
+	}
 	found, err = getRecord(t.s.db, entryKeyIn(dir, d, name), e)
+	if err == nil && !found && t.readOnly && t.s.n > 1 {
+		// A view holds no lock: a split may have moved the name since d
+		// was read. If the partition changed, send the client on.
+		now := &weftpb.InodeRecord{}
+		if ok, err := getRecord(t.s.db, inodeKey(dir), now); err == nil && ok && now.Radix != d.Radix && !holds(now, core.NameHash(name)) {
+			return nil, false, wrongServer(now.Bitmap)
+		}
+	}
 	return e, found, err
 }
 
 func (t *txn) putEntry(dir core.Ino, d *weftpb.InodeRecord, name string, e *weftpb.EntryRecord) {
+	if srv := t.partServer(dir, d); srv != t.s.cfg.ID {
+		t.remoteOp(srv, &weftpb.KeyOp{Key: entryKeyIn(dir, d, name), Value: mustMarshal(e)})
+		return
+	}
 	t.b.Set(entryKeyIn(dir, d, name), mustMarshal(e), nil)
 }
 
 func (t *txn) deleteEntry(dir core.Ino, d *weftpb.InodeRecord, name string) {
+	if srv := t.partServer(dir, d); srv != t.s.cfg.ID {
+		t.remoteOp(srv, &weftpb.KeyOp{Key: entryKeyIn(dir, d, name), Delete: true})
+		return
+	}
 	t.b.Delete(entryKeyIn(dir, d, name), nil)
 }
 
-// entryKeyIn is the key of name in directory dir with record d: the partition
-// comes from d's bitmap.
+// entryKeyIn is the key of name in partition record d of directory dir.
 func entryKeyIn(dir core.Ino, d *weftpb.InodeRecord, name string) []byte {
-	return entryKey(dir, partitionOf(nameHash(name), d.Radix, d.Bitmap), name)
+	return entryKey(dir, d.Partition, name)
 }
 
 // touchDir records a change of dir's entries: mtime and ctime.
@@ -261,9 +482,19 @@ func (s *Server) update(op string, lock []core.Ino, fn func(t *txn) error) error
 		var rl *relockError
 		if errors.As(err, &rl) {
 			t.b.Close()
-			if rl.renameMu {
+			switch {
+			case rl.renameMu && s.n > 1 && s.cfg.ID != 0,
+				!rl.renameMu && rl.srv != s.cfg.ID:
+				// The cluster's directory-move lock is server 0's, and
+				// records of other servers need their locks.
+				locks := lockSet{s.cfg.ID: held}
+				if !rl.renameMu {
+					locks.add(rl.srv, stripeOf(rl.ino))
+				}
+				return s.distUpdate(op, locks, renameMu || rl.renameMu, fn)
+			case rl.renameMu:
 				renameMu = true
-			} else {
+			default:
 				held = addStripe(held, stripeOf(rl.ino))
 			}
 			continue
@@ -271,6 +502,9 @@ func (s *Server) update(op string, lock []core.Ino, fn func(t *txn) error) error
 		if err != nil {
 			t.b.Close()
 			return err
+		}
+		for _, dir := range t.grown {
+			s.queueSplit(dir)
 		}
 		return s.finishCommit(t)
 	}
@@ -286,8 +520,16 @@ func addStripe(held []int, st int) []int {
 
 // flush writes the txn's modified inode records into its batch.
 func (t *txn) flush() {
-	for ino := range t.dirty {
-		t.b.Set(inodeKey(ino), mustMarshal(t.inodes[ino]), nil)
+	for l := range t.dirty {
+		r := t.inodes[l.ino]
+		if pr, ok := t.parts[l]; ok {
+			r = pr
+		}
+		if l.srv != t.s.cfg.ID {
+			t.remoteOp(l.srv, &weftpb.KeyOp{Key: inodeKey(l.ino), Value: mustMarshal(r)})
+			continue
+		}
+		t.b.Set(inodeKey(l.ino), mustMarshal(r), nil)
 	}
 	if t.inodeDelta != 0 {
 		t.b.Merge(keyInodes, counterDelta(t.inodeDelta), nil)

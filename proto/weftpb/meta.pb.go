@@ -1611,10 +1611,13 @@ func (x *DirEntryMsg) GetAttr() *Attr {
 }
 
 type ReadDirReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*DirEntryMsg         `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	Cookie        []byte                 `protobuf:"bytes,2,opt,name=cookie,proto3" json:"cookie,omitempty"`
-	Eof           bool                   `protobuf:"varint,3,opt,name=eof,proto3" json:"eof,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*DirEntryMsg         `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	Cookie  []byte                 `protobuf:"bytes,2,opt,name=cookie,proto3" json:"cookie,omitempty"`
+	Eof     bool                   `protobuf:"varint,3,opt,name=eof,proto3" json:"eof,omitempty"`
+	// The partitions of the directory this server knows (GIGA+ bitmap): a
+	// client lists every partition of the union of what it knows and this.
+	Bitmap        []byte `protobuf:"bytes,4,opt,name=bitmap,proto3" json:"bitmap,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1668,6 +1671,13 @@ func (x *ReadDirReply) GetEof() bool {
 		return x.Eof
 	}
 	return false
+}
+
+func (x *ReadDirReply) GetBitmap() []byte {
+	if x != nil {
+		return x.Bitmap
+	}
+	return nil
 }
 
 // OpenRequest checks permission to open a file with the given flags
@@ -2762,11 +2772,12 @@ const file_meta_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12!\n" +
-	"\x04attr\x18\x04 \x01(\v2\r.weft.v1.AttrR\x04attr\"h\n" +
+	"\x04attr\x18\x04 \x01(\v2\r.weft.v1.AttrR\x04attr\"\x80\x01\n" +
 	"\fReadDirReply\x12.\n" +
 	"\aentries\x18\x01 \x03(\v2\x14.weft.v1.DirEntryMsgR\aentries\x12\x16\n" +
 	"\x06cookie\x18\x02 \x01(\fR\x06cookie\x12\x10\n" +
-	"\x03eof\x18\x03 \x01(\bR\x03eof\"o\n" +
+	"\x03eof\x18\x03 \x01(\bR\x03eof\x12\x16\n" +
+	"\x06bitmap\x18\x04 \x01(\fR\x06bitmap\"o\n" +
 	"\vOpenRequest\x12$\n" +
 	"\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n" +
 	"\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x14\n" +

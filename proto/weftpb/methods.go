@@ -25,8 +25,21 @@ const (
 	MethodListXattr   = 19
 	MethodRemoveXattr = 20
 	MethodStatus      = 21 // weft status: what a meta server holds
-	// 30-39: byte-range and flock locks (lock.proto); 40-59: meta server to
-	// meta server calls (GIGA+ splits, cross-server operations).
+	// 30-39: byte-range and flock locks (lock.proto).
+	MethodSetLock        = 30
+	MethodGetLock        = 31
+	MethodLockKeepAlive  = 32
+	MethodEndLockSession = 33
+	// 40-59: meta server to meta server calls (GIGA+ splits, cross-server
+	// operations).
+
+	MethodPeerLock             = 40
+	MethodPeerUnlock           = 41
+	MethodPeerGet              = 42
+	MethodPeerApply            = 43
+	MethodPeerInstallPartition = 44
+	MethodPeerSetPerm          = 45
+	MethodPeerRelease          = 46
 
 	MethodWriteChunk    = 100
 	MethodReadChunk     = 101
@@ -44,6 +57,11 @@ var methodNames = map[uint16]string{
 	MethodOpen: "open", MethodCommit: "commit", MethodAccess: "access",
 	MethodStatFS: "statfs", MethodGetXattr: "getxattr", MethodSetXattr: "setxattr",
 	MethodListXattr: "listxattr", MethodRemoveXattr: "removexattr", MethodStatus: "status",
+	MethodSetLock: "setlock", MethodGetLock: "getlock",
+	MethodLockKeepAlive: "lock_keepalive", MethodEndLockSession: "end_lock_session",
+	MethodPeerLock: "peer_lock", MethodPeerUnlock: "peer_unlock", MethodPeerGet: "peer_get",
+	MethodPeerApply: "peer_apply", MethodPeerInstallPartition: "peer_install_partition",
+	MethodPeerSetPerm: "peer_setperm", MethodPeerRelease: "peer_release",
 	MethodWriteChunk: "write_chunk", MethodReadChunk: "read_chunk",
 	MethodTruncateChunk: "truncate_chunk", MethodDeleteChunks: "delete_chunks",
 	MethodSyncChunks: "sync_chunks", MethodStoreStatFS: "store_statfs",

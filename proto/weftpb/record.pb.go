@@ -49,7 +49,15 @@ type InodeRecord struct {
 	Bitmap  []byte `protobuf:"bytes,16,opt,name=bitmap,proto3" json:"bitmap,omitempty"`    // GIGA+ partition bitmap, bit i = partition i exists
 	// Hard-linked files only: every (parent, name) that points here, so that
 	// the attributes can move back into the last entry.
-	Links         []*LinkRef `protobuf:"bytes,17,rep,name=links,proto3" json:"links,omitempty"`
+	Links []*LinkRef `protobuf:"bytes,17,rep,name=links,proto3" json:"links,omitempty"`
+	// Directories only, GIGA+. The owner's record (on the server that allocated
+	// the directory's ino) describes partition 0 and holds the directory's
+	// attributes. Every other partition lives on its own server in a stub: a
+	// record with stub set, the partition's index, radix, bitmap (what that
+	// server knows), entry count, local subdirectory links (nlink - 2) and
+	// times, and copies of mode, uid and gid for permission checks.
+	Partition     uint32 `protobuf:"varint,18,opt,name=partition,proto3" json:"partition,omitempty"`
+	Stub          bool   `protobuf:"varint,19,opt,name=stub,proto3" json:"stub,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -203,6 +211,20 @@ func (x *InodeRecord) GetLinks() []*LinkRef {
 	return nil
 }
 
+func (x *InodeRecord) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *InodeRecord) GetStub() bool {
+	if x != nil {
+		return x.Stub
+	}
+	return false
+}
+
 // LinkRef is one directory entry that names a hard-linked file.
 type LinkRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -317,11 +339,268 @@ func (x *EntryRecord) GetAttr() *InodeRecord {
 	return nil
 }
 
+// SplitIntent (key "s" + dir) is written before a partition's entries are
+// copied to the server of its new sibling and deleted in the same batch that
+// finishes the split, so a restart finishes an interrupted split.
+type SplitIntent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     uint32                 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"` // the splitting partition
+	Radix         uint32                 `protobuf:"varint,2,opt,name=radix,proto3" json:"radix,omitempty"`         // its radix before the split
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SplitIntent) Reset() {
+	*x = SplitIntent{}
+	mi := &file_record_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitIntent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitIntent) ProtoMessage() {}
+
+func (x *SplitIntent) ProtoReflect() protoreflect.Message {
+	mi := &file_record_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitIntent.ProtoReflect.Descriptor instead.
+func (*SplitIntent) Descriptor() ([]byte, []int) {
+	return file_record_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SplitIntent) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *SplitIntent) GetRadix() uint32 {
+	if x != nil {
+		return x.Radix
+	}
+	return 0
+}
+
+// Intent (key "I" + txid) is a cross-server operation's redo record: every
+// participant's writes, applied in server order and then deleted. A restart
+// applies the intents it finds again (the writes are whole-key sets and
+// deletes, so applying twice is applying once).
+type Intent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	Servers       []*ServerOps           `protobuf:"bytes,2,rep,name=servers,proto3" json:"servers,omitempty"`
+	LocalBatch    []byte                 `protobuf:"bytes,3,opt,name=local_batch,json=localBatch,proto3" json:"local_batch,omitempty"` // the coordinator's own writes, a Pebble batch
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Intent) Reset() {
+	*x = Intent{}
+	mi := &file_record_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Intent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Intent) ProtoMessage() {}
+
+func (x *Intent) ProtoReflect() protoreflect.Message {
+	mi := &file_record_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Intent.ProtoReflect.Descriptor instead.
+func (*Intent) Descriptor() ([]byte, []int) {
+	return file_record_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Intent) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *Intent) GetServers() []*ServerOps {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
+func (x *Intent) GetLocalBatch() []byte {
+	if x != nil {
+		return x.LocalBatch
+	}
+	return nil
+}
+
+type ServerOps struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Server        uint32                 `protobuf:"varint,1,opt,name=server,proto3" json:"server,omitempty"`
+	Ops           []*KeyOp               `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServerOps) Reset() {
+	*x = ServerOps{}
+	mi := &file_record_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerOps) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerOps) ProtoMessage() {}
+
+func (x *ServerOps) ProtoReflect() protoreflect.Message {
+	mi := &file_record_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerOps.ProtoReflect.Descriptor instead.
+func (*ServerOps) Descriptor() ([]byte, []int) {
+	return file_record_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ServerOps) GetServer() uint32 {
+	if x != nil {
+		return x.Server
+	}
+	return 0
+}
+
+func (x *ServerOps) GetOps() []*KeyOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// KeyOp is one write: set key to value, delete key, delete every extended
+// attribute of an inode, or add to the inode/directory counters.
+type KeyOp struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Key            []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value          []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Delete         bool                   `protobuf:"varint,3,opt,name=delete,proto3" json:"delete,omitempty"`
+	DeleteXattrsOf uint64                 `protobuf:"varint,4,opt,name=delete_xattrs_of,json=deleteXattrsOf,proto3" json:"delete_xattrs_of,omitempty"`
+	InodeDelta     int64                  `protobuf:"varint,5,opt,name=inode_delta,json=inodeDelta,proto3" json:"inode_delta,omitempty"`
+	DirDelta       int64                  `protobuf:"varint,6,opt,name=dir_delta,json=dirDelta,proto3" json:"dir_delta,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *KeyOp) Reset() {
+	*x = KeyOp{}
+	mi := &file_record_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyOp) ProtoMessage() {}
+
+func (x *KeyOp) ProtoReflect() protoreflect.Message {
+	mi := &file_record_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyOp.ProtoReflect.Descriptor instead.
+func (*KeyOp) Descriptor() ([]byte, []int) {
+	return file_record_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *KeyOp) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *KeyOp) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *KeyOp) GetDelete() bool {
+	if x != nil {
+		return x.Delete
+	}
+	return false
+}
+
+func (x *KeyOp) GetDeleteXattrsOf() uint64 {
+	if x != nil {
+		return x.DeleteXattrsOf
+	}
+	return 0
+}
+
+func (x *KeyOp) GetInodeDelta() int64 {
+	if x != nil {
+		return x.InodeDelta
+	}
+	return 0
+}
+
+func (x *KeyOp) GetDirDelta() int64 {
+	if x != nil {
+		return x.DirDelta
+	}
+	return 0
+}
+
 var File_record_proto protoreflect.FileDescriptor
 
 const file_record_proto_rawDesc = "" +
 	"\n" +
-	"\frecord.proto\x12\aweft.v1\"\xaf\x03\n" +
+	"\frecord.proto\x12\aweft.v1\"\xe1\x03\n" +
 	"\vInodeRecord\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\rR\x04mode\x12\x14\n" +
 	"\x05nlink\x18\x02 \x01(\rR\x05nlink\x12\x10\n" +
@@ -341,14 +620,35 @@ const file_record_proto_rawDesc = "" +
 	"\aentries\x18\x0e \x01(\x04R\aentries\x12\x14\n" +
 	"\x05radix\x18\x0f \x01(\rR\x05radix\x12\x16\n" +
 	"\x06bitmap\x18\x10 \x01(\fR\x06bitmap\x12&\n" +
-	"\x05links\x18\x11 \x03(\v2\x10.weft.v1.LinkRefR\x05links\"5\n" +
+	"\x05links\x18\x11 \x03(\v2\x10.weft.v1.LinkRefR\x05links\x12\x1c\n" +
+	"\tpartition\x18\x12 \x01(\rR\tpartition\x12\x12\n" +
+	"\x04stub\x18\x13 \x01(\bR\x04stub\"5\n" +
 	"\aLinkRef\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\"]\n" +
 	"\vEntryRecord\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12(\n" +
-	"\x04attr\x18\x03 \x01(\v2\x14.weft.v1.InodeRecordR\x04attrB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
+	"\x04attr\x18\x03 \x01(\v2\x14.weft.v1.InodeRecordR\x04attr\"A\n" +
+	"\vSplitIntent\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\rR\tpartition\x12\x14\n" +
+	"\x05radix\x18\x02 \x01(\rR\x05radix\"g\n" +
+	"\x06Intent\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12,\n" +
+	"\aservers\x18\x02 \x03(\v2\x12.weft.v1.ServerOpsR\aservers\x12\x1f\n" +
+	"\vlocal_batch\x18\x03 \x01(\fR\n" +
+	"localBatch\"E\n" +
+	"\tServerOps\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\rR\x06server\x12 \n" +
+	"\x03ops\x18\x02 \x03(\v2\x0e.weft.v1.KeyOpR\x03ops\"\xaf\x01\n" +
+	"\x05KeyOp\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
+	"\x06delete\x18\x03 \x01(\bR\x06delete\x12(\n" +
+	"\x10delete_xattrs_of\x18\x04 \x01(\x04R\x0edeleteXattrsOf\x12\x1f\n" +
+	"\vinode_delta\x18\x05 \x01(\x03R\n" +
+	"inodeDelta\x12\x1b\n" +
+	"\tdir_delta\x18\x06 \x01(\x03R\bdirDeltaB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
 
 var (
 	file_record_proto_rawDescOnce sync.Once
@@ -362,20 +662,26 @@ func file_record_proto_rawDescGZIP() []byte {
 	return file_record_proto_rawDescData
 }
 
-var file_record_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_record_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_record_proto_goTypes = []any{
 	(*InodeRecord)(nil), // 0: weft.v1.InodeRecord
 	(*LinkRef)(nil),     // 1: weft.v1.LinkRef
 	(*EntryRecord)(nil), // 2: weft.v1.EntryRecord
+	(*SplitIntent)(nil), // 3: weft.v1.SplitIntent
+	(*Intent)(nil),      // 4: weft.v1.Intent
+	(*ServerOps)(nil),   // 5: weft.v1.ServerOps
+	(*KeyOp)(nil),       // 6: weft.v1.KeyOp
 }
 var file_record_proto_depIdxs = []int32{
 	1, // 0: weft.v1.InodeRecord.links:type_name -> weft.v1.LinkRef
 	0, // 1: weft.v1.EntryRecord.attr:type_name -> weft.v1.InodeRecord
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	5, // 2: weft.v1.Intent.servers:type_name -> weft.v1.ServerOps
+	6, // 3: weft.v1.ServerOps.ops:type_name -> weft.v1.KeyOp
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_record_proto_init() }
@@ -389,7 +695,7 @@ func file_record_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_record_proto_rawDesc), len(file_record_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,281 @@
+package cli
+
+// weft status: ask every server of the cluster file what it holds, and show
+// which are down.
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// clusterStatus is what weft status shows, and its --json output.
+type clusterStatus struct {
+	ClusterFile string            `json:"cluster_file"`
+	Name        string            `json:"name"`
+	Durability  string            `json:"durability"`
+	Meta        []metaStatus      `json:"meta"`
+	Store       []storeStatus     `json:"store"`
+	Top         []partitionStatus `json:"top_partitions"`
+}
+
+// serverState is what every server's row has.
+type serverState struct {
+	ID    int    `json:"id"`
+	Addr  string `json:"addr"`
+	Up    bool   `json:"up"`
+	Error string `json:"error,omitempty"` // why it is down, or what is wrong with it
+}
+
+type metaStatus struct {
+	serverState
+	Servers    uint32 `json:"servers"` // meta servers the server counts in its cluster
+	Inodes     int64  `json:"inodes"`
+	Dirs       int64  `json:"dirs"`
+	Partitions uint64 `json:"partitions"`
+	Entries    uint64 `json:"entries"`
+	Splits     uint64 `json:"splits"`
+	Redirects  uint64 `json:"redirects"`
+	Durability string `json:"durability,omitempty"`
+}
+
+type storeStatus struct {
+	serverState
+	Used     uint64 `json:"used"`
+	Capacity uint64 `json:"capacity"`
+	Chunks   uint64 `json:"chunks"`
+}
+
+type partitionStatus struct {
+	Meta    int    `json:"meta"` // the server holding the partition
+	Dir     uint64 `json:"dir"`
+	Index   uint32 `json:"index"`
+	Radix   uint32 `json:"radix"`
+	Entries uint64 `json:"entries"`
+}
+
+// maxTopPartitions bounds weft status --top.
+const maxTopPartitions = 1000
+
+func newStatusCommand(a *app) *cobra.Command {
+	var (
+		asJSON  bool
+		top     int
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show every server of the cluster: up or down, and what it holds",
+		Long: "Ask every meta and store server of the cluster file (--cluster or\n" +
+			"$" + ClusterEnv + ") for a summary and print one row per server, then the\n" +
+			"largest directory partitions. A server that does not answer is shown as\n" +
+			"down, and status then exits with code 4 after printing the others.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if top < 0 || top > maxTopPartitions {
+				return usageErrorf(cmd, "--top %d: want 0 to %d", top, maxTopPartitions)
+			}
+			if timeout <= 0 {
+				return usageErrorf(cmd, "--timeout %v: want a duration above 0", timeout)
+			}
+			cfg, err := a.loadCluster("")
+			if err != nil {
+				return err
+			}
+			st := gatherStatus(cmd.Context(), cfg, top, timeout)
+			st.ClusterFile = a.clusterPath
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(st); err != nil {
+					return err
+				}
+			} else {
+				printStatus(cmd.OutOrStdout(), st)
+			}
+			return st.problem()
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVar(&asJSON, "json", false, "print the status as JSON")
+	fl.IntVar(&top, "top", 5, "show the N largest directory partitions (0: none)")
+	fl.DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for each server")
+	return cmd
+}
+
+// gatherStatus asks every server at once, each call bounded by timeout.
+func gatherStatus(ctx context.Context, cfg *config.Cluster, top int, timeout time.Duration) *clusterStatus {
+	st := &clusterStatus{
+		Name:       cfg.Name,
+		Durability: cfg.Durability,
+		Meta:       make([]metaStatus, len(cfg.Meta)),
+		Store:      make([]storeStatus, len(cfg.Store)),
+	}
+	tops := make([][]*weftpb.PartitionStatus, len(cfg.Meta)) // by meta server
+	var wg sync.WaitGroup
+	for i, m := range cfg.Meta {
+		wg.Go(func() {
+			s := &st.Meta[i]
+			s.serverState = serverState{ID: i, Addr: m.Addr}
+			var r weftpb.StatusReply
+			if !callServer(ctx, &s.serverState, timeout, weftpb.MethodStatus, &weftpb.StatusRequest{TopPartitions: uint32(top)}, &r) {
+				return
+			}
+			s.Servers, s.Inodes, s.Dirs = r.GetServers(), r.GetInodes(), r.GetDirs()
+			s.Partitions, s.Entries = r.GetPartitions(), r.GetEntries()
+			s.Splits, s.Redirects, s.Durability = r.GetSplits(), r.GetRedirects(), r.GetDurability()
+			tops[i] = r.GetTop()
+			switch {
+			case int(r.GetServerId()) != i:
+				// Clients would send this server's requests to another.
+				s.Error = fmt.Sprintf("answers as meta server %d: the cluster file's [[meta]] list does not match the servers", r.GetServerId())
+			case r.GetServers() != 0 && int(r.GetServers()) != len(cfg.Meta):
+				// It places directory partitions on another set of servers.
+				s.Error = fmt.Sprintf("counts %d meta servers, the cluster file lists %d: it was started from another cluster file", r.GetServers(), len(cfg.Meta))
+			}
+		})
+	}
+	for i, sv := range cfg.Store {
+		wg.Go(func() {
+			s := &st.Store[i]
+			s.serverState = serverState{ID: i, Addr: sv.Addr}
+			var r weftpb.StoreStatFSReply
+			if callServer(ctx, &s.serverState, timeout, weftpb.MethodStoreStatFS, &weftpb.StoreStatFSRequest{}, &r) {
+				s.Used, s.Capacity, s.Chunks = r.GetUsed(), r.GetCapacity(), r.GetChunks()
+			}
+		})
+	}
+	wg.Wait()
+
+	// Each meta server reports its own largest partitions; show the
+	// largest of all.
+	st.Top = largestPartitions(tops, top)
+	return st
+}
+
+// callServer makes one call to the server of s and records whether it
+// answered.
+func callServer(ctx context.Context, s *serverState, timeout time.Duration, method uint16, req, resp proto.Message) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	peer := rpc.NewPeer(s.Addr, rpc.DialOptions{})
+	defer peer.Close()
+	if err := peer.Call(ctx, method, req, resp); err != nil {
+		s.Error = err.Error()
+		return false
+	}
+	s.Up = true
+	return true
+}
+
+// problem returns the error status exits with: servers down or wrong.
+func (st *clusterStatus) problem() error {
+	bad, total := 0, len(st.Meta)+len(st.Store)
+	for _, m := range st.Meta {
+		if !m.Up || m.Error != "" {
+			bad++
+		}
+	}
+	for _, s := range st.Store {
+		if !s.Up || s.Error != "" {
+			bad++
+		}
+	}
+	if bad == 0 {
+		return nil
+	}
+	return errs.New(errs.Unavailable, "status", "%d of %d servers are down or misconfigured", bad, total)
+}
+
+func printStatus(w io.Writer, st *clusterStatus) {
+	fmt.Fprintf(w, "cluster %s", st.Name)
+	if st.ClusterFile != "" {
+		fmt.Fprintf(w, " (%s)", st.ClusterFile)
+	}
+	fmt.Fprintf(w, ": %d meta, %d store servers, %s durability\n\n", len(st.Meta), len(st.Store), st.Durability)
+
+	// A down server's row ends with its error in the STATE column, which
+	// is left out of the alignment (no tab after it) so a long error does
+	// not widen every row.
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROLE\tID\tADDR\tSTATE\tINODES\tDIRS\tPARTITIONS\tENTRIES\tSPLITS\tREDIRECTS")
+	for _, m := range st.Meta {
+		if !m.Up {
+			fmt.Fprintf(tw, "meta\t%d\t%s\tdown: %s\n", m.ID, m.Addr, m.Error)
+			continue
+		}
+		fmt.Fprintf(tw, "meta\t%d\t%s\tup\t%d\t%d\t%d\t%d\t%d\t%d", m.ID, m.Addr,
+			m.Inodes, m.Dirs, m.Partitions, m.Entries, m.Splits, m.Redirects)
+		if m.Error != "" {
+			fmt.Fprintf(tw, "\t%s", m.Error)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "ROLE\tID\tADDR\tSTATE\tUSED\tCAPACITY\tCHUNKS")
+	for _, s := range st.Store {
+		if !s.Up {
+			fmt.Fprintf(tw, "store\t%d\t%s\tdown: %s\n", s.ID, s.Addr, s.Error)
+			continue
+		}
+		fmt.Fprintf(tw, "store\t%d\t%s\tup\t%s\t%s\t%d\n", s.ID, s.Addr, humanBytes(s.Used), humanBytes(s.Capacity), s.Chunks)
+	}
+	tw.Flush()
+
+	if len(st.Top) > 0 {
+		fmt.Fprintf(w, "\nlargest directory partitions\n")
+		fmt.Fprintln(tw, "META\tDIR\tINDEX\tRADIX\tENTRIES")
+		for _, p := range st.Top {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\n", p.Meta, p.Dir, p.Index, p.Radix, p.Entries)
+		}
+		tw.Flush()
+	}
+}
+
+// humanBytes formats n with a binary unit: "512 B", "1.5 GiB".
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// largestPartitions merges the servers' largest partitions and keeps the
+// top n.
+func largestPartitions(byServer [][]*weftpb.PartitionStatus, n int) []partitionStatus {
+	all := []partitionStatus{}
+	for meta, ps := range byServer {
+		for _, p := range ps {
+			all = append(all, partitionStatus{Meta: meta, Dir: p.GetDir(), Index: p.GetIndex(), Radix: p.GetRadix(), Entries: p.GetEntries()})
+		}
+	}
+	slices.SortFunc(all, func(a, b partitionStatus) int {
+		return cmp.Or(cmp.Compare(b.Entries, a.Entries), cmp.Compare(a.Meta, b.Meta),
+			cmp.Compare(a.Dir, b.Dir), cmp.Compare(a.Index, b.Index))
+	})
+	if len(all) > n {
+		all = all[:n]
+	}
+	return all
+}

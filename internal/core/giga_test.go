@@ -1,0 +1,30 @@
+package core
+
+import "testing"
+
+func TestBitmapRadix(t *testing.T) {
+	for _, c := range []struct {
+		parts []uint32
+		want  int
+	}{{nil, 0}, {[]uint32{0}, 0}, {[]uint32{0, 1}, 1}, {[]uint32{0, 1, 2}, 2}, {[]uint32{0, 1, 2, 3}, 2}, {[]uint32{0, 4}, 3}, {[]uint32{0, 9}, 4}} {
+		var b []byte
+		for _, p := range c.parts {
+			b = BitmapSet(b, p)
+		}
+		if got := BitmapRadix(b); got != c.want {
+			t.Errorf("radix of %v = %d, want %d", c.parts, got, c.want)
+		}
+	}
+}
+
+func TestPartitionOf(t *testing.T) {
+	b := BitmapSet(BitmapSet(BitmapSet(nil, 0), 1), 2) // 0 split into 1 then 2; 1 not split
+	for h, want := range map[uint64]uint32{0: 0, 4: 0, 1: 1, 3: 1, 2: 2, 6: 2, 7: 1} {
+		if got := PartitionOf(h, b); got != want {
+			t.Errorf("PartitionOf(%d) = %d, want %d", h, got, want)
+		}
+	}
+	if PartitionServer(MakeIno(3, 5), 2, 4) != 1 {
+		t.Error("partition 2 of a server-3 directory in a 4-server cluster is not on server 1")
+	}
+}

@@ -1,0 +1,583 @@
+package meta
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/proto/weftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Operations that span meta servers (DESIGN: namespace, cross-server
+// operations). The server that receives the request coordinates: it runs the
+// same operation code as a local one, but a record of another server is read
+// there (PeerGet) under that server's stripe lock, taken for the operation
+// (PeerLock), and the writes for that server are collected. Locks are taken
+// in one global order: the cluster's directory-move lock (server 0's
+// renameMu) first, then servers by id, stripes ascending within a server; a
+// txn that finds it needs more releases everything and starts again, so two
+// coordinators never wait for each other. Local operations never wait on
+// another server while they hold a lock.
+//
+// The commit is a redo intent: the coordinator writes every server's writes
+// (its own as a Pebble batch, the others' as KeyOps) in one synced record,
+// sends each participant its writes (PeerApply, which also releases that
+// participant's locks), then applies its own batch and deletes the intent in
+// one synced batch. A coordinator that restarts applies the intents it finds
+// again; a participant that cannot be reached keeps its part of the intent,
+// retried in the background. Writes are whole-key sets and deletes, so
+// applying one twice is applying it once.
+
+const (
+	peerTimeout = 10 * time.Second
+	// lockLease bounds how long a participant holds locks for a coordinator
+	// that neither applies nor releases them (it died mid-operation).
+	lockLease = 30 * time.Second
+	// replayInterval is how often unfinished intents and splits are retried.
+	replayInterval = time.Second
+)
+
+type gigaState struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	txSeq     atomic.Uint64
+	splits    atomic.Uint64
+	redirects atomic.Uint64
+
+	mu struct {
+		sync.Mutex
+		held      map[uint64]*heldLocks // locks held for remote coordinators, by txid
+		splitting map[core.Ino]bool     // directories with a split queued or running
+	}
+	kick chan struct{} // wakes the replayer
+}
+
+// heldLocks are the locks a participant holds for one coordinator's txn.
+type heldLocks struct {
+	stripes  []int
+	renameMu bool
+	timer    *time.Timer
+}
+
+// distState marks a txn that runs distributed.
+type distState struct {
+	txid     uint64
+	renameMu bool // holds the cluster's directory-move lock (server 0's)
+}
+
+// remoteTx is what a distributed txn holds on one other server.
+type remoteTx struct {
+	held []int
+	ops  []*weftpb.KeyOp
+}
+
+func (s *Server) initGiga() {
+	g := &s.giga
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.mu.held = map[uint64]*heldLocks{}
+	g.mu.splitting = map[core.Ino]bool{}
+	g.kick = make(chan struct{}, 1)
+	// Transaction ids: server id in the top 16 bits, then a counter that
+	// starts from the clock so a restarted server does not reuse ids.
+	g.txSeq.Store(uint64(time.Now().UnixNano()) & (1<<40 - 1))
+	if s.n > 1 {
+		for i, addr := range s.cfg.Peers {
+			if i == s.cfg.ID {
+				s.peers = append(s.peers, nil)
+				continue
+			}
+			s.peers = append(s.peers, rpc.NewPeer(addr, rpc.DialOptions{Logger: s.log}))
+		}
+	}
+	g.wg.Add(1)
+	go s.replayLoop()
+}
+
+func (s *Server) closeGiga() {
+	g := &s.giga
+	g.cancel()
+	g.wg.Wait()
+	for _, p := range s.peers {
+		if p != nil {
+			p.Close()
+		}
+	}
+	g.mu.Lock()
+	for id, h := range g.mu.held {
+		s.releaseHeldLocked(id, h)
+	}
+	g.mu.Unlock()
+}
+
+// owner is the meta server that holds ino's standalone record (and, for a
+// directory, its partition 0).
+func (s *Server) owner(op string, ino core.Ino) (int, error) {
+	if s.n == 1 {
+		return s.cfg.ID, nil
+	}
+	if ino.Server() >= s.n {
+		return 0, errs.New(errs.Stale, op, "inode %d names meta server %d of %d", ino, ino.Server(), s.n)
+	}
+	return ino.Server(), nil
+}
+
+// ownerOf is owner for an ino already known to be valid.
+func (s *Server) ownerOf(ino core.Ino) int {
+	srv, err := s.owner("", ino)
+	if err != nil {
+		return s.cfg.ID
+	}
+	return srv
+}
+
+// wrongServer is the answer to a request for a name this server's partition
+// does not hold: the message is exactly "bitmap " and the server's bitmap in
+// hex, for the client to merge (docs/wire.md).
+func wrongServer(bitmap []byte) error {
+	return &errs.Error{Kind: errs.WrongServer, Msg: "bitmap " + hex.EncodeToString(bitmap)}
+}
+
+// errOwner is the answer to a single-node request routed by an entry whose
+// node's attributes live with the node's owner on another server: the
+// message is exactly "owner", and the client asks the owner by ino.
+var errOwner = &errs.Error{Kind: errs.WrongServer, Msg: "owner"}
+
+func (s *Server) peer(op string, srv int) (*rpc.Peer, error) {
+	if srv < 0 || srv >= len(s.peers) || s.peers[srv] == nil {
+		return nil, errs.New(errs.Invalid, op, "no meta server %d", srv)
+	}
+	return s.peers[srv], nil
+}
+
+func (s *Server) peerCall(op string, srv int, method uint16, req, resp proto.Message) error {
+	p, err := s.peer(op, srv)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(s.giga.ctx, peerTimeout)
+	defer cancel()
+	if err := p.Call(ctx, method, req, resp); err != nil {
+		return errs.Wrap(errs.KindOf(err), op, "meta server "+itoa(srv), err)
+	}
+	return nil
+}
+
+// peerGet reads a record of server srv into m; found is false when absent.
+func (s *Server) peerGet(op string, srv int, kind weftpb.PeerGetRequest_Kind, ino core.Ino, name string, m proto.Message) (bool, error) {
+	var r weftpb.PeerGetReply
+	if err := s.peerCall(op, srv, weftpb.MethodPeerGet, &weftpb.PeerGetRequest{Kind: kind, Ino: uint64(ino), Name: name}, &r); err != nil {
+		return false, err
+	}
+	if !r.Found {
+		return false, nil
+	}
+	if err := proto.Unmarshal(r.Record, m); err != nil {
+		return false, errs.Wrap(errs.Protocol, op, "meta server "+itoa(srv), err)
+	}
+	return true, nil
+}
+
+// remoteOp queues a write for server srv, whose locks the txn holds.
+func (t *txn) remoteOp(srv int, op *weftpb.KeyOp) {
+	rt := t.remote[srv]
+	if rt == nil {
+		// Writes reach another server only through records read there
+		// under its locks, which made the txn distributed.
+		panic("meta: write for server " + itoa(srv) + " outside a distributed txn: " + string(debug.Stack()))
+	}
+	rt.ops = append(rt.ops, op)
+}
+
+// lockSet is what a distributed txn locks: stripes by server.
+type lockSet map[int][]int
+
+func (l lockSet) add(srv, stripe int) { l[srv] = addStripe(l[srv], stripe) }
+
+// distUpdate runs fn as a distributed txn, starting with the locks a local
+// attempt found it needs.
+func (s *Server) distUpdate(op string, locks lockSet, renameMu bool, fn func(t *txn) error) error {
+	for attempt := 0; ; attempt++ {
+		if attempt > 64 {
+			return errs.New(errs.Busy, op, "could not settle the locks it needs")
+		}
+		t := &txn{s: s, op: op, b: s.db.NewBatch(), now: s.nowNs(),
+			dist:   &distState{txid: uint64(s.cfg.ID)<<48 | s.giga.txSeq.Add(1)&(1<<48-1)},
+			remote: map[int]*remoteTx{}}
+		err := s.distLock(t, locks, renameMu)
+		if err == nil {
+			t.now = s.nowNs()
+			err = fn(t)
+		}
+		var rl *relockError
+		if err == nil {
+			t.flush()
+			return s.distCommit(t)
+		}
+		s.distRelease(t)
+		t.b.Close()
+		switch {
+		case errors.As(err, &rl) && rl.renameMu:
+			renameMu = true
+		case errors.As(err, &rl):
+			locks.add(rl.srv, stripeOf(rl.ino))
+		default:
+			return err
+		}
+	}
+}
+
+// distLock takes the txn's locks in the global order. On failure the caller
+// releases what was taken.
+func (s *Server) distLock(t *txn, locks lockSet, renameMu bool) error {
+	if renameMu {
+		if s.cfg.ID == 0 {
+			s.renameMu.Lock()
+			t.renameMu = true
+		} else {
+			if err := s.peerCall(t.op, 0, weftpb.MethodPeerLock, &weftpb.PeerLockRequest{Txid: t.dist.txid, RenameMu: true}, &weftpb.Empty{}); err != nil {
+				return err
+			}
+			t.remote[0] = &remoteTx{}
+		}
+		t.dist.renameMu = true
+	}
+	srvs := make([]int, 0, len(locks))
+	for srv := range locks {
+		srvs = append(srvs, srv)
+	}
+	slices.Sort(srvs)
+	for _, srv := range srvs {
+		stripes := locks[srv]
+		if srv == s.cfg.ID {
+			for _, st := range stripes {
+				s.locks[st].Lock()
+			}
+			t.held = slices.Clone(stripes)
+			continue
+		}
+		req := &weftpb.PeerLockRequest{Txid: t.dist.txid}
+		for _, st := range stripes {
+			req.Stripes = append(req.Stripes, uint32(st))
+		}
+		if err := s.peerCall(t.op, srv, weftpb.MethodPeerLock, req, &weftpb.Empty{}); err != nil {
+			return err
+		}
+		rt := t.remote[srv]
+		if rt == nil {
+			rt = &remoteTx{}
+			t.remote[srv] = rt
+		}
+		rt.held = slices.Clone(stripes)
+	}
+	return nil
+}
+
+// distRelease releases every lock of a txn that does not commit.
+func (s *Server) distRelease(t *txn) {
+	for srv := range t.remote {
+		if err := s.peerCall(t.op, srv, weftpb.MethodPeerUnlock, &weftpb.PeerUnlockRequest{Txid: t.dist.txid}, &weftpb.Empty{}); err != nil {
+			s.log.Warn("meta: releasing remote locks failed; they expire", "server", srv, "err", err)
+		}
+	}
+	s.releaseLocal(t)
+}
+
+func (s *Server) releaseLocal(t *txn) {
+	for j := len(t.held) - 1; j >= 0; j-- {
+		s.locks[t.held[j]].Unlock()
+	}
+	t.held = nil
+	if t.renameMu {
+		s.renameMu.Unlock()
+		t.renameMu = false
+	}
+}
+
+// distCommit commits a distributed txn through its intent.
+func (s *Server) distCommit(t *txn) error {
+	defer t.b.Close()
+	intent := &weftpb.Intent{Op: t.op, LocalBatch: slices.Clone(t.b.Repr())}
+	srvs := make([]int, 0, len(t.remote))
+	for srv := range t.remote {
+		srvs = append(srvs, srv)
+	}
+	slices.Sort(srvs)
+	for _, srv := range srvs {
+		if ops := t.remote[srv].ops; len(ops) > 0 {
+			intent.Servers = append(intent.Servers, &weftpb.ServerOps{Server: uint32(srv), Ops: ops})
+		}
+	}
+	key := intentKey(t.dist.txid)
+	if len(intent.Servers) > 0 {
+		if err := s.db.Set(key, mustMarshal(intent), pebble.Sync); err != nil {
+			s.distRelease(t)
+			return errs.Wrap(errs.IO, t.op, "", err)
+		}
+	}
+	var left []*weftpb.ServerOps
+	for _, srv := range srvs {
+		ops := t.remote[srv].ops
+		if len(ops) == 0 {
+			if err := s.peerCall(t.op, srv, weftpb.MethodPeerUnlock, &weftpb.PeerUnlockRequest{Txid: t.dist.txid}, &weftpb.Empty{}); err != nil {
+				s.log.Warn("meta: releasing remote locks failed; they expire", "server", srv, "err", err)
+			}
+			continue
+		}
+		if err := s.peerCall(t.op, srv, weftpb.MethodPeerApply, &weftpb.PeerApplyRequest{Txid: t.dist.txid, Ops: ops}, &weftpb.Empty{}); err != nil {
+			s.log.Warn("meta: cross-server write deferred", "op", t.op, "server", srv, "err", err)
+			left = append(left, &weftpb.ServerOps{Server: uint32(srv), Ops: ops})
+		}
+	}
+	if len(intent.Servers) > 0 {
+		if len(left) == 0 {
+			t.b.Delete(key, nil)
+		} else {
+			t.b.Set(key, mustMarshal(&weftpb.Intent{Op: t.op, Servers: left}), nil)
+			s.kickReplay()
+		}
+	}
+	err := t.b.Commit(pebble.Sync)
+	if err == nil {
+		s.inodes.Add(t.inodeDelta)
+		s.dirs.Add(t.dirDelta)
+	}
+	s.releaseLocal(t)
+	if err == nil {
+		for _, dir := range t.grown {
+			s.queueSplit(dir)
+		}
+	}
+	return errs.Wrap(errs.IO, t.op, "", err)
+}
+
+func (s *Server) kickReplay() {
+	select {
+	case s.giga.kick <- struct{}{}:
+	default:
+	}
+}
+
+// replayLoop finishes intents and splits left by a crash or by a server that
+// could not be reached, and on start tells the other servers to drop locks
+// this server's previous life held there.
+func (s *Server) replayLoop() {
+	g := &s.giga
+	defer g.wg.Done()
+	if s.n > 1 {
+		for srv := range s.n {
+			if srv != s.cfg.ID {
+				_ = s.peerCall("release", srv, weftpb.MethodPeerRelease, &weftpb.PeerReleaseRequest{Coordinator: uint32(s.cfg.ID)}, &weftpb.Empty{})
+			}
+		}
+	}
+	t := time.NewTicker(replayInterval)
+	defer t.Stop()
+	for {
+		pending, err := s.replayOnce()
+		if err != nil && g.ctx.Err() == nil {
+			s.log.Warn("meta: replay of unfinished cross-server work failed", "err", err)
+		}
+		if !pending {
+			select {
+			case <-g.ctx.Done():
+				return
+			case <-g.kick:
+				continue
+			}
+		}
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+		case <-g.kick:
+		}
+	}
+}
+
+// replayOnce retries every unfinished intent and split once; pending says
+// whether some are left.
+func (s *Server) replayOnce() (pending bool, err error) {
+	if err := s.enter("replay"); err != nil {
+		return false, nil
+	}
+	defer s.closeMu.RUnlock()
+	type rec struct {
+		key, val []byte
+	}
+	var intents, splits []rec
+	for _, tag := range []byte{tagIntent, tagSplit} {
+		p := []byte{tag}
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+		if err != nil {
+			return true, err
+		}
+		for it.First(); it.Valid(); it.Next() {
+			r := rec{slices.Clone(it.Key()), slices.Clone(it.Value())}
+			if tag == tagIntent {
+				intents = append(intents, r)
+			} else {
+				splits = append(splits, r)
+			}
+		}
+		if err := errors.Join(it.Error(), it.Close()); err != nil {
+			return true, err
+		}
+	}
+	for _, r := range intents {
+		if err := s.replayIntent(r.key, r.val); err != nil {
+			pending = true
+			s.log.Warn("meta: intent still unfinished", "err", err)
+		}
+	}
+	for _, r := range splits {
+		if len(r.key) != 9 {
+			continue
+		}
+		dir := core.Ino(uint64(r.key[1])<<56 | uint64(r.key[2])<<48 | uint64(r.key[3])<<40 | uint64(r.key[4])<<32 |
+			uint64(r.key[5])<<24 | uint64(r.key[6])<<16 | uint64(r.key[7])<<8 | uint64(r.key[8]))
+		s.queueSplit(dir)
+	}
+	return pending, nil
+}
+
+func (s *Server) replayIntent(key, val []byte) error {
+	in := &weftpb.Intent{}
+	if err := proto.Unmarshal(val, in); err != nil {
+		return errs.Wrap(errs.Corrupt, "replay", "", err)
+	}
+	var left []*weftpb.ServerOps
+	var firstErr error
+	for _, so := range in.Servers {
+		err := s.peerCall("replay", int(so.Server), weftpb.MethodPeerApply, &weftpb.PeerApplyRequest{Ops: so.Ops}, &weftpb.Empty{})
+		if err != nil {
+			left = append(left, so)
+			firstErr = cmp(firstErr, err)
+		}
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	if len(in.LocalBatch) > 0 {
+		if err := b.SetRepr(slices.Clone(in.LocalBatch)); err != nil {
+			return errs.Wrap(errs.Corrupt, "replay", "", err)
+		}
+	}
+	if len(left) == 0 {
+		b.Delete(key, nil)
+	} else {
+		b.Set(key, mustMarshal(&weftpb.Intent{Op: in.Op, Servers: left}), nil)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return errs.Wrap(errs.IO, "replay", "", err)
+	}
+	if len(left) == 0 {
+		s.log.Info("meta: finished an interrupted cross-server operation", "op", in.Op)
+	}
+	return firstErr
+}
+
+func cmp(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// Participant side.
+
+// lockFor takes stripes (and renameMu) for a remote coordinator's txid,
+// giving up when ctx ends.
+func (s *Server) lockFor(ctx context.Context, txid uint64, stripes []int, renameMu bool) error {
+	g := &s.giga
+	h := &heldLocks{}
+	release := func() {
+		for j := len(h.stripes) - 1; j >= 0; j-- {
+			s.locks[h.stripes[j]].Unlock()
+		}
+		if h.renameMu {
+			s.renameMu.Unlock()
+		}
+	}
+	if renameMu {
+		if err := lockCtx(ctx, &s.renameMu); err != nil {
+			return err
+		}
+		h.renameMu = true
+	}
+	for _, st := range stripes {
+		if err := lockCtx(ctx, &s.locks[st]); err != nil {
+			release()
+			return err
+		}
+		h.stripes = append(h.stripes, st)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if old := g.mu.held[txid]; old != nil {
+		// A second lock call of one txn (renameMu, then stripes).
+		old.stripes = append(old.stripes, h.stripes...)
+		old.renameMu = old.renameMu || h.renameMu
+		return nil
+	}
+	h.timer = time.AfterFunc(lockLease, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if cur := g.mu.held[txid]; cur == h {
+			s.log.Warn("meta: released locks of a coordinator that went silent", "txid", txid)
+			s.releaseHeldLocked(txid, h)
+		}
+	})
+	g.mu.held[txid] = h
+	return nil
+}
+
+// releaseHeld releases txid's locks, if this server holds any.
+func (s *Server) releaseHeld(txid uint64) {
+	g := &s.giga
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if h := g.mu.held[txid]; h != nil {
+		s.releaseHeldLocked(txid, h)
+	}
+}
+
+func (s *Server) releaseHeldLocked(txid uint64, h *heldLocks) {
+	delete(s.giga.mu.held, txid)
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	slices.Sort(h.stripes)
+	for j := len(h.stripes) - 1; j >= 0; j-- {
+		s.locks[h.stripes[j]].Unlock()
+	}
+	if h.renameMu {
+		s.renameMu.Unlock()
+	}
+}
+
+// lockCtx locks mu unless ctx ends first.
+func lockCtx(ctx context.Context, mu *sync.Mutex) error {
+	wait := 50 * time.Microsecond
+	for !mu.TryLock() {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errs.Wrap(errs.Timeout, "peer lock", "", ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Millisecond)
+	}
+	return nil
+}

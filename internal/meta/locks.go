@@ -1,0 +1,396 @@
+package meta
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// File locks (fcntl byte-range locks and flock), arbitrated here for the
+// inodes this server allocated, so that processes on different mounts
+// exclude each other. The state is in memory only: a restart forgets every
+// lock, as an NFSv4 server without a grace period would (docs/fuse.md,
+// "Locks").
+//
+// A lock belongs to an owner: a client's lock session plus the kernel's lock
+// owner (a process's file table for POSIX locks, an open file description
+// for flock). POSIX locks and flock locks live side by side and never
+// conflict with each other, as on Linux. A session that sends nothing for
+// LockSessionTTL loses all its locks: that is how the locks of a client that
+// died (kill -9 of weft mount, a lost machine) go away. Expiry is checked
+// lazily, at every lock request, which is when anyone could notice it; a
+// waiter blocked by a lock of a silent session wakes when that session
+// expires.
+
+// LockSessionTTL is how long a lock session lives without hearing from its
+// client. Clients send a keepalive every LockSessionTTL/5.
+const LockSessionTTL = 10 * time.Second
+
+const (
+	// maxLockEnd is the largest byte offset a lock may cover (the kernel's
+	// OFFSET_MAX); a lock ending there extends to the end of the file.
+	maxLockEnd = math.MaxInt64
+	// maxLockWait caps how long one SetLock request waits for a conflict to
+	// go away; the client asks again to wait longer.
+	maxLockWait = time.Minute
+	// maxLocksPerSession bounds the memory and time one client can take
+	// (a lock per byte of a large file; each change is linear in the
+	// locks of its file). Real programs hold a few per file.
+	maxLocksPerSession = 10_000
+)
+
+// lockOwner is who holds a lock.
+type lockOwner struct {
+	session uint64
+	owner   uint64
+	flock   bool // flock(2) lock; POSIX (fcntl) lock otherwise
+}
+
+// heldLock is one lock: bytes start..end (inclusive) of a file.
+type heldLock struct {
+	owner      lockOwner
+	write      bool
+	start, end uint64
+	pid        uint32
+}
+
+func (l heldLock) overlaps(start, end uint64) bool { return l.start <= end && start <= l.end }
+
+// conflicts reports whether l stands in the way of owner locking
+// start..end for writing (write) or reading.
+func (l heldLock) conflicts(owner lockOwner, write bool, start, end uint64) bool {
+	return l.owner != owner && l.owner.flock == owner.flock &&
+		(write || l.write) && l.overlaps(start, end)
+}
+
+// fileLocks are the locks on one file.
+type fileLocks struct {
+	held []heldLock
+	// released is closed (and replaced) whenever a lock goes away or is
+	// downgraded: waiters try again.
+	released chan struct{}
+}
+
+// lockSession is what the table knows of one client's session.
+type lockSession struct {
+	expires time.Time
+	files   map[core.Ino]struct{} // files where the session may hold locks
+	count   int                   // locks held
+}
+
+// lockTable holds the locks of one meta server.
+type lockTable struct {
+	now   func() time.Time
+	ttl   time.Duration
+	limit int // locks per session (maxLocksPerSession; tests lower it)
+
+	mu struct {
+		sync.Mutex
+		files    map[core.Ino]*fileLocks
+		sessions map[uint64]*lockSession
+	}
+}
+
+func newLockTable(now func() time.Time, ttl time.Duration) *lockTable {
+	t := &lockTable{now: now, ttl: ttl, limit: maxLocksPerSession}
+	t.mu.files = make(map[core.Ino]*fileLocks)
+	t.mu.sessions = make(map[uint64]*lockSession)
+	return t
+}
+
+// lockRequest is a validated SetLock or GetLock request.
+type lockRequest struct {
+	ino        core.Ino
+	owner      lockOwner
+	typ        weftpb.LockType
+	start, end uint64
+	pid        uint32
+}
+
+func parseLockRequest(op string, ino uint64, o *weftpb.LockOwner, r *weftpb.LockRange) (lockRequest, error) {
+	switch {
+	case ino == 0:
+		return lockRequest{}, errs.New(errs.Invalid, op, "no inode")
+	case o == nil || o.Session == 0:
+		return lockRequest{}, errs.New(errs.Invalid, op, "no lock session")
+	case r == nil:
+		return lockRequest{}, errs.New(errs.Invalid, op, "no lock range")
+	case r.Type != weftpb.LockType_LOCK_UNLOCK && r.Type != weftpb.LockType_LOCK_READ && r.Type != weftpb.LockType_LOCK_WRITE:
+		return lockRequest{}, errs.New(errs.Invalid, op, "unknown lock type %d", r.Type)
+	case r.Start > r.End || r.End > maxLockEnd:
+		return lockRequest{}, errs.New(errs.Invalid, op, "bad lock range %d..%d", r.Start, r.End)
+	}
+	return lockRequest{
+		ino:   core.Ino(ino),
+		owner: lockOwner{session: o.Session, owner: o.Owner, flock: o.Flock},
+		typ:   r.Type, start: r.Start, end: r.End, pid: r.Pid,
+	}, nil
+}
+
+// SetLock sets or removes a lock, waiting up to req.WaitMs for conflicting
+// locks to go away.
+func (t *lockTable) SetLock(ctx context.Context, req *weftpb.SetLockRequest) (*weftpb.SetLockReply, error) {
+	const op = "setlock"
+	r, err := parseLockRequest(op, req.Ino, req.Owner, req.Lock)
+	if err != nil {
+		return nil, err
+	}
+	var deadline <-chan time.Time
+	if req.WaitMs > 0 {
+		timer := time.NewTimer(min(time.Duration(req.WaitMs)*time.Millisecond, maxLockWait))
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	for {
+		conflict, released, expires, err := t.trySet(r)
+		if err != nil {
+			return nil, err
+		}
+		if conflict == nil {
+			return &weftpb.SetLockReply{Granted: true}, nil
+		}
+		if deadline == nil {
+			return &weftpb.SetLockReply{Conflict: rangeOf(*conflict)}, nil
+		}
+		// The holder's session may die without a word: wake when it
+		// would expire, and let the next attempt drop it.
+		expiry := time.NewTimer(max(expires.Sub(t.now()), time.Millisecond))
+		select {
+		case <-released:
+		case <-expiry.C:
+		case <-deadline:
+			expiry.Stop()
+			return &weftpb.SetLockReply{Conflict: rangeOf(*conflict)}, nil
+		case <-ctx.Done():
+			expiry.Stop()
+			return nil, errs.Wrap(errs.Canceled, op, "", ctx.Err())
+		}
+		expiry.Stop()
+	}
+}
+
+// GetLock reports a lock that would stand in the way of req (F_GETLK).
+func (t *lockTable) GetLock(_ context.Context, req *weftpb.GetLockRequest) (*weftpb.GetLockReply, error) {
+	r, err := parseLockRequest("getlock", req.Ino, req.Owner, req.Lock)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	t.expireLocked(now)
+	t.touchLocked(r.owner.session, now)
+	if r.typ != weftpb.LockType_LOCK_UNLOCK {
+		if fl := t.mu.files[r.ino]; fl != nil {
+			if c := fl.conflictLocked(r); c != nil {
+				return &weftpb.GetLockReply{Conflict: rangeOf(*c)}, nil
+			}
+		}
+	}
+	return &weftpb.GetLockReply{Conflict: &weftpb.LockRange{Type: weftpb.LockType_LOCK_UNLOCK}}, nil
+}
+
+// KeepAlive extends a session's life; a session the table did not know
+// starts now.
+func (t *lockTable) KeepAlive(_ context.Context, req *weftpb.LockKeepAliveRequest) (*weftpb.LockKeepAliveReply, error) {
+	if req.Session == 0 {
+		return nil, errs.New(errs.Invalid, "lock keepalive", "no lock session")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	t.expireLocked(now)
+	_, known := t.mu.sessions[req.Session]
+	t.touchLocked(req.Session, now)
+	return &weftpb.LockKeepAliveReply{Known: known, TtlMs: uint32(t.ttl / time.Millisecond)}, nil
+}
+
+// EndSession releases every lock of a session.
+func (t *lockTable) EndSession(_ context.Context, req *weftpb.EndLockSessionRequest) (*weftpb.Empty, error) {
+	if req.Session == 0 {
+		return nil, errs.New(errs.Invalid, "end lock session", "no lock session")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expireLocked(t.now())
+	t.dropSessionLocked(req.Session)
+	return &weftpb.Empty{}, nil
+}
+
+// trySet applies r if nothing conflicts. Otherwise it returns a conflicting
+// lock, a channel closed when a lock of the file is released, and when the
+// conflicting holder's session expires.
+func (t *lockTable) trySet(r lockRequest) (conflict *heldLock, released <-chan struct{}, expires time.Time, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	t.expireLocked(now)
+	s := t.touchLocked(r.owner.session, now)
+	fl := t.mu.files[r.ino]
+	if fl == nil {
+		if r.typ == weftpb.LockType_LOCK_UNLOCK {
+			return nil, nil, time.Time{}, nil
+		}
+		fl = &fileLocks{released: make(chan struct{})}
+		t.mu.files[r.ino] = fl
+	}
+	if r.typ != weftpb.LockType_LOCK_UNLOCK {
+		if c := fl.conflictLocked(r); c != nil {
+			return c, fl.released, t.mu.sessions[c.owner.session].expires, nil
+		}
+	}
+	before := s.count
+	held, removed := fl.apply(r)
+	if after := before + len(held) - len(fl.held); after > t.limit {
+		return nil, nil, time.Time{}, errs.New(errs.NoSpace, "setlock", "lock session holds %d locks, the most a session may", t.limit)
+	}
+	s.count += len(held) - len(fl.held)
+	fl.held = held
+	if fl.holds(r.owner.session) {
+		s.files[r.ino] = struct{}{}
+	} else {
+		delete(s.files, r.ino)
+	}
+	if removed {
+		fl.wake()
+	}
+	if len(fl.held) == 0 {
+		delete(t.mu.files, r.ino)
+	}
+	return nil, nil, time.Time{}, nil
+}
+
+// holds reports whether session holds a lock on the file.
+func (fl *fileLocks) holds(session uint64) bool {
+	for _, l := range fl.held {
+		if l.owner.session == session {
+			return true
+		}
+	}
+	return false
+}
+
+// conflictLocked returns a lock in the way of r, or nil.
+func (fl *fileLocks) conflictLocked(r lockRequest) *heldLock {
+	write := r.typ == weftpb.LockType_LOCK_WRITE
+	for i := range fl.held {
+		if fl.held[i].conflicts(r.owner, write, r.start, r.end) {
+			c := fl.held[i]
+			return &c
+		}
+	}
+	return nil
+}
+
+// apply returns the file's locks after r: the owner's locks inside
+// r.start..r.end are cut out (split where they stick out on both sides),
+// the new lock is added and merged with the owner's adjacent or
+// overlapping locks of the same type. removed says whether some lock got
+// weaker or went away, which may unblock a waiter.
+func (fl *fileLocks) apply(r lockRequest) (held []heldLock, removed bool) {
+	held = make([]heldLock, 0, len(fl.held)+2)
+	add := r.typ != weftpb.LockType_LOCK_UNLOCK
+	nl := heldLock{owner: r.owner, write: r.typ == weftpb.LockType_LOCK_WRITE, start: r.start, end: r.end, pid: r.pid}
+	for _, l := range fl.held {
+		if l.owner != r.owner || !l.overlaps(r.start, r.end) && !(add && l.write == nl.write && adjacent(l, nl)) {
+			held = append(held, l)
+			continue
+		}
+		if add && l.write == nl.write {
+			// Same type, overlapping or touching: merge into the new
+			// lock, nothing is released.
+			nl.start, nl.end = min(nl.start, l.start), max(nl.end, l.end)
+			continue
+		}
+		// A part of l inside the range goes away or changes type.
+		if l.write || !add {
+			removed = true
+		}
+		if l.start < r.start {
+			left := l
+			left.end = r.start - 1
+			held = append(held, left)
+		}
+		if l.end > r.end {
+			right := l
+			right.start = r.end + 1
+			held = append(held, right)
+		}
+	}
+	if add {
+		held = append(held, nl)
+	}
+	return held, removed
+}
+
+// adjacent reports whether a and b touch without overlapping.
+func adjacent(a, b heldLock) bool {
+	return a.end < maxLockEnd && a.end+1 == b.start || b.end < maxLockEnd && b.end+1 == a.start
+}
+
+func (fl *fileLocks) wake() {
+	close(fl.released)
+	fl.released = make(chan struct{})
+}
+
+// touchLocked extends a session's life, creating it if needed.
+func (t *lockTable) touchLocked(id uint64, now time.Time) *lockSession {
+	s := t.mu.sessions[id]
+	if s == nil {
+		s = &lockSession{files: make(map[core.Ino]struct{})}
+		t.mu.sessions[id] = s
+	}
+	s.expires = now.Add(t.ttl)
+	return s
+}
+
+// expireLocked drops the sessions whose time is up, with their locks.
+func (t *lockTable) expireLocked(now time.Time) {
+	for id, s := range t.mu.sessions {
+		if !now.Before(s.expires) {
+			t.dropSessionLocked(id)
+		}
+	}
+}
+
+// dropSessionLocked removes a session and every lock it holds.
+func (t *lockTable) dropSessionLocked(id uint64) {
+	s := t.mu.sessions[id]
+	if s == nil {
+		return
+	}
+	delete(t.mu.sessions, id)
+	for ino := range s.files {
+		fl := t.mu.files[ino]
+		if fl == nil {
+			continue
+		}
+		kept := fl.held[:0]
+		for _, l := range fl.held {
+			if l.owner.session != id {
+				kept = append(kept, l)
+			}
+		}
+		if len(kept) < len(fl.held) {
+			clear(fl.held[len(kept):])
+			fl.held = kept
+			fl.wake()
+		}
+		if len(fl.held) == 0 {
+			delete(t.mu.files, ino)
+		}
+	}
+}
+
+func rangeOf(l heldLock) *weftpb.LockRange {
+	typ := weftpb.LockType_LOCK_READ
+	if l.write {
+		typ = weftpb.LockType_LOCK_WRITE
+	}
+	return &weftpb.LockRange{Type: typ, Start: l.start, End: l.end, Pid: l.pid}
+}
