@@ -72,9 +72,13 @@
 // call (Options.OpTimeout), and honouring interrupts would hand spurious EINTR
 // to callers that are merely preempted (the Go runtime signals its threads
 // with SIGURG constantly). Cache invalidations (go-fuse Notify calls) are
-// never made from inside a handler, with one exception: Open invalidates the
+// never made from inside a handler, with two exceptions: Open invalidates the
 // attributes (offset -1, no pages) of the inode being opened, which takes no
-// lock the kernel holds during OPEN.
+// lock the kernel holds during OPEN; and a granted lock may invalidate the
+// inode's pages and attributes (another mount changed the file), which is
+// safe because the kernel holds no inode lock during a lock request. A
+// blocking lock request (SETLKW) is the one request that honours interrupts:
+// its wait ends with EINTR.
 //
 // A process must not mmap files of a mount that the same process serves:
 // a page fault blocks its thread where the Go runtime cannot preempt it, and
