@@ -85,11 +85,13 @@ func (r *Report) write(dir string) error {
 	return f.Close()
 }
 
-// benchmarks returns the suite's entries that have results, in suite order.
+// benchmarks returns the suite's entries that ran, with results or not, in
+// suite order.
 func (r *Report) benchmarks() []Benchmark {
 	var out []Benchmark
 	for _, b := range All() {
-		if slices.ContainsFunc(r.Results, func(res Result) bool { return res.Bench == b.Name }) {
+		_, ran := r.Took[b.Name]
+		if ran || slices.ContainsFunc(r.Results, func(res Result) bool { return res.Bench == b.Name }) {
 			out = append(out, b)
 		}
 	}
@@ -141,6 +143,17 @@ func (r *Report) Markdown(w io.Writer) {
 		fmt.Fprint(w, "\n\n")
 		for _, n := range b.Notes {
 			fmt.Fprintf(w, "%s\n\n", n)
+		}
+		if len(rs) == 0 {
+			for _, s := range r.Skipped {
+				if why, ok := strings.CutPrefix(s, b.Name+": "); ok {
+					fmt.Fprintf(w, "Not measured in this run: %s\n\n", why)
+				}
+			}
+			for _, t := range b.Paper {
+				t.markdown(w)
+			}
+			continue
 		}
 		tables := []Table{listTable(rs)}
 		if b.Tables != nil {

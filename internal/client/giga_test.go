@@ -9,6 +9,7 @@ import (
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
 )
 
 // TestGigaConcurrentCreators has several client instances, each with its
@@ -110,5 +111,104 @@ func TestGigaConcurrentCreators(t *testing.T) {
 	}
 	if _, err := cs[1].Stat(ctx, "/big"); err == nil {
 		t.Fatal("/big still exists")
+	}
+}
+
+// TestGigaRenameCycleRace races renames that would each move a directory
+// under the other, with the directories and their entries spread over
+// several meta servers: at most one of each pair succeeds, and the tree never
+// holds a cycle.
+func TestGigaRenameCycleRace(t *testing.T) {
+	c, cfg := newMultiClient(t, 3, 2, 64<<10)
+	c2, err := client.New(cluster.ClientConfig(cfg, core.Root, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c2.Close() })
+	ctx := context.Background()
+	// Enough names that the parent directory splits over the servers.
+	if err := c.Mkdir(ctx, "/r", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 12 {
+		if err := c.Mkdir(ctx, fmt.Sprintf("/r/pad%d", i), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 30 {
+		a, b := fmt.Sprintf("/r/a%d", round), fmt.Sprintf("/r/b%d", round)
+		for _, d := range []string{a, b, a + "/in", b + "/in"} {
+			if err := c.Mkdir(ctx, d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		var errA, errB error
+		wg.Add(2)
+		go func() { defer wg.Done(); errA = c.Rename(ctx, a, b+"/in/x", 0) }()
+		go func() { defer wg.Done(); errB = c2.Rename(ctx, b, a+"/in/x", 0) }()
+		wg.Wait()
+		if errA == nil && errB == nil {
+			t.Fatalf("round %d: both renames succeeded: a cycle", round)
+		}
+		// Every directory still reaches the root.
+		for _, p := range []string{"/r/a%d/in", "/r/b%d/in", "/r/b%d/in/x/in", "/r/a%d/in/x/in"} {
+			p = fmt.Sprintf(p, round)
+			if _, err := c.Stat(ctx, p); err != nil && !errs.Is(err, errs.NotExist) {
+				t.Fatalf("round %d: stat %s: %v", round, p, err)
+			}
+		}
+	}
+}
+
+// TestGigaXattrsFollowAttributes: extended attributes stay with a file when
+// a rename moves its entry to another server, when a second link moves its
+// attributes to the owner's record, and when that link goes again.
+func TestGigaXattrsFollowAttributes(t *testing.T) {
+	c, _ := newMultiClient(t, 3, 2, 64<<10)
+	ctx := context.Background()
+	for _, d := range []string{"/p", "/q", "/l"} {
+		if err := c.Mkdir(ctx, d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 24
+	val := func(i int) []byte { return []byte(fmt.Sprintf("value-%d", i)) }
+	check := func(path string, i int) {
+		t.Helper()
+		got, err := c.GetXattrPath(ctx, path, "user.tag")
+		if err != nil || string(got) != string(val(i)) {
+			t.Fatalf("getxattr %s: %q, %v; want %q", path, got, err, val(i))
+		}
+	}
+	for i := range n {
+		p := fmt.Sprintf("/p/f%d", i)
+		f, err := c.Create(ctx, p, 0o644)
+		if err == nil {
+			err = f.Close()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetXattrPath(ctx, p, "user.tag", val(i), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		q := fmt.Sprintf("/q/g%d", i)
+		if err := c.Rename(ctx, fmt.Sprintf("/p/f%d", i), q, 0); err != nil {
+			t.Fatal(err)
+		}
+		check(q, i)
+		l := fmt.Sprintf("/l/h%d", i)
+		if err := c.Link(ctx, q, l); err != nil {
+			t.Fatal(err)
+		}
+		check(q, i)
+		check(l, i)
+		if err := c.Remove(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		check(l, i)
 	}
 }

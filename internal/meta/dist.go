@@ -326,20 +326,27 @@ func (s *Server) distCommit(t *txn) error {
 			return errs.Wrap(errs.IO, t.op, "", err)
 		}
 	}
+	// Every participant keeps its locks until all writes are in, the
+	// coordinator's included: server 0's directory-move lock in particular
+	// must not let the next move read parent pointers half updated.
 	var left []*weftpb.ServerOps
 	for _, srv := range srvs {
 		ops := t.remote[srv].ops
 		if len(ops) == 0 {
-			if err := s.peerCall(t.op, srv, weftpb.MethodPeerUnlock, &weftpb.PeerUnlockRequest{Txid: t.dist.txid}, &weftpb.Empty{}); err != nil {
-				s.log.Warn("meta: releasing remote locks failed; they expire", "server", srv, "err", err)
-			}
 			continue
 		}
-		if err := s.peerCall(t.op, srv, weftpb.MethodPeerApply, &weftpb.PeerApplyRequest{Txid: t.dist.txid, Ops: ops}, &weftpb.Empty{}); err != nil {
+		if err := s.peerCall(t.op, srv, weftpb.MethodPeerApply, &weftpb.PeerApplyRequest{Txid: t.dist.txid, Ops: ops, KeepLocks: true}, &weftpb.Empty{}); err != nil {
 			s.log.Warn("meta: cross-server write deferred", "op", t.op, "server", srv, "err", err)
 			left = append(left, &weftpb.ServerOps{Server: uint32(srv), Ops: ops})
 		}
 	}
+	defer func() {
+		for _, srv := range srvs {
+			if err := s.peerCall(t.op, srv, weftpb.MethodPeerUnlock, &weftpb.PeerUnlockRequest{Txid: t.dist.txid}, &weftpb.Empty{}); err != nil {
+				s.log.Warn("meta: releasing remote locks failed; they expire", "server", srv, "err", err)
+			}
+		}
+	}()
 	if len(intent.Servers) > 0 {
 		if len(left) == 0 {
 			t.b.Delete(key, nil)

@@ -72,6 +72,9 @@ func (t *txn) unembed(n *node) error {
 	if err := t.needOwner(n.ino); err != nil {
 		return err
 	}
+	if err := t.moveXattrs(t.partServer(n.parent, n.parentRec), t.s.ownerOf(n.ino), n.ino); err != nil {
+		return err
+	}
 	r := n.attr
 	r.Links = []*weftpb.LinkRef{{Parent: uint64(n.parent), Name: []byte(n.name)}}
 	n.entry.Attr = nil

@@ -163,7 +163,7 @@ func (t *txn) removeDir(n *node) {
 func (t *txn) dropLink(n *node) (freed bool, err error) {
 	r := n.attr
 	if n.embedded() {
-		t.deleteXattrs(n.ino)
+		t.deleteXattrsAt(t.partServer(n.parent, n.parentRec), n.ino)
 		t.inodeDelta--
 		r.Nlink = 0
 		return core.IsRegular(r.Mode) && !r.Inline, nil

@@ -95,8 +95,12 @@ func (s *Server) rename(t *txn, c core.Creds, req *weftpb.RenameRequest, reply *
 		return err
 	}
 	if exchange {
-		t.moveEntry(src, dstP, dd, req.DstName)
-		t.moveEntry(dst, srcP, sd, req.SrcName)
+		if err := t.moveEntry(src, dstP, dd, req.DstName); err != nil {
+			return err
+		}
+		if err := t.moveEntry(dst, srcP, sd, req.SrcName); err != nil {
+			return err
+		}
 		if srcP != dstP && src.isDir() != dst.isDir() {
 			if src.isDir() {
 				sd.Nlink--
@@ -119,7 +123,9 @@ func (s *Server) rename(t *txn, c core.Creds, req *weftpb.RenameRequest, reply *
 		}
 		t.deleteEntry(srcP, sd, req.SrcName)
 		sd.Entries--
-		t.moveEntry(src, dstP, dd, req.DstName)
+		if err := t.moveEntry(src, dstP, dd, req.DstName); err != nil {
+			return err
+		}
 		dd.Entries++
 		t.grew(dstP, dd)
 		if src.isDir() && srcP != dstP {
@@ -239,12 +245,16 @@ func (s *Server) readInode(op string, ino core.Ino) (*weftpb.InodeRecord, bool, 
 // moveEntry writes n's entry under a new (parent, name); the caller deletes
 // or overwrites the old one. The moved node's ctime changes, a directory's
 // parent pointer follows, and a hard-linked file's link list is updated.
-func (t *txn) moveEntry(n *node, parent core.Ino, d *weftpb.InodeRecord, name string) {
+func (t *txn) moveEntry(n *node, parent core.Ino, d *weftpb.InodeRecord, name string) error {
 	r := n.attr
 	r.CtimeNs = t.now
 	switch {
 	case n.embedded():
 		n.entry.Attr = r
+		// The extended attributes follow attributes that live in the entry.
+		if err := t.moveXattrs(t.partServer(n.parent, n.parentRec), t.partServer(parent, d), n.ino); err != nil {
+			return err
+		}
 	case core.IsDir(r.Mode):
 		r.Parent = uint64(parent)
 		t.putInode(n.ino, r)
@@ -259,4 +269,5 @@ func (t *txn) moveEntry(n *node, parent core.Ino, d *weftpb.InodeRecord, name st
 	}
 	n.entry.Mode = r.Mode
 	t.putEntry(parent, d, name, n.entry)
+	return nil
 }

@@ -95,8 +95,28 @@ func (s *Server) PeerGet(_ context.Context, req *weftpb.PeerGetRequest) (*weftpb
 			return &weftpb.PeerGetReply{}, err
 		}
 		return &weftpb.PeerGetReply{Found: true, Record: v, Key: key}, nil
+	case weftpb.PeerGetRequest_XATTRS:
+		pairs, err := s.xattrPairs(ino)
+		if err != nil {
+			return nil, err
+		}
+		return &weftpb.PeerGetReply{Found: len(pairs) > 0, Pairs: pairs}, nil
 	}
 	return nil, errs.New(errs.Invalid, op, "kind %d", req.Kind)
+}
+
+// xattrPairs returns the extended attributes of ino kept on this server.
+func (s *Server) xattrPairs(ino core.Ino) ([]*weftpb.KeyOp, error) {
+	p := xattrPrefix(ino)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return nil, errs.Wrap(errs.IO, "xattrs", "", err)
+	}
+	var out []*weftpb.KeyOp
+	for it.First(); it.Valid(); it.Next() {
+		out = append(out, &weftpb.KeyOp{Key: slices.Clone(it.Key()), Value: slices.Clone(it.Value())})
+	}
+	return out, errs.Wrap(errs.IO, "xattrs", "", errors.Join(it.Error(), it.Close()))
 }
 
 // PeerApply applies a coordinator's writes in one synced batch and releases
@@ -107,7 +127,9 @@ func (s *Server) PeerApply(_ context.Context, req *weftpb.PeerApplyRequest) (*we
 		return nil, err
 	}
 	defer s.closeMu.RUnlock()
-	defer s.releaseHeld(req.Txid)
+	if !req.KeepLocks {
+		defer s.releaseHeld(req.Txid)
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	var inodes, dirs int64

@@ -340,6 +340,49 @@ func (t *txn) deletePart(srv int, dir core.Ino) {
 	t.b.Delete(inodeKey(dir), nil)
 }
 
+// deleteXattrsAt deletes ino's extended attributes on server srv.
+func (t *txn) deleteXattrsAt(srv int, ino core.Ino) {
+	if srv != t.s.cfg.ID {
+		t.remoteOp(srv, &weftpb.KeyOp{DeleteXattrsOf: uint64(ino)})
+		return
+	}
+	t.deleteXattrs(ino)
+}
+
+// moveXattrs moves ino's extended attributes from server from to server to,
+// following its attributes (an entry that moves between servers, attributes
+// that leave an entry for the owner's record). The txn holds the locks that
+// guard them on both.
+func (t *txn) moveXattrs(from, to int, ino core.Ino) error {
+	if from == to {
+		return nil
+	}
+	var pairs []*weftpb.KeyOp
+	var err error
+	if from == t.s.cfg.ID {
+		pairs, err = t.s.xattrPairs(ino)
+	} else {
+		var r weftpb.PeerGetReply
+		err = t.s.peerCall(t.op, from, weftpb.MethodPeerGet, &weftpb.PeerGetRequest{Kind: weftpb.PeerGetRequest_XATTRS, Ino: uint64(ino)}, &r)
+		pairs = r.Pairs
+	}
+	if err != nil || len(pairs) == 0 {
+		return err
+	}
+	for _, p := range pairs {
+		if len(p.Key) <= 9 || p.Key[0] != tagXattr {
+			return errs.New(errs.Protocol, t.op, "bad xattr key from server %d", from)
+		}
+		if to == t.s.cfg.ID {
+			t.b.Set(p.Key, p.Value, nil)
+		} else {
+			t.remoteOp(to, &weftpb.KeyOp{Key: p.Key, Value: p.Value})
+		}
+	}
+	t.deleteXattrsAt(from, ino)
+	return nil
+}
+
 // deleteXattrs deletes ino's extended attributes one key at a time. Most
 // files have none, and a range tombstone per removed file would make every
 // later read of the memtable and sstables step over thousands of them (it

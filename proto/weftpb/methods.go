@@ -25,6 +25,7 @@ const (
 	MethodListXattr   = 19
 	MethodRemoveXattr = 20
 	MethodStatus      = 21 // weft status: what a meta server holds
+	MethodScan        = 22 // weft fsck: read raw keys
 	// 30-39: byte-range and flock locks (lock.proto).
 	MethodSetLock        = 30
 	MethodGetLock        = 31
@@ -57,6 +58,7 @@ var methodNames = map[uint16]string{
 	MethodOpen: "open", MethodCommit: "commit", MethodAccess: "access",
 	MethodStatFS: "statfs", MethodGetXattr: "getxattr", MethodSetXattr: "setxattr",
 	MethodListXattr: "listxattr", MethodRemoveXattr: "removexattr", MethodStatus: "status",
+	MethodScan:    "scan",
 	MethodSetLock: "setlock", MethodGetLock: "getlock",
 	MethodLockKeepAlive: "lock_keepalive", MethodEndLockSession: "end_lock_session",
 	MethodPeerLock: "peer_lock", MethodPeerUnlock: "peer_unlock", MethodPeerGet: "peer_get",

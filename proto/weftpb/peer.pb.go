@@ -27,9 +27,10 @@ const (
 type PeerGetRequest_Kind int32
 
 const (
-	PeerGetRequest_INODE PeerGetRequest_Kind = 0
-	PeerGetRequest_PART  PeerGetRequest_Kind = 1
-	PeerGetRequest_ENTRY PeerGetRequest_Kind = 2
+	PeerGetRequest_INODE  PeerGetRequest_Kind = 0
+	PeerGetRequest_PART   PeerGetRequest_Kind = 1
+	PeerGetRequest_ENTRY  PeerGetRequest_Kind = 2
+	PeerGetRequest_XATTRS PeerGetRequest_Kind = 3
 )
 
 // Enum value maps for PeerGetRequest_Kind.
@@ -38,11 +39,13 @@ var (
 		0: "INODE",
 		1: "PART",
 		2: "ENTRY",
+		3: "XATTRS",
 	}
 	PeerGetRequest_Kind_value = map[string]int32{
-		"INODE": 0,
-		"PART":  1,
-		"ENTRY": 2,
+		"INODE":  0,
+		"PART":   1,
+		"ENTRY":  2,
+		"XATTRS": 3,
 	}
 )
 
@@ -183,7 +186,8 @@ func (x *PeerUnlockRequest) GetTxid() uint64 {
 // PeerGetRequest reads one record: the owner's inode record of ino
 // (kind INODE), the receiving server's partition record of dir (PART), or
 // the entry name of dir (ENTRY; WrongServer if this server's partition does
-// not hold the name).
+// not hold the name), or every extended attribute of ino kept here (XATTRS,
+// in pairs).
 type PeerGetRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          PeerGetRequest_Kind    `protobuf:"varint,1,opt,name=kind,proto3,enum=weft.v1.PeerGetRequest_Kind" json:"kind,omitempty"`
@@ -249,6 +253,7 @@ type PeerGetReply struct {
 	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
 	Record        []byte                 `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"` // InodeRecord or EntryRecord
 	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`       // ENTRY: the entry's key on this server
+	Pairs         []*KeyOp               `protobuf:"bytes,4,rep,name=pairs,proto3" json:"pairs,omitempty"`   // XATTRS: keys and values
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -304,12 +309,22 @@ func (x *PeerGetReply) GetKey() []byte {
 	return nil
 }
 
+func (x *PeerGetReply) GetPairs() []*KeyOp {
+	if x != nil {
+		return x.Pairs
+	}
+	return nil
+}
+
 // PeerApplyRequest applies writes of txid in one synced batch and releases
-// txid's locks.
+// txid's locks, unless keep_locks: then the coordinator releases them with
+// PeerUnlock once every server has its writes, so no other operation that
+// locks these records sees the operation half done.
 type PeerApplyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Txid          uint64                 `protobuf:"varint,1,opt,name=txid,proto3" json:"txid,omitempty"`
 	Ops           []*KeyOp               `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	KeepLocks     bool                   `protobuf:"varint,3,opt,name=keep_locks,json=keepLocks,proto3" json:"keep_locks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -356,6 +371,13 @@ func (x *PeerApplyRequest) GetOps() []*KeyOp {
 		return x.Ops
 	}
 	return nil
+}
+
+func (x *PeerApplyRequest) GetKeepLocks() bool {
+	if x != nil {
+		return x.KeepLocks
+	}
+	return false
 }
 
 // PeerInstallPartitionRequest creates partition stub.partition of dir on the
@@ -549,22 +571,27 @@ const file_peer_proto_rawDesc = "" +
 	"\astripes\x18\x02 \x03(\rR\astripes\x12\x1b\n" +
 	"\trename_mu\x18\x03 \x01(\bR\brenameMu\"'\n" +
 	"\x11PeerUnlockRequest\x12\x12\n" +
-	"\x04txid\x18\x01 \x01(\x04R\x04txid\"\x90\x01\n" +
+	"\x04txid\x18\x01 \x01(\x04R\x04txid\"\x9c\x01\n" +
 	"\x0ePeerGetRequest\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.weft.v1.PeerGetRequest.KindR\x04kind\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"&\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"2\n" +
 	"\x04Kind\x12\t\n" +
 	"\x05INODE\x10\x00\x12\b\n" +
 	"\x04PART\x10\x01\x12\t\n" +
-	"\x05ENTRY\x10\x02\"N\n" +
+	"\x05ENTRY\x10\x02\x12\n" +
+	"\n" +
+	"\x06XATTRS\x10\x03\"t\n" +
 	"\fPeerGetReply\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x16\n" +
 	"\x06record\x18\x02 \x01(\fR\x06record\x12\x10\n" +
-	"\x03key\x18\x03 \x01(\fR\x03key\"H\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x12$\n" +
+	"\x05pairs\x18\x04 \x03(\v2\x0e.weft.v1.KeyOpR\x05pairs\"g\n" +
 	"\x10PeerApplyRequest\x12\x12\n" +
 	"\x04txid\x18\x01 \x01(\x04R\x04txid\x12 \n" +
-	"\x03ops\x18\x02 \x03(\v2\x0e.weft.v1.KeyOpR\x03ops\"{\n" +
+	"\x03ops\x18\x02 \x03(\v2\x0e.weft.v1.KeyOpR\x03ops\x12\x1d\n" +
+	"\n" +
+	"keep_locks\x18\x03 \x01(\bR\tkeepLocks\"{\n" +
 	"\x1bPeerInstallPartitionRequest\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\x04R\x03dir\x12(\n" +
 	"\x04stub\x18\x02 \x01(\v2\x14.weft.v1.InodeRecordR\x04stub\x12 \n" +
@@ -606,14 +633,15 @@ var file_peer_proto_goTypes = []any{
 }
 var file_peer_proto_depIdxs = []int32{
 	0,  // 0: weft.v1.PeerGetRequest.kind:type_name -> weft.v1.PeerGetRequest.Kind
-	9,  // 1: weft.v1.PeerApplyRequest.ops:type_name -> weft.v1.KeyOp
-	10, // 2: weft.v1.PeerInstallPartitionRequest.stub:type_name -> weft.v1.InodeRecord
-	9,  // 3: weft.v1.PeerInstallPartitionRequest.ops:type_name -> weft.v1.KeyOp
-	4,  // [4:4] is the sub-list for method output_type
-	4,  // [4:4] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	9,  // 1: weft.v1.PeerGetReply.pairs:type_name -> weft.v1.KeyOp
+	9,  // 2: weft.v1.PeerApplyRequest.ops:type_name -> weft.v1.KeyOp
+	10, // 3: weft.v1.PeerInstallPartitionRequest.stub:type_name -> weft.v1.InodeRecord
+	9,  // 4: weft.v1.PeerInstallPartitionRequest.ops:type_name -> weft.v1.KeyOp
+	5,  // [5:5] is the sub-list for method output_type
+	5,  // [5:5] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
