@@ -172,12 +172,13 @@ func ls(ctx context.Context, out io.Writer, c *client.Client, p string, long boo
 	if !a.IsDir() {
 		return printEntry(out, path.Base(p), a, long)
 	}
+	// The listing streams in the directory's own order (unsorted, as
+	// ls -U), so a directory of millions of names needs no more memory
+	// than a page of them; long listings align their columns per block.
+	const block = 1024
 	tw := tabwriter.NewWriter(out, 0, 4, 1, ' ', tabwriter.AlignRight)
-	ents, err := c.ReadDir(ctx, p)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
+	n := 0
+	err = c.ReadDirAt(ctx, a.Ino, long, func(e core.DirEntry) error {
 		attr := core.Attr{Ino: e.Ino, Mode: e.Mode}
 		if e.Attr != nil {
 			attr = *e.Attr
@@ -185,6 +186,13 @@ func ls(ctx context.Context, out io.Writer, c *client.Client, p string, long boo
 		if err := printEntry(tw, e.Name, attr, long); err != nil {
 			return err
 		}
+		if n++; n%block == 0 {
+			return tw.Flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return errs.WithPath(err, "ls", p)
 	}
 	return tw.Flush()
 }
