@@ -15,7 +15,7 @@ import (
 )
 
 // The import rules of DESIGN.md ("Layout"): imports point one way,
-// core/errs <- rpc <- meta, store, client <- fusefs, bench, cluster <- cli <- cmd.
+// core/errs <- rpc <- meta, store, client <- fusefs, bench, cluster, fsck <- cli <- cmd.
 // Rules apply to the packages' own (non-test) dependencies, transitively, so
 // that a detour through a third package does not hide a violation. Tests may
 // assemble servers and clients as they like, except that they too must leave
@@ -35,7 +35,7 @@ var onlyDeps = map[string][]string{
 
 // upper are the components that assemble the system; nothing below them
 // may depend on them.
-var upper = []string{"fusefs", "bench", "cluster", "cli"}
+var upper = []string{"fusefs", "bench", "cluster", "fsck", "cli"}
 
 // neverDeps lists weft components a component must not depend on.
 var neverDeps = map[string][]string{
@@ -45,6 +45,9 @@ var neverDeps = map[string][]string{
 	"fusefs":  {"meta", "store", "cluster", "bench", "cli"},
 	"bench":   {"cli"},
 	"cluster": {"cli"},
+	// fsck reads the meta servers' records (their key layout is meta's),
+	// never chunks or the client's view.
+	"fsck": {"store", "client", "fusefs", "bench", "cluster", "cli"},
 }
 
 const goFuse = "github.com/hanwen/go-fuse"

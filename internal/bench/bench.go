@@ -140,6 +140,7 @@ func All() []Benchmark {
 		microBenchmark(), seqreadBenchmark(), andrewBenchmark(), mdtestBenchmark(),
 		checkpointBenchmark(), untarBenchmark(), postmarkBenchmark(),
 		latfsBenchmark(), seqioBenchmark(),
+		fusemetaBenchmark(), fusePostmarkBenchmark(), fioBenchmark(), fuseUntarBenchmark(),
 	}
 }
 

@@ -119,7 +119,8 @@ func TestQuickRun(t *testing.T) {
 // benchmark that was not skipped for want of a tool.
 func checkTargetRows(t *testing.T, rep Report, target string) {
 	t.Helper()
-	for _, b := range []string{"seqread", "andrew", "checkpoint", "untar", "postmark", "latfs", "seqio"} {
+	for _, b := range []string{"seqread", "andrew", "checkpoint", "untar", "postmark", "latfs", "seqio",
+		"fusemeta", "fusepostmark", "fio", "fuseuntar"} {
 		if slices.ContainsFunc(rep.Skipped, func(s string) bool { return strings.HasPrefix(s, b+":") }) {
 			continue
 		}

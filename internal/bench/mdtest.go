@@ -26,11 +26,13 @@ import (
 // directories, one owned by each server, with no splitting.
 
 const (
-	mdtestCPU     = 0.1 // cores per meta server process
-	mdtestClients = 8   // client instances, each with its own partition maps
-	// mdtestStreams is the requests each client keeps in flight: enough
-	// that a server throttled by its CPU quota does not idle the others.
-	mdtestStreams = 8
+	mdtestCPU     = 0.05 // cores per meta server process
+	mdtestClients = 8    // client instances, each with its own partition maps
+	// mdtestStreams is the requests each client keeps in flight. A server
+	// that has spent its quota stops until its period ends, and requests
+	// pile up behind it; enough must be in flight that every other server
+	// still finds a full quota's work queued when its period begins.
+	mdtestStreams = 64
 )
 
 // mdtestFiles is K: the files of one run.
@@ -68,7 +70,7 @@ func mdtestBenchmark() Benchmark {
 		Seed: "seed 002, GIGA+ on PanFS, mdtest",
 		Doc:  "mdtest in one shared directory against the number of meta servers, vs N directories",
 		Notes: []string{
-			fmt.Sprintf("Each meta server is a process of its own (weft cluster start) capped at %.1f core by a cgroup CPU quota, one store server; "+
+			fmt.Sprintf("Each meta server is a process of its own (weft cluster start) capped at %.2f core by a cgroup CPU quota, one store server; "+
 				"%d client instances in the bench process (library, no FUSE), each with its own partition maps and %d requests in flight; durability async "+
 				"(the servers' CPU, not one shared disk's fsync, is what the experiment scales).", mdtestCPU, mdtestClients, mdtestStreams),
 			"The split threshold is K/64 so that the directory spans every server early in the create phase; the cluster default is 4000.",

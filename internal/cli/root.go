@@ -76,6 +76,7 @@ func NewRoot() *cobra.Command {
 		newUmountCommand,
 		newClusterCommand,
 		newStatusCommand,
+		newFsckCommand,
 	} {
 		root.AddCommand(newCmd(a))
 	}

@@ -101,7 +101,11 @@ func (s *Server) rename(t *txn, c core.Creds, req *weftpb.RenameRequest, reply *
 		if err := t.moveEntry(dst, srcP, sd, req.SrcName); err != nil {
 			return err
 		}
-		if srcP != dstP && src.isDir() != dst.isDir() {
+		// Each partition record counts the subdirectories it holds: a
+		// directory moving between two partitions of one directory moves
+		// a link too (sd and dd are one record exactly when the same
+		// partition holds both names).
+		if sd != dd && src.isDir() != dst.isDir() {
 			if src.isDir() {
 				sd.Nlink--
 				dd.Nlink++
@@ -128,7 +132,7 @@ func (s *Server) rename(t *txn, c core.Creds, req *weftpb.RenameRequest, reply *
 		}
 		dd.Entries++
 		t.grew(dstP, dd)
-		if src.isDir() && srcP != dstP {
+		if src.isDir() && sd != dd {
 			sd.Nlink--
 			dd.Nlink++
 		}

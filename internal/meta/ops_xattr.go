@@ -177,6 +177,13 @@ func (s *Server) changeXattr(op string, creds *weftpb.Creds, ref *weftpb.NodeRef
 			return err
 		}
 		if !n.embedded() {
+			if s.ownerOf(n.ino) != s.cfg.ID {
+				// The xattrs of a standalone record live with it on the
+				// owner, and this txn reads and writes them here. (Reading
+				// the owner's record made the txn distributed, where
+				// resolveHere no longer sends the client to the owner.)
+				return errOwner
+			}
 			// Standalone records (and so their xattrs) are guarded by the
 			// ino's stripe, also when the request named an entry.
 			if err := t.needOwner(n.ino); err != nil {
