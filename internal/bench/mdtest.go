@@ -13,6 +13,7 @@ import (
 
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/cluster"
+	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 )
@@ -26,8 +27,8 @@ import (
 // directories, one owned by each server, with no splitting.
 
 const (
-	mdtestCPU     = 0.05 // cores per meta server process
-	mdtestClients = 8    // client instances, each with its own partition maps
+	mdtestCPU     = 0.1 // cores per meta server process
+	mdtestClients = 8   // client instances, each with its own partition maps
 	// mdtestStreams is the requests each client keeps in flight. A server
 	// that has spent its quota stops until its period ends, and requests
 	// pile up behind it; enough must be in flight that every other server
@@ -70,10 +71,10 @@ func mdtestBenchmark() Benchmark {
 		Seed: "seed 002, GIGA+ on PanFS, mdtest",
 		Doc:  "mdtest in one shared directory against the number of meta servers, vs N directories",
 		Notes: []string{
-			fmt.Sprintf("Each meta server is a process of its own (weft cluster start) capped at %.2f core by a cgroup CPU quota, one store server; "+
+			fmt.Sprintf("Each meta server is a process of its own (weft cluster start) capped at %.2f core by a cgroup CPU quota and run with GOMAXPROCS=1 (as a server with a fraction of a core should be), one store server; "+
 				"%d client instances in the bench process (library, no FUSE), each with its own partition maps and %d requests in flight; durability async "+
 				"(the servers' CPU, not one shared disk's fsync, is what the experiment scales).", mdtestCPU, mdtestClients, mdtestStreams),
-			"The split threshold is K/64 so that the directory spans every server early in the create phase; the cluster default is 4000.",
+			"The single directory's split threshold is K/256 (at least 16), so that it spans every server after about 3% of the creates; the cluster default is 4000. The baseline's N directories are made in a cluster with threshold 2 (so that their parent splits over every server, and each server owns one of them), which then restarts with a threshold above K: they never split.",
 			"Redirects are requests a server sent back because the client's partition map was stale; entries per server are max / mean over servers after the create phase.",
 			"Create rate at the end of the run: the last 10% of creates against the first 10%, single directory, largest N.",
 		},
@@ -238,25 +239,33 @@ type mdtestRun struct {
 	tailRatio               float64
 }
 
+// mdtestSplitThreshold is the single directory's split threshold for K
+// files: small enough that the directory spans 8 servers after about 3% of
+// the creates, so that the run measures the spread directory rather than
+// its first splits.
+func mdtestSplitThreshold(k int) int { return max(k/256, 16) }
+
 // runMdtestOnce starts an n-meta-server cluster in dir, runs the three
 // phases and stops the cluster.
 func runMdtestOnce(ctx context.Context, exe, dir string, n, k int, spread bool, capped *bool) (*mdtestRun, error) {
 	opts := cluster.ProcsOptions{
 		Binary: exe, Dir: dir, Meta: n, Store: 1, Durability: "async",
-		SplitThreshold: max(k/64, 16), Backend: "mem",
+		SplitThreshold: mdtestSplitThreshold(k), Backend: "mem",
 	}
-	if *capped {
-		opts.MetaCPU = mdtestCPU
+	var dirs []core.Ino
+	if spread {
+		// The baseline's directories, one owned by each server, are
+		// subdirectories of a parent that splits over every server, so
+		// they are made with the smallest threshold; then the cluster
+		// restarts with a threshold above K, so that none of them splits.
+		opts.SplitThreshold = config.MinSplitThreshold
+		var err error
+		if dirs, err = mdtestSpreadDirs(ctx, opts, n, capped); err != nil {
+			return nil, err
+		}
+		opts.SplitThreshold = k + 1
 	}
-	procs, err := cluster.StartProcs(ctx, opts)
-	if err != nil && *capped {
-		// No cgroup CPU controller here (or not root): run uncapped and
-		// say so in the report.
-		*capped = false
-		os.RemoveAll(dir)
-		opts.MetaCPU = 0
-		procs, err = cluster.StartProcs(ctx, opts)
-	}
+	procs, err := startMdtestCluster(ctx, opts, capped)
 	if err != nil {
 		return nil, err
 	}
@@ -271,17 +280,12 @@ func runMdtestOnce(ctx context.Context, exe, dir string, n, k int, spread bool, 
 		defer c.Close()
 		clients[i] = c
 	}
-	// Directories: one, or one owned by each server (found among the
-	// subdirectories of a parent that split across all servers).
-	dirs := []core.Ino{}
-	root, err := clients[0].MkdirAt(ctx, core.RootIno, "mdtest", 0o755)
-	if err != nil {
-		return nil, err
-	}
 	if !spread {
-		dirs = append(dirs, root.Ino)
-	} else if dirs, err = mdtestSpreadDirs(ctx, clients[0], root.Ino, n); err != nil {
-		return nil, err
+		a, err := clients[0].MkdirAt(ctx, core.RootIno, "mdtest", 0o755)
+		if err != nil {
+			return nil, err
+		}
+		dirs = []core.Ino{a.Ino}
 	}
 	names := make([]string, k)
 	for i := range names {
@@ -392,17 +396,51 @@ func redirects(cs []*client.Client) uint64 {
 	return n
 }
 
-// mdtestSpreadDirs returns n directories owned by n different meta servers:
-// subdirectories of parent, made until parent has split over every server
-// (a directory is owned by the server of the partition its entry went to).
-func mdtestSpreadDirs(ctx context.Context, c *client.Client, parent core.Ino, n int) ([]core.Ino, error) {
+// startMdtestCluster starts the cluster opts describes, with its meta
+// servers capped unless an earlier start found that capping cannot work here.
+func startMdtestCluster(ctx context.Context, opts cluster.ProcsOptions, capped *bool) (*cluster.Procs, error) {
+	if *capped {
+		opts.MetaCPU = mdtestCPU
+	}
+	procs, err := cluster.StartProcs(ctx, opts)
+	if err != nil && *capped {
+		// No cgroup CPU controller here (or not root): run uncapped and
+		// say so in the report.
+		*capped = false
+		os.RemoveAll(opts.Dir)
+		opts.MetaCPU = 0
+		procs, err = cluster.StartProcs(ctx, opts)
+	}
+	return procs, err
+}
+
+// mdtestSpreadDirs starts the cluster opts describes and returns n
+// directories owned by n different meta servers: subdirectories of
+// /mdtest, made until it has split over every server (a directory is owned
+// by the server of the partition its entry went to). It stops the cluster
+// before it returns.
+func mdtestSpreadDirs(ctx context.Context, opts cluster.ProcsOptions, n int, capped *bool) ([]core.Ino, error) {
+	procs, err := startMdtestCluster(ctx, opts, capped)
+	if err != nil {
+		return nil, err
+	}
+	defer procs.KillAll()
+	c, err := client.New(cluster.ClientConfig(procs.Config(), core.Root, nil))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	parent, err := c.MkdirAt(ctx, core.RootIno, "mdtest", 0o755)
+	if err != nil {
+		return nil, err
+	}
 	byServer := make([]core.Ino, n)
 	found := 0
 	for i := 0; found < n; i++ {
 		if i > 1<<20 {
 			return nil, errs.New(errs.Other, "mdtest", "could not spread directories over %d servers", n)
 		}
-		a, err := c.MkdirAt(ctx, parent, fmt.Sprintf("d%d", i), 0o755)
+		a, err := c.MkdirAt(ctx, parent.Ino, fmt.Sprintf("d%d", i), 0o755)
 		if err != nil {
 			return nil, err
 		}
@@ -411,5 +449,5 @@ func mdtestSpreadDirs(ctx context.Context, c *client.Client, parent core.Ino, n 
 			found++
 		}
 	}
-	return byServer, nil
+	return byServer, procs.Stop()
 }
