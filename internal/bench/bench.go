@@ -106,7 +106,10 @@ func (r Result) Range() (lo, hi float64) {
 type Benchmark struct {
 	Name string
 	Doc  string
-	Run  func(ctx context.Context, env *Env) ([]Result, error)
+	// Group is "" for the benchmarks that "all" runs (the core numbers and
+	// the seeds' evaluations), else the name that runs the group (Groups).
+	Group string
+	Run   func(ctx context.Context, env *Env) ([]Result, error)
 	// Goals explain the results as ratios, for the report.
 	Goals func(results []Result) []string
 
@@ -132,6 +135,14 @@ type Env struct {
 	bench string
 	run   *runState
 }
+
+// GroupFUSE names the FUSE issue's table against peers: its prescribed
+// sizes (a whole kernel untar, 20,000 PostMark transactions, 40,000 files)
+// take longer than "all" may.
+const GroupFUSE = "fuse"
+
+// Groups are the names that choose several benchmarks at once.
+var Groups = []string{"all", GroupFUSE}
 
 // All returns the suite in report order.
 func All() []Benchmark {
@@ -242,23 +253,31 @@ func Run(ctx context.Context, names []string, opts Options) (*Report, error) {
 	return rep, nil
 }
 
+// choose returns the benchmarks names (and groups) select, in suite order:
+// "all" (or no name) selects those of no group.
 func choose(names []string) ([]Benchmark, error) {
+	if len(names) == 0 {
+		names = []string{"all"}
+	}
 	all := All()
-	if len(names) == 0 || slices.Contains(names, "all") {
-		return all, nil
+	var known []string
+	for _, b := range all {
+		known = append(known, b.Name)
+	}
+	for _, n := range names {
+		if !slices.Contains(known, n) && !slices.Contains(Groups, n) {
+			return nil, errs.New(errs.Invalid, "bench", "unknown benchmark %q (known: %s; groups: %s)",
+				n, strings.Join(known, ", "), strings.Join(Groups, ", "))
+		}
 	}
 	var out []Benchmark
-	for _, n := range names {
-		i := slices.IndexFunc(all, func(b Benchmark) bool { return b.Name == n })
-		if i < 0 {
-			var known []string
-			for _, b := range all {
-				known = append(known, b.Name)
-			}
-			return nil, errs.New(errs.Invalid, "bench", "unknown benchmark %q (known: %s)", n, strings.Join(known, ", "))
+	for _, b := range all {
+		group := b.Group
+		if group == "" {
+			group = "all"
 		}
-		if !slices.ContainsFunc(out, func(b Benchmark) bool { return b.Name == n }) {
-			out = append(out, all[i])
+		if slices.Contains(names, b.Name) || slices.Contains(names, group) {
+			out = append(out, b)
 		}
 	}
 	return out, nil

@@ -57,7 +57,7 @@ func TestQuickRun(t *testing.T) {
 		weft = "/nonexistent/weft" // the weft target is then skipped with that reason
 	}
 	start := time.Now()
-	rep, err := Run(context.Background(), []string{"all"}, Options{
+	rep, err := Run(context.Background(), []string{"all", GroupFUSE}, Options{
 		Out: out, Repeats: 1, Quick: true, Targets: []string{"weft,local"},
 		Cache: t.TempDir(), Weft: weft, Args: []string{"weft", "bench", "all", "--quick"},
 	})
@@ -333,3 +333,38 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // isCount reports whether unit counts events, so that zero is a measurement.
 func isCount(unit string) bool { return strings.HasPrefix(unit, "per ") }
+
+// TestChoose checks how names and groups select benchmarks.
+func TestChoose(t *testing.T) {
+	names := func(bs []Benchmark) []string {
+		var out []string
+		for _, b := range bs {
+			out = append(out, b.Name)
+		}
+		return out
+	}
+	all, err := choose(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(names(all), "mdtest") || slices.Contains(names(all), "fuseuntar") {
+		t.Errorf("no name chose %v: want the seeds' suite without the fuse group", names(all))
+	}
+	fuse, err := choose([]string{GroupFUSE})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(fuse); !slices.Equal(got, []string{"fusemeta", "fusepostmark", "fio", "fuseuntar"}) {
+		t.Errorf("fuse chose %v", got)
+	}
+	both, err := choose([]string{"fio", "all", "fio"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(both); len(got) != len(all)+1 || !slices.Contains(got, "fio") {
+		t.Errorf("fio and all chose %v", names(both))
+	}
+	if _, err := choose([]string{"mdtest", "nope"}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("an unknown name gave %v", err)
+	}
+}

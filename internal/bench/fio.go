@@ -21,8 +21,9 @@ var fioCases = []string{"write, cold", "write, warm", "read, cold", "read, warm"
 
 func fioBenchmark() Benchmark {
 	return Benchmark{
-		Name: "fio",
-		Seed: "issue 3, FUSE mount against peers",
+		Name:  "fio",
+		Group: GroupFUSE,
+		Seed:  "issue 3, FUSE mount against peers",
 		Doc: "Sequential write and read of a 1 GiB file in 1 MiB blocks with fio (Debian's), cold and warm " +
 			"cache; MB/s",
 		Notes: []string{

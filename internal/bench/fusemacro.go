@@ -20,9 +20,10 @@ import (
 
 func fusePostmarkBenchmark() Benchmark {
 	return Benchmark{
-		Name: "fusepostmark",
-		Seed: "issue 3, FUSE mount against peers",
-		Doc:  "PostMark (Debian's postmark) with 2,000 files and 20,000 transactions; transactions per second",
+		Name:  "fusepostmark",
+		Group: GroupFUSE,
+		Seed:  "issue 3, FUSE mount against peers",
+		Doc:   "PostMark (Debian's postmark) with 2,000 files and 20,000 transactions; transactions per second",
 		Notes: []string{
 			"PostMark 1.51, 2,000 files of 500 B–10 KB in one directory, 20,000 transactions, seed 42 (--quick: " +
 				"100 files, 250 transactions). Transactions per second is the transaction phase alone, timed by " +
@@ -41,9 +42,10 @@ func fusePostmarkBenchmark() Benchmark {
 
 func fuseUntarBenchmark() Benchmark {
 	return Benchmark{
-		Name: "fuseuntar",
-		Seed: "issue 3, FUSE mount against peers",
-		Doc:  "Untar of a whole Linux source tarball (Debian's linux-source), then rm -rf of the tree; seconds",
+		Name:  "fuseuntar",
+		Group: GroupFUSE,
+		Seed:  "issue 3, FUSE mount against peers",
+		Doc:   "Untar of a whole Linux source tarball (Debian's linux-source), then rm -rf of the tree; seconds",
 		Notes: []string{
 			"The tarball is Debian's linux-source (/usr/src/linux-source-*.tar.xz), decompressed once into the " +
 				"benchmark cache and read into the page cache before the runs, with every regular file and " +

@@ -41,8 +41,9 @@ func init() {
 
 func fusemetaBenchmark() Benchmark {
 	return Benchmark{
-		Name: "fusemeta",
-		Seed: "issue 3, FUSE mount against peers",
+		Name:  "fusemeta",
+		Group: GroupFUSE,
+		Seed:  "issue 3, FUSE mount against peers",
 		Doc: "mdtest-like metadata workload: 2 processes create zero-length files in ONE directory " +
 			"(open O_CREAT|O_EXCL, close), then stat them, then remove them; ops/s per phase",
 		Notes: []string{

@@ -15,7 +15,7 @@ func newBenchCommand(a *app) *cobra.Command {
 	var opts bench.Options
 	var rewrite bool
 	cmd := &cobra.Command{
-		Use:   "bench [NAME...|all]",
+		Use:   "bench [NAME...|all|fuse]",
 		Short: "Run weft's benchmarks side by side with other file systems",
 		Long: "Run weft's benchmarks and write results.json, report.md and plots (SVG, PNG) to --out.\n" +
 			"File-system benchmarks run on each of --targets: mount points the suite prepares\n" +
@@ -23,7 +23,8 @@ func newBenchCommand(a *app) *cobra.Command {
 			"disk, tmpfs, sshfs = a private sshd on 127.0.0.1, juicefs = JuiceFS with SQLite and\n" +
 			"with Redis metadata, loopback = go-fuse's loopback over tmpfs). A target that cannot\n" +
 			"be set up is reported as skipped with the reason. Mounting needs root.\n\n" +
-			"Benchmarks:\n" + benchList(),
+			"Benchmarks (all, or no name, runs those of no group; fuse runs the FUSE\n" +
+			"issue's table against peers, at sizes that take about an hour):\n" + benchList(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The suite re-runs this binary as its worker processes.
 			if ran, err := bench.RunWorker(cmd.InOrStdin(), cmd.OutOrStdout()); ran {
@@ -68,7 +69,11 @@ func newBenchCommand(a *app) *cobra.Command {
 func benchList() string {
 	s := ""
 	for _, b := range bench.All() {
-		s += fmt.Sprintf("  %-10s %s\n", b.Name, firstSentence(b.Doc))
+		group := ""
+		if b.Group != "" {
+			group = "(" + b.Group + ") "
+		}
+		s += fmt.Sprintf("  %-12s %s%s\n", b.Name, group, firstSentence(b.Doc))
 	}
 	return s
 }
