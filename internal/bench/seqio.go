@@ -33,7 +33,7 @@ func seqioBenchmark() Benchmark {
 				"close, so the disk backend pays for durability and the mem backend does not; read and reread " +
 				"come right after, from whatever the target caches (the page cache for local and tmpfs, as IOZONE " +
 				"measures them). weft runs as the FUSE mount with each backend and through the library with each " +
-				"backend. The local disk and tmpfs are always measured. --quick stops at 16 MiB. Median over repeats with min–max.",
+				"backend and with RAM mirrored on two mem store servers (replication 2); parity across servers waits for its issue. The local disk and tmpfs are always measured. --quick stops at 16 MiB. Median over repeats with min–max.",
 		},
 		Run:     runSeqio,
 		Tables:  seqioTables,
@@ -53,7 +53,7 @@ func runSeqio(ctx context.Context, env *Env) ([]Result, error) {
 	sizes := seqioSizes(env.Quick)
 	reps := env.repeats()
 	targets := alwaysWith(env.targets(weftDisk, weftMem), kindLocal, kindTmpfs)
-	env.progress(len(targets) + 2 + (len(targets)+2)*len(sizes))
+	env.progress(len(targets) + len(libVariants) + (len(targets)+len(libVariants))*len(sizes))
 	var out []Result
 	measure := func(name string, fs seqioFS) error {
 		for _, size := range sizes {
@@ -81,28 +81,12 @@ func runSeqio(ctx context.Context, env *Env) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, v := range []weftVariant{weftDisk, weftMem} {
-		name := "weft library " + strings.TrimPrefix(v.name, "weft ")
-		err := func() error {
-			dir, err := os.MkdirTemp(env.Dir, "lib-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(dir)
-			lc, err := startLib(ctx, dir, libOptions{Durability: v.durability, Backend: v.backend})
-			if err != nil {
-				return err
-			}
-			defer lc.Close()
-			c, err := lc.client(nil, true)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return measure(name, libSeqio(ctx, c.Client))
-		}()
-		if err != nil {
-			env.skip(name, err)
+	env.eachLibVariant(ctx, func(name string, c *client.Client) error {
+		return measure(name, libSeqio(ctx, c))
+	})
+	for _, size := range sizes {
+		for _, op := range seqioOps {
+			out = append(out, notYet("seqio", fmt.Sprintf("%s, %sB", op, sizeLabel(float64(size))), weftParity, "RAM parity issue"))
 		}
 	}
 	return out, nil

@@ -7,7 +7,9 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 
 	"github.com/weftfs/weft/internal/client"
@@ -23,12 +25,16 @@ type libOptions struct {
 	Durability string
 	Backend    string
 	ChunkSize  int64
+	// Mirrors is how many store servers run (0: one), every one holding
+	// every chunk (replication = Mirrors): with the mem backend, the
+	// Network RamDisk's mirrored RAM.
+	Mirrors int
 }
 
 type libCluster struct {
-	cfg   *config.Cluster
-	meta  *cluster.Server
-	store *cluster.Server
+	cfg    *config.Cluster
+	meta   *cluster.Server
+	stores []*cluster.Server
 }
 
 func startLib(ctx context.Context, dir string, o libOptions) (*libCluster, error) {
@@ -43,40 +49,109 @@ func startLib(ctx context.Context, dir string, o libOptions) (*libCluster, error
 	if backend == "" {
 		backend = config.BackendDisk
 	}
-	metaLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	stores := max(o.Mirrors, 1)
+	cfg.Replication = stores
+	var lns []net.Listener
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
 	}
-	storeLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		metaLn.Close()
-		return nil, err
+	for range 1 + stores {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		lns = append(lns, ln)
 	}
-	cfg.Meta = []config.MetaServer{config.DefaultMetaServer(metaLn.Addr().String(), filepath.Join(dir, "meta"))}
-	st := config.DefaultStoreServer(storeLn.Addr().String(), filepath.Join(dir, "store"))
-	st.Backend = backend
-	if backend == config.BackendMem {
-		st.MemLimit = 6 << 30
+	cfg.Meta = []config.MetaServer{config.DefaultMetaServer(lns[0].Addr().String(), filepath.Join(dir, "meta"))}
+	for i, ln := range lns[1:] {
+		st := config.DefaultStoreServer(ln.Addr().String(), filepath.Join(dir, fmt.Sprintf("store%d", i)))
+		st.Backend = backend
+		if backend == config.BackendMem {
+			st.MemLimit = 6 << 30
+		}
+		cfg.Store = append(cfg.Store, st)
 	}
-	cfg.Store = []config.StoreServer{st}
 	if err := cfg.Validate(); err != nil {
-		metaLn.Close()
-		storeLn.Close()
+		closeAll()
 		return nil, err
 	}
 	lc := &libCluster{cfg: cfg}
-	if lc.store, err = cluster.StartStore(ctx, cfg, 0, cluster.Options{Listener: storeLn}); err != nil {
-		metaLn.Close()
-		return nil, err
+	for i := range stores {
+		st, err := cluster.StartStore(ctx, cfg, i, cluster.Options{Listener: lns[1+i]})
+		if err != nil {
+			for _, ln := range lns[1+i:] {
+				ln.Close()
+			}
+			lns[0].Close()
+			return nil, errors.Join(err, lc.Close())
+		}
+		lc.stores = append(lc.stores, st)
 	}
-	if lc.meta, err = cluster.StartMeta(ctx, cfg, 0, cluster.Options{Listener: metaLn}); err != nil {
-		return nil, errors.Join(err, lc.store.Close())
+	meta, err := cluster.StartMeta(ctx, cfg, 0, cluster.Options{Listener: lns[0]})
+	if err != nil {
+		return nil, errors.Join(err, lc.Close())
 	}
+	lc.meta = meta
 	return lc, nil
 }
 
 func (lc *libCluster) Close() error {
-	return errors.Join(lc.meta.Close(), lc.store.Close())
+	var all []error
+	if lc.meta != nil {
+		all = append(all, lc.meta.Close())
+	}
+	for _, st := range lc.stores {
+		all = append(all, st.Close())
+	}
+	return errors.Join(all...)
+}
+
+// libVariants are the in-process clusters latfs and seqio also measure
+// through the library, where no FUSE mount stands in between: each backend,
+// and RAM mirrored on two store servers (the Network RamDisk's mirroring).
+var libVariants = []struct {
+	name string
+	opts libOptions
+}{
+	{"weft library (disk)", libOptions{Durability: "sync", Backend: config.BackendDisk}},
+	{"weft library (mem)", libOptions{Durability: "sync", Backend: config.BackendMem}},
+	{"weft library (mem, mirrored ×2)", libOptions{Durability: "sync", Backend: config.BackendMem, Mirrors: 2}},
+}
+
+// weftParity is the column of RAM made reliable by parity across store
+// servers, which weft does not have yet.
+const weftParity = "weft (mem, parity)"
+
+// eachLibVariant calls measure with a client of each of libVariants in
+// turn, started in a scratch directory and stopped afterwards. A variant
+// that fails is reported as skipped and the others go on.
+func (e *Env) eachLibVariant(ctx context.Context, measure func(name string, c *client.Client) error) {
+	for _, v := range libVariants {
+		err := func() error {
+			dir, err := os.MkdirTemp(e.Dir, "lib-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			lc, err := startLib(ctx, dir, v.opts)
+			if err != nil {
+				return err
+			}
+			defer lc.Close()
+			c, err := lc.client(nil, true)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return measure(v.name, c.Client)
+		}()
+		if err != nil {
+			e.skip(v.name, err)
+		}
+	}
 }
 
 // linkedClient is a root client of lc whose traffic to the meta server (and
