@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/proto/weftpb"
@@ -71,9 +72,7 @@ func TestCallDataRoundTrip(t *testing.T) {
 	if _, err := c.CallData(ctx, mData, msg("fail"), []byte("x"), nil); !errs.Is(err, errs.NoSpace) {
 		t.Fatalf("fail: %v; want NoSpace", err)
 	}
-	if ts.released.Load() != before+1 {
-		t.Fatalf("released %d attachments; want %d", ts.released.Load(), before+1)
-	}
+	ts.waitReleased(t, before+1)
 }
 
 // TestPooledBuffersDoNotLeak sends attachments of shrinking and growing
@@ -100,8 +99,20 @@ func TestPooledBuffersDoNotLeak(t *testing.T) {
 		}
 		PutBuffer(got)
 	}
-	if want := int64(2 * len(sizes)); ts.released.Load() != want {
-		t.Fatalf("released %d attachments; want %d", ts.released.Load(), want)
+	ts.waitReleased(t, int64(2*len(sizes)))
+}
+
+// waitReleased waits until the server has released want response
+// attachments in all. A server releases one after writing it, so its
+// client may have the reply a moment before that.
+func (ts *testServer) waitReleased(t *testing.T, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for ts.released.Load() < want && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := ts.released.Load(); got != want {
+		t.Fatalf("released %d attachments; want %d", got, want)
 	}
 }
 
@@ -220,7 +231,5 @@ func TestOversizedResponseAttachment(t *testing.T) {
 	if _, err := c.CallData(ctx, mData, msg("fill:2000:x"), nil, nil); !errs.Is(err, errs.TooBig) {
 		t.Fatalf("err = %v; want TooBig", err)
 	}
-	if ts.released.Load() != before+1 {
-		t.Fatal("the refused attachment was not released")
-	}
+	ts.waitReleased(t, before+1)
 }
