@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -99,87 +98,25 @@ const workerEnv = "WEFT_BENCH_WORKER"
 // returns the time from the release of the first barrier to the end of the
 // last process's phase.
 func checkpointPhase(ctx context.Context, bin, mode string, files []string, size int64) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
-	defer cancel()
-	type proc struct {
-		cmd   *exec.Cmd
-		in    io.WriteCloser
-		lines *bufio.Scanner
-		errb  *lockedBuffer
+	args := make([]string, len(files))
+	for i, f := range files {
+		args[i] = fmt.Sprintf("%s %d %d %s", mode, size, checkpointUnit, f)
 	}
-	var ps []*proc
-	defer func() {
-		for _, p := range ps {
-			p.in.Close()
-			if p.cmd.Process != nil {
-				p.cmd.Process.Kill()
-			}
-			p.cmd.Wait()
-		}
-	}()
-	for _, f := range files {
-		cmd := exec.CommandContext(ctx, bin, "bench")
-		cmd.Env = append(os.Environ(), workerEnv+"=checkpoint", fmt.Sprintf("WEFT_BENCH_ARGS=%s %d %d %s", mode, size, checkpointUnit, f))
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			return 0, err
-		}
-		outp, err := cmd.StdoutPipe()
-		if err != nil {
-			return 0, err
-		}
-		errb := &lockedBuffer{}
-		cmd.Stderr = errb
-		if err := cmd.Start(); err != nil {
-			return 0, err
-		}
-		ps = append(ps, &proc{cmd: cmd, in: in, lines: bufio.NewScanner(outp), errb: errb})
+	g, err := startWorkers(ctx, bin, "checkpoint", args)
+	if err != nil {
+		return 0, err
 	}
-	// barrier waits until every process has said want, in parallel.
-	barrier := func(want string) error {
-		var wg sync.WaitGroup
-		errc := make(chan error, len(ps))
-		for _, p := range ps {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if !p.lines.Scan() {
-					errc <- fmt.Errorf("worker ended before %q: %s", want, strings.TrimSpace(p.errb.String()))
-					return
-				}
-				if got := p.lines.Text(); got != want {
-					errc <- fmt.Errorf("worker said %q, want %q", got, want)
-				}
-			}()
-		}
-		wg.Wait()
-		close(errc)
-		return <-errc
-	}
-	release := func() error {
-		for _, p := range ps {
-			if _, err := io.WriteString(p.in, "go\n"); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := barrier("ready"); err != nil {
+	defer g.close()
+	if err := g.wait("ready"); err != nil {
 		return 0, err
 	}
 	start := time.Now()
-	if err := release(); err != nil {
-		return 0, err
-	}
 	if mode == "write" {
-		if err := barrier("written"); err != nil {
-			return 0, err
-		}
-		if err := release(); err != nil {
+		if _, err := g.phase("written"); err != nil {
 			return 0, err
 		}
 	}
-	if err := barrier("done"); err != nil {
+	if _, err := g.phase("done"); err != nil {
 		return 0, err
 	}
 	return time.Since(start), nil
@@ -193,10 +130,14 @@ func RunWorker(in io.Reader, out io.Writer) (bool, error) {
 	if role == "" {
 		return false, nil
 	}
-	if role != "checkpoint" {
+	switch role {
+	case fusemetaRole:
+		return true, runFusemetaWorker(in, out, os.Getenv(workerArgsEnv))
+	case "checkpoint":
+	default:
 		return true, fmt.Errorf("unknown benchmark worker %q", role)
 	}
-	args := strings.Fields(os.Getenv("WEFT_BENCH_ARGS"))
+	args := strings.Fields(os.Getenv(workerArgsEnv))
 	if len(args) != 4 {
 		return true, errors.New("checkpoint worker: want WEFT_BENCH_ARGS=mode size unit file")
 	}

@@ -25,20 +25,6 @@ var fusemetaPhases = []string{"create", "stat", "remove"}
 // fusemetaDone is the word a worker says at the end of each phase.
 var fusemetaDone = map[string]string{"create": "created", "stat": "statted", "remove": "removed"}
 
-// The worker's role is dispatched here, before main: RunWorker (called by
-// weft bench and by this package's TestMain) knows only the checkpoint
-// worker, and this benchmark's files may not change it.
-func init() {
-	if os.Getenv(workerEnv) != fusemetaRole {
-		return
-	}
-	if err := runFusemetaWorker(os.Stdin, os.Stdout, os.Getenv(workerArgsEnv)); err != nil {
-		fmt.Fprintln(os.Stderr, "fusemeta worker:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
 func fusemetaBenchmark() Benchmark {
 	return Benchmark{
 		Name:  "fusemeta",

@@ -221,33 +221,14 @@ func runPostmark(ctx context.Context, env *Env) ([]Result, error) {
 	err = env.eachTarget(ctx, targets, nil, func(m *Mount) error {
 		res := Result{Bench: "postmark", Case: fmt.Sprintf("%d files, %d transactions", files, transactions), Target: m.Target.Name, Unit: "s"}
 		for r := range reps {
-			dir := filepath.Join(m.Dir, fmt.Sprintf("pm%d", r))
-			if err := os.Mkdir(dir, 0o755); err != nil {
-				return err
-			}
-			conf := filepath.Join(env.Dir, fmt.Sprintf("postmark-%d.conf", r))
-			script := strings.Join([]string{
-				"set location " + dir,
-				fmt.Sprintf("set number %d", files),
-				fmt.Sprintf("set transactions %d", transactions),
-				"set size 500 10000",
-				"set seed 42",
-				"run",
-				"quit",
-				"",
-			}, "\n")
-			if err := os.WriteFile(conf, []byte(script), 0o644); err != nil {
-				return err
-			}
 			env.step(m.Target.Name)
-			start := time.Now()
-			if err := run(ctx, 30*time.Minute, pm, conf); err != nil {
+			dir := filepath.Join(m.Dir, fmt.Sprintf("pm%d", r))
+			conf := filepath.Join(env.Dir, fmt.Sprintf("postmark-%d.conf", r))
+			_, all, err := postmarkOnce(ctx, pm, conf, dir, files, transactions)
+			if err != nil {
 				return err
 			}
-			if err := run(ctx, 10*time.Minute, "sync", "-f", m.Dir); err != nil {
-				return err
-			}
-			res.Samples = append(res.Samples, time.Since(start).Seconds())
+			res.Samples = append(res.Samples, all.Seconds())
 		}
 		out = append(out, res)
 		return nil

@@ -7,9 +7,7 @@ package bench
 // the benchmark can time each phase across all workers: from releasing them
 // to the last one's word.
 //
-// checkpoint.go has an older copy of this machinery for its own worker
-// (checkpointPhase) and dispatches the roles (RunWorker); the fusemeta role
-// is dispatched in fusemeta.go's init.
+// RunWorker (checkpoint.go) dispatches the roles in the worker process.
 
 import (
 	"bufio"
