@@ -24,7 +24,6 @@ import (
 
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/cluster"
-	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/fusefs"
@@ -279,14 +278,17 @@ func logTail(path string) string {
 	return string(bytes.TrimSpace(data))
 }
 
-// mountOnUp mounts an embedded cluster for weft up --mount.
-func (a *app) mountOnUp(cmd *cobra.Command, cfg *config.Cluster, clusterFile, mnt string, f mountFlags, log *slog.Logger) error {
-	c, err := client.New(cluster.ClientConfig(cfg, core.Root, log))
+// mountOnUp mounts an embedded cluster for weft up --mount. The mount's
+// client calls the servers in this process directly, without TCP.
+func (a *app) mountOnUp(cmd *cobra.Command, e *cluster.Embedded, mnt string, f mountFlags, log *slog.Logger) error {
+	cc := cluster.ClientConfig(e.Config(), core.Root, log)
+	cc.Local = e.Local()
+	c, err := client.New(cc)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	err = serveMount(cmd, f.options(c, log, "weft:"+clusterFile), mnt, log)
+	err = serveMount(cmd, f.options(c, log, "weft:"+e.ClusterFile()), mnt, log)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

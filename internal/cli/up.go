@@ -98,7 +98,7 @@ func (a *app) runUp(cmd *cobra.Command, f upFlags) error {
 	var mountErr error
 	if f.mount != "" {
 		// Until a signal; if someone unmounts it, the cluster keeps running.
-		mountErr = a.mountOnUp(cmd, e.Config(), e.ClusterFile(), f.mount, f.mountFlags, opts.Logger)
+		mountErr = a.mountOnUp(cmd, e, f.mount, f.mountFlags, opts.Logger)
 	}
 	<-ctx.Done()
 	fmt.Fprintln(cmd.OutOrStdout(), "weft: stopping")

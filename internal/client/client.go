@@ -47,6 +47,10 @@ type Config struct {
 	// RetryFor bounds how long idempotent requests (lookups, reads) retry
 	// against an unreachable server before failing (default 10s).
 	RetryFor time.Duration
+	// Local holds the servers that run in the client's own process, by
+	// address (weft up --mount): requests to them call their handlers
+	// directly instead of going through loopback TCP (rpc.DialOptions.Local).
+	Local map[string]*rpc.Server
 }
 
 func (c *Config) setDefaults() error {
@@ -114,12 +118,14 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger}
-	opts := rpc.DialOptions{Logger: cfg.Logger}
+	peer := func(addr string) *rpc.Peer {
+		return rpc.NewPeer(addr, rpc.DialOptions{Logger: cfg.Logger, Local: cfg.Local[addr]})
+	}
 	for _, a := range cfg.MetaAddrs {
-		c.metas = append(c.metas, rpc.NewPeer(a, opts))
+		c.metas = append(c.metas, peer(a))
 	}
 	for _, a := range cfg.StoreAddrs {
-		c.stores = append(c.stores, rpc.NewPeer(a, opts))
+		c.stores = append(c.stores, peer(a))
 	}
 	c.mu.open = make(map[core.Ino]*openInode)
 	return c, nil

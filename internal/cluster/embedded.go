@@ -12,6 +12,7 @@ import (
 
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/rpc"
 )
 
 // ClusterFileName is the name of the cluster file weft up writes in its data
@@ -199,6 +200,12 @@ func (e *Embedded) MetaAddr() string { return e.meta.Addr() }
 
 // StoreAddr returns the store server's address.
 func (e *Embedded) StoreAddr() string { return e.store.Addr() }
+
+// Local returns the two servers by address, for a client in this process
+// to call directly (client.Config.Local): weft up --mount does.
+func (e *Embedded) Local() map[string]*rpc.Server {
+	return map[string]*rpc.Server{e.meta.Addr(): e.meta.rpc, e.store.Addr(): e.store.rpc}
+}
 
 // MetricsAddr returns where metrics are served, or "".
 func (e *Embedded) MetricsAddr() string { return e.meta.MetricsAddr() }

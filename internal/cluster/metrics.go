@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,7 +27,8 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// metricsServer serves one registry at /metrics over HTTP.
+// metricsServer serves one registry at /metrics, and the process's profiles
+// at /debug/pprof/, over HTTP.
 type metricsServer struct {
 	addr string
 	srv  *http.Server
@@ -44,6 +46,11 @@ func startMetrics(ctx context.Context, reg *prometheus.Registry, addr string, ln
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// Go's profiles, as JuiceFS and CephFS serve theirs: the metrics address
+	// is an operator's port, never a client's.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	m := &metricsServer{
 		addr: ln.Addr().String(),
 		srv: &http.Server{

@@ -23,6 +23,10 @@ type DialOptions struct {
 	Observer Observer
 	// MaxFrameSize bounds the body of a frame; 0 means DefaultMaxFrameSize.
 	MaxFrameSize int
+	// Local, for a Peer, is the server at the Peer's address when it runs
+	// in this process: calls run its handlers directly, without a
+	// connection (local.go). Dial ignores it.
+	Local *Server
 }
 
 // defaultHandshakeTimeout bounds the handshakes of a dial whose context has

@@ -16,8 +16,9 @@ import (
 // that found its connection already closed, and so never left, is sent on a
 // fresh one. It is safe for concurrent use.
 type Peer struct {
-	addr string
-	opts DialOptions
+	addr  string
+	opts  DialOptions
+	local *localPeer // DialOptions.Local: calls run in this process
 
 	mu struct {
 		sync.Mutex
@@ -37,7 +38,22 @@ type dialAttempt struct {
 
 // NewPeer returns a Peer for addr. It does not dial.
 func NewPeer(addr string, opts DialOptions) *Peer {
-	return &Peer{addr: addr, opts: opts}
+	p := &Peer{addr: addr, opts: opts}
+	if opts.Local != nil {
+		p.local = &localPeer{srv: opts.Local, obs: opts.Observer}
+	}
+	return p
+}
+
+// isClosed reports whether Close was called.
+func (p *Peer) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.closed
+}
+
+func (p *Peer) errClosed() error {
+	return errs.New(errs.Unavailable, "rpc", "peer %s is closed", p.addr)
 }
 
 // Addr is the address the Peer dials.
@@ -46,6 +62,13 @@ func (p *Peer) Addr() string { return p.addr }
 // Call is Conn.Call on the Peer's connection, dialing first if needed. A
 // failure to dial is errs.Unavailable.
 func (p *Peer) Call(ctx context.Context, method uint16, req, resp proto.Message) error {
+	if p.local != nil {
+		if p.isClosed() {
+			return p.errClosed()
+		}
+		_, err := p.local.call(ctx, method, req, nil, resp, false)
+		return err
+	}
 	for attempt := 0; ; attempt++ {
 		c, err := p.Conn(ctx)
 		if err != nil {
@@ -62,6 +85,12 @@ func (p *Peer) Call(ctx context.Context, method uint16, req, resp proto.Message)
 // CallData is Conn.CallData on the Peer's connection, dialing first if
 // needed.
 func (p *Peer) CallData(ctx context.Context, method uint16, req proto.Message, data []byte, resp proto.Message) ([]byte, error) {
+	if p.local != nil {
+		if p.isClosed() {
+			return nil, p.errClosed()
+		}
+		return p.local.call(ctx, method, req, data, resp, true)
+	}
 	for attempt := 0; ; attempt++ {
 		c, err := p.Conn(ctx)
 		if err != nil {
@@ -77,6 +106,12 @@ func (p *Peer) CallData(ctx context.Context, method uint16, req proto.Message, d
 
 // Send is Conn.Send on the Peer's connection, dialing first if needed.
 func (p *Peer) Send(ctx context.Context, method uint16, req proto.Message) error {
+	if p.local != nil {
+		if p.isClosed() {
+			return p.errClosed()
+		}
+		return p.local.send(ctx, method, req)
+	}
 	c, err := p.Conn(ctx)
 	if err != nil {
 		return err
@@ -85,13 +120,17 @@ func (p *Peer) Send(ctx context.Context, method uint16, req proto.Message) error
 }
 
 // Conn returns the current connection, dialing if there is none or it has
-// closed. Concurrent callers share one dial.
+// closed. Concurrent callers share one dial. An in-process Peer has no
+// connection: errs.NotSupported.
 func (p *Peer) Conn(ctx context.Context) (*Conn, error) {
+	if p.local != nil {
+		return nil, errs.New(errs.NotSupported, "rpc", "peer %s is in this process and has no connection", p.addr)
+	}
 	p.mu.Lock()
 	for {
 		if p.mu.closed {
 			p.mu.Unlock()
-			return nil, errs.New(errs.Unavailable, "rpc", "peer %s is closed", p.addr)
+			return nil, p.errClosed()
 		}
 		if c := p.mu.conn; c != nil {
 			if !c.isClosed() {
@@ -127,7 +166,7 @@ func (p *Peer) Conn(ctx context.Context) (*Conn, error) {
 	p.mu.dial = nil
 	if err == nil && p.mu.closed {
 		c.Close()
-		c, err = nil, errs.New(errs.Unavailable, "rpc", "peer %s is closed", p.addr)
+		c, err = nil, p.errClosed()
 	}
 	if err == nil {
 		p.mu.conn = c

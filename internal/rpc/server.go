@@ -35,6 +35,10 @@ type Server struct {
 	mux  *Mux
 	opts ServerOptions
 	log  *slog.Logger
+	// base is the context of in-process calls' handlers (local.go); Close
+	// cancels it.
+	base     context.Context
+	stopBase context.CancelFunc
 	// wg counts connection setups, read loops and handlers; Close waits for
 	// all of them.
 	wg sync.WaitGroup
@@ -57,6 +61,7 @@ func NewServer(mux *Mux, opts ServerOptions) *Server {
 	if s.opts.HandshakeTimeout <= 0 {
 		s.opts.HandshakeTimeout = 10 * time.Second
 	}
+	s.base, s.stopBase = context.WithCancel(context.Background())
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.conns = make(map[*Conn]struct{})
 	s.mu.raw = make(map[net.Conn]struct{})
@@ -196,6 +201,7 @@ func (s *Server) Close() error {
 	for _, c := range conns {
 		c.closeWithError(errs.New(errs.Unavailable, "rpc", "server closed"))
 	}
+	s.stopBase()
 	s.wg.Wait()
 	return err
 }
@@ -275,7 +281,7 @@ func (c *Conn) serve(ctx context.Context, cancel context.CancelFunc, h header, h
 	if data != nil && !hd.withData {
 		err = errs.New(errs.Protocol, "rpc "+weftpb.MethodName(h.method), "the request carries an attachment the method does not take")
 	} else {
-		resp, att, err = c.runHandler(ctx, &h, hd, msg, data, (*out)[:0])
+		resp, att, err = runHandler(ctx, c.cfg.log, c.nc.RemoteAddr().String(), h.method, hd, msg, data, (*out)[:0])
 	}
 	reqBytes := len(msg) + len(data)
 	putBuf(bp)
@@ -308,15 +314,49 @@ func (c *Conn) serve(ctx context.Context, cancel context.CancelFunc, h header, h
 
 // runHandler runs a handler, turning a panic into an errs.IO error so that
 // one bad request cannot take the server down.
-func (c *Conn) runHandler(ctx context.Context, h *header, hd *handler, msg, data, out []byte) (resp []byte, att Attachment, err error) {
+func runHandler(ctx context.Context, log *slog.Logger, remote string, method uint16, hd *handler, msg, data, out []byte) (resp []byte, att Attachment, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.cfg.log.Error("rpc: handler panicked", "method", weftpb.MethodName(h.method), "remote", c.nc.RemoteAddr().String(),
+			log.Error("rpc: handler panicked", "method", weftpb.MethodName(method), "remote", remote,
 				"panic", r, "stack", string(debug.Stack()))
-			resp, att, err = nil, Attachment{}, errs.New(errs.IO, "rpc "+weftpb.MethodName(h.method), "handler failed unexpectedly")
+			resp, att, err = nil, Attachment{}, errs.New(errs.IO, "rpc "+weftpb.MethodName(method), "handler failed unexpectedly")
 		}
 	}()
 	return hd.serve(ctx, msg, data, out)
+}
+
+// enterLocal admits an in-process call (local.go). The handler's context
+// has ctx's deadline, ends when ctx does or the server closes, and carries
+// none of ctx's values; done must be called once the handler has returned.
+// A closed server refuses with errs.Unavailable.
+func (s *Server) enterLocal(ctx context.Context) (hctx context.Context, done func(), err error) {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return nil, nil, errs.New(errs.Unavailable, "rpc", "server closed")
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	var cancel context.CancelFunc
+	if dl, ok := ctx.Deadline(); ok {
+		hctx, cancel = context.WithDeadline(s.base, dl)
+	} else {
+		hctx, cancel = context.WithCancel(s.base)
+	}
+	stop := context.AfterFunc(ctx, cancel)
+	return hctx, func() {
+		stop()
+		cancel()
+		s.wg.Done()
+	}, nil
+}
+
+// maxFrame is the frame limit of the server's connections.
+func (s *Server) maxFrame() int {
+	if s.opts.MaxFrameSize > 0 {
+		return s.opts.MaxFrameSize
+	}
+	return DefaultMaxFrameSize
 }
 
 // maxErrorMessage bounds the error text sent back; longer text is cut.
