@@ -32,7 +32,7 @@ type Config struct {
 	StoreAddrs  []string // store servers, index = store id
 	ChunkSize   int64    // bytes per chunk (default 4 MiB)
 	Replication int      // replicas per chunk (default 1)
-	InlineLimit int      // largest file kept inline in its meta record (default 4096; < 0: none)
+	InlineLimit int      // largest file kept inline in its meta record (default 64 KiB; < 0: none)
 	// WriteBuffer bounds the bytes buffered or in flight per open file
 	// (default 4 chunks); writers wait beyond it.
 	WriteBuffer int64
@@ -73,7 +73,7 @@ func (c *Config) setDefaults() error {
 		return errs.New(errs.Invalid, "client config", "replication %d with %d store servers", c.Replication, len(c.StoreAddrs))
 	}
 	if c.InlineLimit == 0 {
-		c.InlineLimit = 4096
+		c.InlineLimit = 64 << 10
 	}
 	if c.WriteBuffer == 0 {
 		c.WriteBuffer = 4 * c.ChunkSize

@@ -18,7 +18,7 @@ const (
 	MinChunkSize          = 64 << 10
 	MaxChunkSize          = 64 << 20
 	DefaultReplication    = 1
-	DefaultInlineLimit    = 4096
+	DefaultInlineLimit    = 64 << 10
 	MaxInlineLimit        = 64 << 10
 	DefaultSplitThreshold = 4000
 	MinSplitThreshold     = 2

@@ -31,7 +31,7 @@ func TestParseDefaults(t *testing.T) {
 		ChunkSize:      4 << 20,
 		Replication:    1,
 		Durability:     "sync",
-		InlineLimit:    4096,
+		InlineLimit:    64 << 10,
 		SplitThreshold: 4000,
 		Meta:           []MetaServer{{Addr: "127.0.0.1:7000", Dir: "/data/meta0"}},
 		Store:          []StoreServer{{Addr: "127.0.0.1:7100", Dir: "/data/store0", Backend: "disk"}},

@@ -75,6 +75,7 @@ func TestFsx(t *testing.T) {
 	data := t.TempDir()
 	cfg := config.Default()
 	cfg.ChunkSize = config.ByteSize(fsxBinaryShape.chunk)
+	cfg.InlineLimit = 4 << 10
 	cfg.Durability = config.DurabilityAsync
 	cfg.Meta = []config.MetaServer{config.DefaultMetaServer(freeAddr(t), "meta0")}
 	cfg.Store = []config.StoreServer{config.DefaultStoreServer(freeAddr(t), "store0")}

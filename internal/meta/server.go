@@ -27,7 +27,7 @@ type Config struct {
 	Dir           string        // directory of the Pebble store
 	Durability    string        // "sync" (default) or "async"
 	AsyncInterval time.Duration // async mode: how often the WAL is synced; default 100ms
-	InlineLimit   int           // largest file content kept in the record; default 4096
+	InlineLimit   int           // largest file content kept in the record; default 64 KiB
 	Logger        *slog.Logger  // default: discard
 	Registry      *prometheus.Registry
 	Now           func() time.Time // default time.Now
@@ -41,7 +41,7 @@ type Config struct {
 
 const (
 	defaultAsyncInterval = 100 * time.Millisecond
-	defaultInlineLimit   = 4096
+	defaultInlineLimit   = 64 << 10
 	// maxInlineLimit keeps records small enough for the memtable and the wire.
 	maxInlineLimit = 1 << 20
 	// defaultSplitThreshold matches the cluster file's default.
