@@ -49,7 +49,7 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	c := Config{Dir: "x"}
-	if err := c.Validate(); err != nil || c.Durability != DurabilitySync || c.InlineLimit != 4096 || c.Logger == nil {
+	if err := c.Validate(); err != nil || c.Durability != DurabilitySync || c.InlineLimit != 64<<10 || c.Logger == nil {
 		t.Fatalf("defaults: %+v, %v", c, err)
 	}
 }
