@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"net"
 	"strings"
 	"time"
 
@@ -35,7 +36,13 @@ type localPeer struct {
 	obs Observer // the caller's, from DialOptions
 }
 
-const localRemote = "in-process"
+// localAddr is the remote address a panicking in-process call is logged with.
+type localAddr struct{}
+
+func (localAddr) Network() string { return "in-process" }
+func (localAddr) String() string  { return "in-process" }
+
+func localRemote() net.Addr { return localAddr{} }
 
 // call runs one request on the server in the calling goroutine.
 func (l *localPeer) call(ctx context.Context, method uint16, req proto.Message, data []byte, resp proto.Message, wantData bool) (respData []byte, err error) {

@@ -281,7 +281,7 @@ func (c *Conn) serve(ctx context.Context, cancel context.CancelFunc, h header, h
 	if data != nil && !hd.withData {
 		err = errs.New(errs.Protocol, "rpc "+weftpb.MethodName(h.method), "the request carries an attachment the method does not take")
 	} else {
-		resp, att, err = runHandler(ctx, c.cfg.log, c.nc.RemoteAddr().String(), h.method, hd, msg, data, (*out)[:0])
+		resp, att, err = runHandler(ctx, c.cfg.log, c.nc.RemoteAddr, h.method, hd, msg, data, (*out)[:0])
 	}
 	reqBytes := len(msg) + len(data)
 	putBuf(bp)
@@ -313,11 +313,12 @@ func (c *Conn) serve(ctx context.Context, cancel context.CancelFunc, h header, h
 }
 
 // runHandler runs a handler, turning a panic into an errs.IO error so that
-// one bad request cannot take the server down.
-func runHandler(ctx context.Context, log *slog.Logger, remote string, method uint16, hd *handler, msg, data, out []byte) (resp []byte, att Attachment, err error) {
+// one bad request cannot take the server down; remote names the caller in
+// the log.
+func runHandler(ctx context.Context, log *slog.Logger, remote func() net.Addr, method uint16, hd *handler, msg, data, out []byte) (resp []byte, att Attachment, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			log.Error("rpc: handler panicked", "method", weftpb.MethodName(method), "remote", remote,
+			log.Error("rpc: handler panicked", "method", weftpb.MethodName(method), "remote", remote().String(),
 				"panic", r, "stack", string(debug.Stack()))
 			resp, att, err = nil, Attachment{}, errs.New(errs.IO, "rpc "+weftpb.MethodName(method), "handler failed unexpectedly")
 		}
