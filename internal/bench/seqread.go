@@ -173,26 +173,13 @@ func dirOpener(dir string) opener {
 // seqreadLib runs fn with an opener on an in-process weft cluster, its
 // client behind link.
 func seqreadLib(ctx context.Context, env *Env, link *linksim.Profile, o libOptions, fn func(opener) error) error {
-	dir, err := os.MkdirTemp(env.Dir, "lib-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	lc, err := startLib(ctx, dir, o)
-	if err != nil {
-		return err
-	}
-	defer lc.Close()
-	c, err := lc.client(link, true)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return fn(opener{
-		open: func(name string) (io.ReadCloser, error) { return c.Open(ctx, "/"+name, os.O_RDONLY, 0) },
-		create: func(name string) (io.WriteCloser, error) {
-			return c.Open(ctx, "/"+name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-		},
+	return env.withLib(ctx, link, o, func(c *linkedClient) error {
+		return fn(opener{
+			open: func(name string) (io.ReadCloser, error) { return c.Open(ctx, "/"+name, os.O_RDONLY, 0) },
+			create: func(name string) (io.WriteCloser, error) {
+				return c.Open(ctx, "/"+name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+			},
+		})
 	})
 }
 

@@ -130,28 +130,35 @@ const weftParity = "weft (mem, parity)"
 // that fails is reported as skipped and the others go on.
 func (e *Env) eachLibVariant(ctx context.Context, measure func(name string, c *client.Client) error) {
 	for _, v := range libVariants {
-		err := func() error {
-			dir, err := os.MkdirTemp(e.Dir, "lib-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(dir)
-			lc, err := startLib(ctx, dir, v.opts)
-			if err != nil {
-				return err
-			}
-			defer lc.Close()
-			c, err := lc.client(nil, true)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		err := e.withLib(ctx, nil, v.opts, func(c *linkedClient) error {
 			return measure(v.name, c.Client)
-		}()
+		})
 		if err != nil {
 			e.skip(v.name, err)
 		}
 	}
+}
+
+// withLib starts an in-process cluster with o in a scratch directory under
+// e.Dir, runs fn with a root client of it (its meta traffic through link,
+// if not nil), and stops and removes everything afterwards.
+func (e *Env) withLib(ctx context.Context, link *linksim.Profile, o libOptions, fn func(*linkedClient) error) error {
+	dir, err := os.MkdirTemp(e.Dir, "lib-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	lc, err := startLib(ctx, dir, o)
+	if err != nil {
+		return err
+	}
+	defer lc.Close()
+	c, err := lc.client(link, true)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
 }
 
 // linkedClient is a root client of lc whose traffic to the meta server (and

@@ -323,6 +323,12 @@ func (c *Conn) Send(ctx context.Context, method uint16, req proto.Message) error
 // marshal encodes m and checks that it fits a frame with an attachment of
 // data.
 func (c *Conn) marshal(m proto.Message, method uint16, data []byte) (*[]byte, error) {
+	return marshalRequest(m, method, data, c.cfg.maxFrame)
+}
+
+// marshalRequest encodes m into a pooled buffer and checks that it fits a
+// frame of at most maxFrame bytes with an attachment of data.
+func marshalRequest(m proto.Message, method uint16, data []byte, maxFrame int) (*[]byte, error) {
 	bp := getBuf()
 	b, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], m)
 	*bp = b
@@ -330,9 +336,9 @@ func (c *Conn) marshal(m proto.Message, method uint16, data []byte) (*[]byte, er
 		putBuf(bp)
 		return nil, errs.Wrap(errs.Invalid, "rpc "+weftpb.MethodName(method), "encode", err)
 	}
-	if n := bodyLen(b, data); n > c.cfg.maxFrame {
+	if n := bodyLen(b, data); n > maxFrame {
 		putBuf(bp)
-		return nil, errs.New(errs.TooBig, "rpc "+weftpb.MethodName(method), "message of %d bytes exceeds the frame limit of %d", n, c.cfg.maxFrame)
+		return nil, errs.New(errs.TooBig, "rpc "+weftpb.MethodName(method), "message of %d bytes exceeds the frame limit of %d", n, maxFrame)
 	}
 	return bp, nil
 }

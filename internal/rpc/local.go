@@ -53,16 +53,12 @@ func (l *localPeer) call(ctx context.Context, method uint16, req proto.Message, 
 	}
 	s := l.srv
 	maxFrame := s.maxFrame()
-	bp := getBuf()
-	defer putBuf(bp)
-	msg, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], req)
-	*bp = msg
+	bp, err := marshalRequest(req, method, data, maxFrame)
 	if err != nil {
-		return nil, errs.Wrap(errs.Invalid, name, "encode", err)
+		return nil, err
 	}
-	if n := bodyLen(msg, data); n > maxFrame {
-		return nil, errs.New(errs.TooBig, name, "message of %d bytes exceeds the frame limit of %d", n, maxFrame)
-	}
+	defer putBuf(bp)
+	msg := *bp
 	// From here on the request counts as sent, as on a connection.
 	reqBytes, respBytes := len(msg)+len(data), 0
 	defer func() {
@@ -74,7 +70,7 @@ func (l *localPeer) call(ctx context.Context, method uint16, req proto.Message, 
 		data = nil // as on the wire: no attachment
 	}
 
-	hctx, done, err := s.enterLocal(ctx)
+	hctx, done, err := s.enterLocal(ctx, true)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +86,7 @@ func (l *localPeer) call(ctx context.Context, method uint16, req proto.Message, 
 	var att Attachment
 	if err == nil {
 		ob := getBuf()
-		defer func() { putBuf(ob) }()
+		defer putBuf(ob)
 		out, att, err = runHandler(hctx, s.log, localRemote, method, hd, msg, data, (*ob)[:0])
 		if out != nil {
 			*ob = out
@@ -134,38 +130,31 @@ func (l *localPeer) send(ctx context.Context, method uint16, req proto.Message) 
 		return ctxError(ctx, name)
 	}
 	s := l.srv
-	msg, err := proto.Marshal(req)
+	bp, err := marshalRequest(req, method, nil, s.maxFrame())
 	if err != nil {
-		return errs.Wrap(errs.Invalid, name, "encode", err)
-	}
-	if n := len(msg); n > s.maxFrame() {
-		return errs.New(errs.TooBig, name, "message of %d bytes exceeds the frame limit of %d", n, s.maxFrame())
+		return err
 	}
 	// The message outlives the caller's context, as on the wire: only its
 	// deadline travels.
-	bg := context.WithoutCancel(ctx)
-	hctx, done, err := s.enterLocal(bg)
+	hctx, done, err := s.enterLocal(ctx, false)
 	if err != nil {
+		putBuf(bp)
 		return err
 	}
 	hd := s.mux.lookup(method)
 	if hd == nil || !hd.oneWay {
+		putBuf(bp)
 		done()
 		s.log.Debug("rpc: dropping one-way message for an unknown method", "method", method)
 		return nil
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		hctx, cancel = context.WithDeadline(hctx, dl)
-		inner := done
-		done = func() { cancel(); inner() }
-	}
 	go func() {
 		defer done()
+		defer putBuf(bp)
 		start := time.Now()
-		_, _, err := runHandler(hctx, s.log, localRemote, method, hd, msg, nil, nil)
+		_, _, err := runHandler(hctx, s.log, localRemote, method, hd, *bp, nil, nil)
 		if s.opts.Observer != nil {
-			s.opts.Observer.Observe(method, time.Since(start), len(msg), 0, err)
+			s.opts.Observer.Observe(method, time.Since(start), len(*bp), 0, err)
 		}
 	}()
 	return nil

@@ -327,10 +327,10 @@ func runHandler(ctx context.Context, log *slog.Logger, remote func() net.Addr, m
 }
 
 // enterLocal admits an in-process call (local.go). The handler's context
-// has ctx's deadline, ends when ctx does or the server closes, and carries
-// none of ctx's values; done must be called once the handler has returned.
-// A closed server refuses with errs.Unavailable.
-func (s *Server) enterLocal(ctx context.Context) (hctx context.Context, done func(), err error) {
+// has ctx's deadline, ends when the server closes and, if followCancel, when
+// ctx does, and carries none of ctx's values; done must be called once the
+// handler has returned. A closed server refuses with errs.Unavailable.
+func (s *Server) enterLocal(ctx context.Context, followCancel bool) (hctx context.Context, done func(), err error) {
 	s.mu.Lock()
 	if s.mu.closed {
 		s.mu.Unlock()
@@ -344,7 +344,10 @@ func (s *Server) enterLocal(ctx context.Context) (hctx context.Context, done fun
 	} else {
 		hctx, cancel = context.WithCancel(s.base)
 	}
-	stop := context.AfterFunc(ctx, cancel)
+	stop := func() bool { return false }
+	if followCancel {
+		stop = context.AfterFunc(ctx, cancel)
+	}
 	return hctx, func() {
 		stop()
 		cancel()
