@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
 )
 
@@ -66,19 +68,41 @@ func rpcBenchmark() Benchmark {
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // startWeft runs an embedded cluster (disk backend, the given durability)
-// in dir and returns a root client of it.
-func startWeft(ctx context.Context, dir, durability string) (*client.Client, func(), error) {
+// in dir and returns a root client's configuration for it and a function
+// that stops it.
+func startWeft(ctx context.Context, dir, durability string) (client.Config, func(), error) {
 	emb, err := cluster.StartEmbedded(ctx, cluster.EmbeddedOptions{Dir: dir, Durability: durability, Backend: "disk"})
 	if err != nil {
-		return nil, nil, err
+		return client.Config{}, nil, err
 	}
-	c, err := client.New(cluster.ClientConfig(emb.Config(), core.Root, nil))
-	if err != nil {
-		emb.Close()
-		return nil, nil, err
-	}
-	return c, func() { c.Close(); emb.Close() }, nil
+	return cluster.ClientConfig(emb.Config(), core.Root, nil), func() { emb.Close() }, nil
 }
+
+// newClients returns a client for each configuration of cfg changed by
+// tune, and a function that closes them.
+func newClients(cfg client.Config, tune ...func(*client.Config)) ([]*client.Client, func(), error) {
+	var cs []*client.Client
+	closeAll := func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}
+	for _, t := range tune {
+		cc := cfg
+		t(&cc)
+		c, err := client.New(cc)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, closeAll, nil
+}
+
+func asIs(*client.Config) {}
+
+func noSameHost(c *client.Config) { c.NoSameHost = true }
 
 const metaWorkers = 16
 
@@ -139,11 +163,17 @@ func metaBenchmark() Benchmark {
 // metaRun creates, stats and removes files in one directory with
 // metaWorkers goroutines and returns the three rates.
 func metaRun(ctx context.Context, dir string, files int) ([]float64, error) {
-	c, stop, err := startWeft(ctx, dir, "sync")
+	cc, stop, err := startWeft(ctx, dir, "sync")
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
+	cs, closeClients, err := newClients(cc, asIs)
+	if err != nil {
+		return nil, err
+	}
+	defer closeClients()
+	c := cs[0]
 	d, err := c.MkdirAt(ctx, core.RootIno, "bench", 0o755)
 	if err != nil {
 		return nil, err
@@ -232,6 +262,11 @@ const (
 	putSync   = "weft put (sync mode: durable at close)"
 	putAsync  = "weft put (async mode)"
 	getTarget = "weft get"
+	// The same with the same-host path off: the bytes go through loopback
+	// TCP, as they do between machines.
+	putSyncTCP  = "weft put over TCP (sync mode)"
+	putAsyncTCP = "weft put over TCP (async mode)"
+	getTCP      = "weft get over TCP"
 )
 
 func putGetBenchmark() Benchmark {
@@ -255,41 +290,66 @@ func putGetBenchmark() Benchmark {
 			if bin == "" {
 				where = "servers in the benchmark's process"
 			}
-			weft := map[string]*client.Client{}
+			// Per durability mode, a client with the same-host path (what
+			// weft put and get use on the store's machine) and one without.
+			weft := map[string][]*client.Client{}
 			for _, mode := range []string{"sync", "async"} {
 				dir := filepath.Join(env.Dir, "weft-"+mode)
-				var c *client.Client
+				var cc client.Config
 				var stop func()
 				var err error
 				if bin != "" {
-					c, stop, err = startUpProcess(ctx, bin, dir, mode)
+					cc, stop, err = startUpProcess(ctx, bin, dir, mode)
 				} else {
-					c, stop, err = startWeft(ctx, dir, mode)
+					cc, stop, err = startWeft(ctx, dir, mode)
 				}
 				if err != nil {
 					return nil, err
 				}
 				defer stop()
-				weft[mode] = c
+				cs, closeClients, err := newClients(cc, asIs, noSameHost)
+				if err != nil {
+					return nil, err
+				}
+				defer closeClients()
+				weft[mode] = cs
 			}
 			label := fmt.Sprintf("%d MiB file, %s", size>>20, where)
 			res := map[string]*Result{}
-			order := []string{cpPlain, cpSync, putSync, putAsync, getTarget}
+			order := []string{cpPlain, cpSync, putSync, putAsync, getTarget, putSyncTCP, putAsyncTCP, getTCP}
 			for _, t := range order {
 				res[t] = &Result{Bench: "putget", Case: label, Target: t, Unit: "MB/s"}
 			}
 			dst := filepath.Join(env.Dir, "copy")
+			// Every target writes into memory freed just before, untimed:
+			// by the removal of dst, or for weft put by truncating its
+			// file, whose old chunk files the stores delete. (On a VM that
+			// reports free memory to its host, memory that stays free for a
+			// few seconds costs a host fault per page when it is used
+			// again: a cost of the machine that would otherwise fall on
+			// whichever target writes longest after the last delete.)
+			const name = "/big"
+			putClient := map[string]*client.Client{
+				putSync: weft["sync"][0], putAsync: weft["async"][0],
+				putSyncTCP: weft["sync"][1], putAsyncTCP: weft["async"][1],
+			}
 			timed := func(target string, fn func() error) error {
 				// Untimed: write back what the previous target left dirty
 				// (weft put in async mode leaves 1 GiB), so that no target
 				// runs while the kernel flushes another one's file.
 				syscall.Sync()
-				if target != putSync && target != putAsync {
+				if put := strings.HasPrefix(target, "weft put"); !put {
 					// cp and weft get write dst: remove the last copy
 					// first, untimed. (Overwriting it would make ext4
 					// flush the new file at close, as it does for a file
 					// replaced by truncation, and time that flush.)
 					if err := os.Remove(dst); err != nil && !os.IsNotExist(err) {
+						return err
+					}
+				} else if c := putClient[target]; c != nil {
+					// weft put writes name: drop the last copy's chunks
+					// first, untimed, as dst's removal is for cp.
+					if err := c.Truncate(ctx, name, 0); err != nil && !errs.Is(err, errs.NotExist) {
 						return err
 					}
 				}
@@ -300,15 +360,6 @@ func putGetBenchmark() Benchmark {
 				res[target].Samples = append(res[target].Samples, float64(size)/1e6/time.Since(t).Seconds())
 				return nil
 			}
-			// Every target writes into memory freed just before, by the
-			// removal of dst or, for weft put, by the overwrite of its
-			// file, which deletes the old chunk files before the new ones
-			// are written. (On a VM that reports free memory to its host,
-			// memory that stays free for a few seconds costs a host fault
-			// per page when it is used again: a cost of the machine that
-			// would otherwise fall on whichever target writes longest after
-			// the last delete.)
-			const name = "/big"
 			for range env.Repeats {
 				steps := []struct {
 					target string
@@ -316,9 +367,12 @@ func putGetBenchmark() Benchmark {
 				}{
 					{cpPlain, func() error { return cp(ctx, src, dst, false) }},
 					{cpSync, func() error { return cp(ctx, src, dst, true) }},
-					{putSync, func() error { return copyIn(ctx, weft["sync"], src, name) }},
-					{putAsync, func() error { return copyIn(ctx, weft["async"], src, name) }},
-					{getTarget, func() error { return copyOut(ctx, weft["sync"], name, dst) }},
+					{putSync, func() error { return copyIn(ctx, weft["sync"][0], src, name) }},
+					{putAsync, func() error { return copyIn(ctx, weft["async"][0], src, name) }},
+					{getTarget, func() error { return copyOut(ctx, weft["sync"][0], name, dst) }},
+					{putSyncTCP, func() error { return copyIn(ctx, weft["sync"][1], src, name) }},
+					{putAsyncTCP, func() error { return copyIn(ctx, weft["async"][1], src, name) }},
+					{getTCP, func() error { return copyOut(ctx, weft["sync"][1], name, dst) }},
 				}
 				for _, st := range steps {
 					if err := timed(st.target, st.fn); err != nil {
@@ -326,8 +380,8 @@ func putGetBenchmark() Benchmark {
 					}
 				}
 			}
-			for _, c := range weft {
-				if err := c.Unlink(ctx, name); err != nil {
+			for _, cs := range weft {
+				if err := cs[0].Unlink(ctx, name); err != nil {
 					return nil, err
 				}
 			}
@@ -390,7 +444,7 @@ func copyIn(ctx context.Context, c *client.Client, local, name string) error {
 		return err
 	}
 	defer src.Close()
-	_, err = c.WriteFrom(ctx, name, src, 0o644)
+	_, err = c.WriteFrom(ctx, name, src, 0o644, nil)
 	return err
 }
 
@@ -399,7 +453,7 @@ func copyOut(ctx context.Context, c *client.Client, name, local string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.ReadTo(ctx, name, dst); err != nil {
+	if _, err := c.ReadTo(ctx, name, dst, nil); err != nil {
 		dst.Close()
 		return err
 	}

@@ -44,16 +44,16 @@ const (
 )
 
 // startUpProcess runs `bin up` with its data in dir (disk backend, the given
-// durability) and returns a root client of it and a function that closes the
-// client and stops the process (SIGTERM, then SIGKILL if it lingers).
-func startUpProcess(ctx context.Context, bin, dir, durability string) (*client.Client, func(), error) {
+// durability) and returns a root client's configuration for it and a
+// function that stops the process (SIGTERM, then SIGKILL if it lingers).
+func startUpProcess(ctx context.Context, bin, dir, durability string) (client.Config, func(), error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, nil, err
+		return client.Config{}, nil, err
 	}
 	logPath := dir + ".log"
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return nil, nil, err
+		return client.Config{}, nil, err
 	}
 	cmd := exec.Command(bin, "up", "--data", dir, "--durability", durability, "--backend", "disk")
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -62,7 +62,7 @@ func startUpProcess(ctx context.Context, bin, dir, durability string) (*client.C
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return nil, nil, errs.Wrap(errs.Unavailable, "start weft up", bin, err)
+		return client.Config{}, nil, errs.Wrap(errs.Unavailable, "start weft up", bin, err)
 	}
 	done := make(chan struct{})
 	var waitErr error
@@ -95,26 +95,21 @@ func startUpProcess(ctx context.Context, bin, dir, durability string) (*client.C
 		}
 		select {
 		case <-done:
-			return nil, nil, failed("exited")
+			return client.Config{}, nil, failed("exited")
 		case <-ctx.Done():
 			stopProc()
-			return nil, nil, ctx.Err()
+			return client.Config{}, nil, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			stopProc()
-			return nil, nil, failed("no cluster file after " + upStartTimeout.String())
+			return client.Config{}, nil, failed("no cluster file after " + upStartTimeout.String())
 		}
 	}
 	cfg, err := config.Load(file)
 	if err != nil {
 		stopProc()
-		return nil, nil, err
+		return client.Config{}, nil, err
 	}
-	c, err := client.New(cluster.ClientConfig(cfg, core.Root, nil))
-	if err != nil {
-		stopProc()
-		return nil, nil, err
-	}
-	return c, func() { c.Close(); stopProc() }, nil
+	return cluster.ClientConfig(cfg, core.Root, nil), stopProc, nil
 }

@@ -56,20 +56,22 @@ func (a *app) withClient(cmd *cobra.Command, fn func(ctx context.Context, c *cli
 	return fn(cmd.Context(), c)
 }
 
-// progress returns a writer that draws a byte progress bar on stderr when it
-// is a terminal, and discards otherwise (bars would flood logs).
-func progress(cmd *cobra.Command, size int64, desc string) io.Writer {
+// progress returns what draws a byte progress bar on stderr when it is a
+// terminal (told each number of bytes copied), and nil otherwise (bars would
+// flood logs).
+func progress(cmd *cobra.Command, size int64, desc string) func(int64) {
 	f, ok := cmd.ErrOrStderr().(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) || size < 8<<20 {
-		return io.Discard
+		return nil
 	}
-	return progressbar.NewOptions64(size,
+	bar := progressbar.NewOptions64(size,
 		progressbar.OptionSetWriter(f),
 		progressbar.OptionSetDescription(desc),
 		progressbar.OptionShowBytes(true),
 		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionClearOnFinish(),
 	)
+	return func(n int64) { bar.Add64(n) }
 }
 
 func newPutCommand(a *app) *cobra.Command {
@@ -98,8 +100,7 @@ func put(ctx context.Context, cmd *cobra.Command, c *client.Client, local, dst s
 	if a, err := c.Stat(ctx, dst); err == nil && a.IsDir() {
 		dst = path.Join(dst, filepath.Base(local))
 	}
-	r := io.TeeReader(src, progress(cmd, st.Size(), "put "+dst))
-	_, err = c.WriteFrom(ctx, dst, r, uint32(st.Mode().Perm()))
+	_, err = c.WriteFrom(ctx, dst, src, uint32(st.Mode().Perm()), progress(cmd, st.Size(), "put "+dst))
 	return err
 }
 
@@ -135,7 +136,7 @@ func get(ctx context.Context, cmd *cobra.Command, c *client.Client, src, local s
 		}
 		out = file
 	}
-	_, err = c.ReadTo(ctx, src, io.MultiWriter(out, progress(cmd, int64(st.Size), "get "+src)))
+	_, err = c.ReadTo(ctx, src, out, progress(cmd, int64(st.Size), "get "+src))
 	if file != nil {
 		if cerr := file.Close(); err == nil {
 			err = cerr

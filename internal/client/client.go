@@ -51,6 +51,9 @@ type Config struct {
 	// address (weft up --mount): requests to them call their handlers
 	// directly instead of going through loopback TCP (rpc.DialOptions.Local).
 	Local map[string]*rpc.Server
+	// NoSameHost keeps WriteFrom and ReadTo on the wire even for store
+	// servers on this machine (samehost.go).
+	NoSameHost bool
 }
 
 func (c *Config) setDefaults() error {
@@ -99,6 +102,7 @@ type Client struct {
 	log    *slog.Logger
 	metas  []*rpc.Peer
 	stores []*rpc.Peer
+	same   []*sameHost // each store's same-host path, by store id
 
 	maps dirMaps // GIGA+ partition bitmaps of directories (route.go)
 
@@ -126,6 +130,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	for _, a := range cfg.StoreAddrs {
 		c.stores = append(c.stores, peer(a))
+		c.same = append(c.same, &sameHost{addr: a})
 	}
 	c.mu.open = make(map[core.Ino]*openInode)
 	return c, nil
@@ -136,6 +141,9 @@ func New(cfg Config) (*Client, error) {
 func (c *Client) Close() error {
 	c.endLocks()
 	c.bg.Wait()
+	for _, h := range c.same {
+		h.close()
+	}
 	var first error
 	for _, p := range append(append([]*rpc.Peer(nil), c.metas...), c.stores...) {
 		if err := p.Close(); err != nil && first == nil {

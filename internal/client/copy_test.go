@@ -30,12 +30,12 @@ func TestWriteFromReadTo(t *testing.T) {
 	for i, n := range []int{0, 1, 4097, copyChunk - 1, copyChunk, copyChunk + 1, 7*copyChunk/2 + 3, 20 * copyChunk} {
 		want := pattern(n, byte(i))
 		name := "/f" + string(rune('a'+i))
-		wrote, err := c.WriteFrom(ctx, name, iotest.HalfReader(bytes.NewReader(want)), 0o644)
+		wrote, err := c.WriteFrom(ctx, name, iotest.HalfReader(bytes.NewReader(want)), 0o644, nil)
 		if err != nil || wrote != int64(n) {
 			t.Fatalf("WriteFrom %d bytes: wrote %d, %v", n, wrote, err)
 		}
 		var got bytes.Buffer
-		if read, err := c.ReadTo(ctx, name, &got); err != nil || read != int64(n) || !bytes.Equal(got.Bytes(), want) {
+		if read, err := c.ReadTo(ctx, name, &got, nil); err != nil || read != int64(n) || !bytes.Equal(got.Bytes(), want) {
 			t.Fatalf("ReadTo of %d bytes: read %d, equal %v, %v", n, read, bytes.Equal(got.Bytes(), want), err)
 		}
 		f, err := c.Open(ctx, name, os.O_RDONLY, 0)
@@ -58,10 +58,10 @@ func TestPooledBuffersNeverLeakIntoFiles(t *testing.T) {
 	c := newTestClient(t, copyChunk)
 	ctx := context.Background()
 	junk := bytes.Repeat([]byte{0xAA}, 8*copyChunk)
-	if _, err := c.WriteFrom(ctx, "/junk", bytes.NewReader(junk), 0o644); err != nil {
+	if _, err := c.WriteFrom(ctx, "/junk", bytes.NewReader(junk), 0o644, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ReadTo(ctx, "/junk", io.Discard); err != nil {
+	if _, err := c.ReadTo(ctx, "/junk", io.Discard, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -85,7 +85,7 @@ func TestPooledBuffersNeverLeakIntoFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got bytes.Buffer
-	if _, err := c.ReadTo(ctx, "/holes", &got); err != nil || !bytes.Equal(got.Bytes(), want) {
+	if _, err := c.ReadTo(ctx, "/holes", &got, nil); err != nil || !bytes.Equal(got.Bytes(), want) {
 		t.Fatalf("ReadTo of a sparse file: %d bytes, equal %v, %v", got.Len(), bytes.Equal(got.Bytes(), want), err)
 	}
 	r, err := c.Open(ctx, "/holes", os.O_RDONLY, 0)
@@ -129,7 +129,7 @@ func TestSmallWritesBuffer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got bytes.Buffer
-	if _, err := c.ReadTo(ctx, "/small", &got); err != nil || !bytes.Equal(got.Bytes(), want) {
+	if _, err := c.ReadTo(ctx, "/small", &got, nil); err != nil || !bytes.Equal(got.Bytes(), want) {
 		t.Fatalf("read back: %d bytes, equal %v, %v", got.Len(), bytes.Equal(got.Bytes(), want), err)
 	}
 }
@@ -149,7 +149,7 @@ func TestReadToSeesOwnWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got bytes.Buffer
-	if _, err := c.ReadTo(ctx, "/open", &got); err != nil || !bytes.Equal(got.Bytes(), want) {
+	if _, err := c.ReadTo(ctx, "/open", &got, nil); err != nil || !bytes.Equal(got.Bytes(), want) {
 		t.Fatalf("ReadTo: %d bytes, equal %v, %v", got.Len(), bytes.Equal(got.Bytes(), want), err)
 	}
 }
@@ -172,7 +172,7 @@ func (r *failingReader) Read(p []byte) (int, error) {
 func TestWriteFromReportsSourceErrors(t *testing.T) {
 	c := newTestClient(t, copyChunk)
 	ctx := context.Background()
-	n, err := c.WriteFrom(ctx, "/broken", &failingReader{n: copyChunk + 10}, 0o644)
+	n, err := c.WriteFrom(ctx, "/broken", &failingReader{n: copyChunk + 10}, 0o644, nil)
 	if !errors.Is(err, errSource) || n != copyChunk+10 {
 		t.Fatalf("WriteFrom: %d, %v; want %d, the source's error", n, err, copyChunk+10)
 	}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"os"
 	"sync"
 	"time"
 
@@ -298,6 +299,46 @@ func (n *openInode) startUploadLocked(idx uint64, d *dirtyRange) {
 	if n.mu.dirty[idx] == d {
 		delete(n.mu.dirty, idx)
 	}
+	n.chainUploadLocked(idx, int64(len(d.buf)), func(ctx context.Context) ([]int, error) {
+		return n.c.writeChunk(ctx, n.ino, idx, d.off, d.buf, false)
+	}, d.release)
+}
+
+// uploadFromLocked uploads the local file's bytes [foff, foff+size) into
+// chunk idx from its start, as if they had been written there: the store
+// reads them from the file itself where it can (writeChunkFrom). The bytes
+// count as buffered until the upload ends, so that WriteBuffer bounds the
+// uploads in flight as it bounds the buffered ones.
+func (n *openInode) uploadFromLocked(idx uint64, src *os.File, foff, size int64) error {
+	if err := n.mu.err; err != nil {
+		return err
+	}
+	end := int64(idx)*n.c.cfg.ChunkSize + size
+	n.mu.modified = true
+	n.mu.mtime = time.Now()
+	n.mu.size = max(n.mu.size, uint64(end))
+	if n.mu.inline {
+		n.uninlineLocked()
+	}
+	n.evictLocked(idx)
+	if d := n.mu.dirty[idx]; d != nil {
+		n.startUploadLocked(idx, d) // what was buffered before lands first
+	}
+	n.mu.buffered += size
+	n.chainUploadLocked(idx, size, func(ctx context.Context) ([]int, error) {
+		return n.c.writeChunkFrom(ctx, n.ino, idx, 0, src, foff, size)
+	}, nil)
+	for n.mu.buffered > n.c.cfg.WriteBuffer && n.mu.err == nil {
+		n.uploadAllLocked()
+		n.mu.drained.Wait()
+	}
+	return n.mu.err
+}
+
+// chainUploadLocked runs upload, which moves size buffered bytes to chunk
+// idx's replicas, in the background after any earlier upload of the same
+// chunk; release, if set, runs under the lock once it is done.
+func (n *openInode) chainUploadLocked(idx uint64, size int64, upload func(context.Context) ([]int, error), release func()) {
 	prev := n.mu.inflight[idx]
 	done := make(chan struct{})
 	n.mu.inflight[idx] = done
@@ -307,7 +348,7 @@ func (n *openInode) startUploadLocked(idx uint64, d *dirtyRange) {
 			<-prev
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), uploadTimeout)
-		reps, err := n.c.writeChunk(ctx, n.ino, idx, d.off, d.buf, false)
+		reps, err := upload(ctx)
 		cancel()
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -317,8 +358,10 @@ func (n *openInode) startUploadLocked(idx uint64, d *dirtyRange) {
 		for _, s := range reps {
 			n.mu.written[s] = true
 		}
-		n.mu.buffered -= int64(len(d.buf))
-		d.release() // the upload is done with the bytes
+		n.mu.buffered -= size
+		if release != nil {
+			release() // the upload is done with the bytes
+		}
 		if n.mu.inflight[idx] == done {
 			delete(n.mu.inflight, idx)
 		}

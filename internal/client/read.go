@@ -101,7 +101,7 @@ func (n *openInode) pushOutLocked(spans []core.ChunkSpan) error {
 // writeTo writes the file's content to w, chunk by chunk, straight from the
 // read-ahead buffers (no copy on the way), with at least streamReadAhead
 // chunks in flight. It returns the bytes written.
-func (n *openInode) writeTo(ctx context.Context, w io.Writer) (int64, error) {
+func (n *openInode) writeTo(ctx context.Context, w io.Writer, progress func(int64)) (int64, error) {
 	cs := n.c.cfg.ChunkSize
 	depth := max(n.c.cfg.ReadAhead, streamReadAhead)
 	var off int64
@@ -117,6 +117,7 @@ func (n *openInode) writeTo(ctx context.Context, w io.Writer) (int64, error) {
 			data = append([]byte(nil), data...) // w may be slow: not under the lock
 			n.mu.Unlock()
 			k, err := writeZeroPadded(w, data, size-off)
+			report(progress, k)
 			return off + k, err
 		}
 		s := core.ChunkSpan{Index: uint64(off / cs), Offset: off % cs, FileOf: off}
@@ -133,6 +134,7 @@ func (n *openInode) writeTo(ctx context.Context, w io.Writer) (int64, error) {
 		k, err := writeZeroPadded(w, data, s.Len)
 		n.unref(f)
 		off += k
+		report(progress, k)
 		if err != nil {
 			return off, err
 		}

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
@@ -194,6 +196,9 @@ func (e *Embedded) ClusterFile() string { return e.file }
 // Config returns a copy of the running cluster's configuration, with
 // absolute data directories.
 func (e *Embedded) Config() *config.Cluster { return e.cfg.Clone() }
+
+// Registry returns the registry holding both servers' metrics.
+func (e *Embedded) Registry() *prometheus.Registry { return e.store.Registry() }
 
 // MetaAddr returns the meta server's address.
 func (e *Embedded) MetaAddr() string { return e.meta.Addr() }

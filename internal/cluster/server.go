@@ -92,7 +92,7 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 		}
 	}
 	return start(ctx, "meta", id, entry.Addr, pick(opts.MetricsAddr, entry.MetricsAddr), opts,
-		func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux) (io.Closer, error) {
+		func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux, _ string) (io.Closer, error) {
 			s, err := meta.Open(meta.Config{
 				ID:             id,
 				Dir:            dir,
@@ -124,7 +124,7 @@ func StartStore(ctx context.Context, cfg *config.Cluster, id int, opts Options) 
 		return nil, errs.New(errs.Invalid, "start store", "store[%d].dir is empty: the disk backend needs a data directory; set dir in the cluster file or pass --data", id)
 	}
 	return start(ctx, "store", id, entry.Addr, pick(opts.MetricsAddr, entry.MetricsAddr), opts,
-		func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux) (io.Closer, error) {
+		func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux, addr string) (io.Closer, error) {
 			s, err := store.Open(store.Config{
 				ID:       id,
 				Dir:      dir,
@@ -137,11 +137,29 @@ func StartStore(ctx context.Context, cfg *config.Cluster, id int, opts Options) 
 				return nil, err
 			}
 			s.Register(mux)
-			return s, nil
+			same, err := s.ServeSameHost(rpc.SameHostName(addr))
+			if err != nil {
+				// Clients on this machine then send their bytes over TCP.
+				log.Warn("no same-host path", "err", err)
+				return s, nil
+			}
+			return &storeState{Server: s, same: same}, nil
 		})
 }
 
-type openFunc func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux) (io.Closer, error)
+// storeState is a store server with its same-host path, closed first.
+type storeState struct {
+	*store.Server
+	same *rpc.SameHostServer
+}
+
+func (s *storeState) Close() error {
+	return errors.Join(s.same.Close(), s.Server.Close())
+}
+
+// openFunc opens a role's state and registers its methods on mux; addr is
+// the address the server listens on.
+type openFunc func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux, addr string) (io.Closer, error)
 
 // start does what both roles share: registry, listeners, role state, RPC
 // and metrics servers. On failure everything opened so far is closed.
@@ -190,7 +208,7 @@ func start(ctx context.Context, role string, id int, addr, metricsAddr string, o
 	}
 
 	mux := rpc.NewMux()
-	state, err := open(log, reg, mux)
+	state, err := open(log, reg, mux, ln.Addr().String())
 	if err != nil {
 		return nil, errs.WithPath(err, op, fmt.Sprintf("%s[%d]", role, id))
 	}

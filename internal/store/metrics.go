@@ -12,6 +12,7 @@ type metrics struct {
 	bytesRead    prometheus.Counter
 	bytesWritten prometheus.Counter
 	corruptReads prometheus.Counter
+	sameHost     prometheus.Counter
 	reg          *prometheus.Registry
 	collectors   []prometheus.Collector
 }
@@ -25,9 +26,10 @@ func newMetrics(reg *prometheus.Registry, id int, b Backend) (*metrics, error) {
 		bytesRead:    prometheus.NewCounter(opts("read_bytes_total", "Chunk bytes returned by ReadChunk.")),
 		bytesWritten: prometheus.NewCounter(opts("written_bytes_total", "Chunk bytes written by WriteChunk.")),
 		corruptReads: prometheus.NewCounter(opts("corrupt_reads_total", "Requests that found a block failing its checksum.")),
+		sameHost:     prometheus.NewCounter(opts("same_host_requests_total", "Chunk reads and writes done on a client's file by the same-host path.")),
 	}
 	cs := []prometheus.Collector{
-		m.bytesRead, m.bytesWritten, m.corruptReads,
+		m.bytesRead, m.bytesWritten, m.corruptReads, m.sameHost,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "weft", Subsystem: "store", Name: "chunks",
 			Help: "Chunks stored.", ConstLabels: labels,

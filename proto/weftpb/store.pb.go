@@ -666,6 +666,168 @@ func (x *StoreStatFSReply) GetChunks() uint64 {
 	return 0
 }
 
+// LocalIORequest is a request on a store server's same-host socket (a unix
+// socket, docs/wire.md "Same-host path"). It travels with one file
+// descriptor (SCM_RIGHTS): the store moves the bytes between that file and
+// the chunk itself, so they never cross a socket. With write, it writes the
+// file's bytes [file_offset, file_offset+length) at offset within the chunk
+// (sync and write_behind as in WriteChunkRequest); without, it writes the
+// chunk's bytes [offset, offset+length) into the file at file_offset.
+type LocalIORequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Write         bool                   `protobuf:"varint,1,opt,name=write,proto3" json:"write,omitempty"`
+	Chunk         *ChunkID               `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Offset        int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        int64                  `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	FileOffset    int64                  `protobuf:"varint,5,opt,name=file_offset,json=fileOffset,proto3" json:"file_offset,omitempty"`
+	Sync          bool                   `protobuf:"varint,6,opt,name=sync,proto3" json:"sync,omitempty"`
+	WriteBehind   bool                   `protobuf:"varint,7,opt,name=write_behind,json=writeBehind,proto3" json:"write_behind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalIORequest) Reset() {
+	*x = LocalIORequest{}
+	mi := &file_store_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalIORequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalIORequest) ProtoMessage() {}
+
+func (x *LocalIORequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalIORequest.ProtoReflect.Descriptor instead.
+func (*LocalIORequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *LocalIORequest) GetWrite() bool {
+	if x != nil {
+		return x.Write
+	}
+	return false
+}
+
+func (x *LocalIORequest) GetChunk() *ChunkID {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *LocalIORequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *LocalIORequest) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *LocalIORequest) GetFileOffset() int64 {
+	if x != nil {
+		return x.FileOffset
+	}
+	return 0
+}
+
+func (x *LocalIORequest) GetSync() bool {
+	if x != nil {
+		return x.Sync
+	}
+	return false
+}
+
+func (x *LocalIORequest) GetWriteBehind() bool {
+	if x != nil {
+		return x.WriteBehind
+	}
+	return false
+}
+
+// LocalIOReply answers a LocalIORequest: the bytes moved (a read is short
+// where the chunk ends, empty for a missing chunk), or an error: a
+// non-empty message and its errs.Kind.
+type LocalIOReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Length        int64                  `protobuf:"varint,1,opt,name=length,proto3" json:"length,omitempty"`
+	ErrorKind     uint32                 `protobuf:"varint,2,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalIOReply) Reset() {
+	*x = LocalIOReply{}
+	mi := &file_store_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalIOReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalIOReply) ProtoMessage() {}
+
+func (x *LocalIOReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalIOReply.ProtoReflect.Descriptor instead.
+func (*LocalIOReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LocalIOReply) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *LocalIOReply) GetErrorKind() uint32 {
+	if x != nil {
+		return x.ErrorKind
+	}
+	return 0
+}
+
+func (x *LocalIOReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_store_proto protoreflect.FileDescriptor
 
 const file_store_proto_rawDesc = "" +
@@ -703,7 +865,21 @@ const file_store_proto_rawDesc = "" +
 	"\x10StoreStatFSReply\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x02 \x01(\x04R\x04used\x12\x16\n" +
-	"\x06chunks\x18\x03 \x01(\x04R\x06chunksB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
+	"\x06chunks\x18\x03 \x01(\x04R\x06chunks\"\xd6\x01\n" +
+	"\x0eLocalIORequest\x12\x14\n" +
+	"\x05write\x18\x01 \x01(\bR\x05write\x12&\n" +
+	"\x05chunk\x18\x02 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x04 \x01(\x03R\x06length\x12\x1f\n" +
+	"\vfile_offset\x18\x05 \x01(\x03R\n" +
+	"fileOffset\x12\x12\n" +
+	"\x04sync\x18\x06 \x01(\bR\x04sync\x12!\n" +
+	"\fwrite_behind\x18\a \x01(\bR\vwriteBehind\"[\n" +
+	"\fLocalIOReply\x12\x16\n" +
+	"\x06length\x18\x01 \x01(\x03R\x06length\x12\x1d\n" +
+	"\n" +
+	"error_kind\x18\x02 \x01(\rR\terrorKind\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05errorB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
 
 var (
 	file_store_proto_rawDescOnce sync.Once
@@ -717,7 +893,7 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_store_proto_goTypes = []any{
 	(*ChunkID)(nil),              // 0: weft.v1.ChunkID
 	(*WriteChunkRequest)(nil),    // 1: weft.v1.WriteChunkRequest
@@ -732,16 +908,19 @@ var file_store_proto_goTypes = []any{
 	(*SyncChunksReply)(nil),      // 10: weft.v1.SyncChunksReply
 	(*StoreStatFSRequest)(nil),   // 11: weft.v1.StoreStatFSRequest
 	(*StoreStatFSReply)(nil),     // 12: weft.v1.StoreStatFSReply
+	(*LocalIORequest)(nil),       // 13: weft.v1.LocalIORequest
+	(*LocalIOReply)(nil),         // 14: weft.v1.LocalIOReply
 }
 var file_store_proto_depIdxs = []int32{
 	0, // 0: weft.v1.WriteChunkRequest.chunk:type_name -> weft.v1.ChunkID
 	0, // 1: weft.v1.ReadChunkRequest.chunk:type_name -> weft.v1.ChunkID
 	0, // 2: weft.v1.TruncateChunkRequest.chunk:type_name -> weft.v1.ChunkID
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	0, // 3: weft.v1.LocalIORequest.chunk:type_name -> weft.v1.ChunkID
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -755,7 +934,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,242 @@
+package client
+
+import (
+	"context"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/rpc"
+	pb "github.com/weftfs/weft/proto/weftpb"
+)
+
+// The same-host path (rpc.DialSameHost, docs/wire.md): when a store server
+// runs on this machine, WriteFrom and ReadTo hand it the local file and let
+// it copy between that file and the chunk, instead of sending the bytes
+// through loopback TCP. It is used per store, found on first use, and left
+// for the wire whenever it fails.
+
+// sameHost is the same-host path to one store server.
+type sameHost struct {
+	addr string
+
+	mu struct {
+		sync.Mutex
+		idle    []*rpc.SameHostConn
+		retryAt time.Time // no path until then: the last dial failed
+	}
+}
+
+const (
+	// sameHostRetry is how long a store without a same-host path (another
+	// machine, an older server) is left alone before the next try.
+	sameHostRetry = 10 * time.Second
+	// maxIdleSameHost bounds the idle connections kept per store.
+	maxIdleSameHost = 8
+)
+
+// get returns an idle connection or a new one; nil if there is no path.
+func (h *sameHost) get(ctx context.Context) *rpc.SameHostConn {
+	h.mu.Lock()
+	if k := len(h.mu.idle); k > 0 {
+		c := h.mu.idle[k-1]
+		h.mu.idle = h.mu.idle[:k-1]
+		h.mu.Unlock()
+		return c
+	}
+	if time.Now().Before(h.mu.retryAt) {
+		h.mu.Unlock()
+		return nil
+	}
+	h.mu.Unlock()
+	c, err := rpc.DialSameHost(ctx, h.addr)
+	if err != nil {
+		h.mu.Lock()
+		h.mu.retryAt = time.Now().Add(sameHostRetry)
+		h.mu.Unlock()
+		return nil
+	}
+	return c
+}
+
+func (h *sameHost) put(c *rpc.SameHostConn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.mu.idle) < maxIdleSameHost {
+		h.mu.idle = append(h.mu.idle, c)
+		return
+	}
+	c.Close()
+}
+
+func (h *sameHost) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.mu.idle {
+		c.Close()
+	}
+	h.mu.idle = nil
+}
+
+// available reports whether the store has a same-host path (dialling it if
+// none is known yet).
+func (h *sameHost) available(ctx context.Context) bool {
+	c := h.get(ctx)
+	if c == nil {
+		return false
+	}
+	h.put(c)
+	return true
+}
+
+// errNoPath says a same-host call found no path or lost it; the caller uses
+// the wire instead.
+var errNoPath = errs.New(errs.Unavailable, "same-host call", "no same-host path")
+
+// call runs req on the store with file f. It returns errNoPath if there is
+// no path or the connection failed, and the store's error otherwise.
+func (h *sameHost) call(ctx context.Context, req *pb.LocalIORequest, f *os.File) (int64, error) {
+	c := h.get(ctx)
+	if c == nil {
+		return 0, errNoPath
+	}
+	raw, err := f.SyscallConn()
+	if err != nil {
+		h.put(c)
+		return 0, errs.Wrap(errs.BadHandle, "same-host call", f.Name(), err)
+	}
+	var r pb.LocalIOReply
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cerr = c.Call(ctx, req, fd, &r) }); err != nil {
+		h.put(c)
+		return 0, errs.Wrap(errs.BadHandle, "same-host call", f.Name(), err)
+	}
+	if cerr != nil {
+		c.Close()
+		if k := errs.KindOf(cerr); k == errs.Timeout || k == errs.Canceled {
+			return 0, cerr
+		}
+		return 0, errNoPath
+	}
+	h.put(c)
+	if r.Error != "" {
+		k := errs.Kind(r.ErrorKind)
+		if !k.Valid() {
+			k = errs.Protocol
+		}
+		return 0, &errs.Error{Kind: k, Msg: r.Error}
+	}
+	return r.Length, nil
+}
+
+// usableLocalFile reports whether the store may do I/O on f for this
+// client: a regular file, not on FUSE, and as a destination not opened for
+// appending. The store checks the same; asking first keeps the wire path
+// for files it would refuse.
+func usableLocalFile(f *os.File, dst bool) bool {
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ok := false
+	raw.Control(func(fd uintptr) {
+		var st unix.Stat_t
+		var fs unix.Statfs_t
+		if unix.Fstat(int(fd), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG ||
+			unix.Fstatfs(int(fd), &fs) != nil || fs.Type == fuseMagic {
+			return
+		}
+		fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
+		ok = err == nil && !(dst && fl&unix.O_APPEND != 0)
+	})
+	return ok
+}
+
+// fuseMagic is FUSE's statfs f_type: a store must not do I/O on a file of a
+// FUSE mount, which may be weft's own, waiting for that very store.
+const fuseMagic = 0x65735546
+
+// sameHostAll reports whether every store in list has a same-host path.
+func (c *Client) sameHostAll(ctx context.Context, list []int) bool {
+	if c.cfg.NoSameHost {
+		return false
+	}
+	for _, s := range list {
+		if !c.same[s].available(ctx) {
+			return false
+		}
+	}
+	return true
+}
+
+// writeChunkFrom writes the local file's bytes [foff, foff+n) at off within
+// chunk (ino, index) on every replica, each by its same-host path or, where
+// there is none, over the wire.
+func (c *Client) writeChunkFrom(ctx context.Context, ino core.Ino, index uint64, off int64, src *os.File, foff, n int64) ([]int, error) {
+	reps := replicas(ino, index, len(c.stores), c.cfg.Replication)
+	req := &pb.LocalIORequest{
+		Write: true, Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off,
+		Length: n, FileOffset: foff, WriteBehind: c.cfg.SyncOnClose,
+	}
+	var buf []byte // read once for the replicas that take it over the wire
+	var bufOnce sync.Once
+	var bufErr error
+	defer func() {
+		if buf != nil {
+			rpc.PutBuffer(buf)
+		}
+	}()
+	err := c.onStores(reps, func(s int) error {
+		_, err := c.same[s].call(ctx, req, src)
+		if err != errNoPath {
+			return err
+		}
+		bufOnce.Do(func() {
+			buf = rpc.GetBuffer(int(n))
+			if _, err := src.ReadAt(buf, foff); err != nil {
+				bufErr = errs.Wrap(errs.IO, "write back", src.Name(), err)
+			}
+		})
+		if bufErr != nil {
+			return bufErr
+		}
+		wreq := &pb.WriteChunkRequest{Chunk: req.Chunk, Offset: off, WriteBehind: req.WriteBehind}
+		_, err = c.stores[s].CallData(ctx, pb.MethodWriteChunk, wreq, buf, &pb.WriteChunkReply{})
+		return err
+	})
+	return reps, err
+}
+
+// readChunkTo writes n bytes at off of chunk (ino, index) into the local
+// file at foff, by a replica's same-host path where there is one, over the
+// wire otherwise, with the failover of readChunk. Where the chunk ends short
+// (or is a hole) the file gets zeros.
+func (c *Client) readChunkTo(ctx context.Context, ino core.Ino, index uint64, off, n int64, dst *os.File, foff int64) error {
+	req := &pb.LocalIORequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off, Length: n, FileOffset: foff}
+	for _, s := range replicas(ino, index, len(c.stores), c.cfg.Replication) {
+		k, err := c.same[s].call(ctx, req, dst)
+		switch {
+		case err == nil:
+			_, err = writeZeroPadded(io.NewOffsetWriter(dst, foff+k), nil, n-k)
+			return err
+		case err == errNoPath:
+			continue
+		case !failoverable(err):
+			return err
+		}
+		c.log.Warn("chunk read failed over", "ino", ino, "index", index, "store", s, "err", err)
+	}
+	// No replica took it on this machine: read over the wire.
+	data, err := c.readChunk(ctx, ino, index, off, n)
+	if err != nil {
+		return err
+	}
+	defer rpc.PutBuffer(data)
+	_, err = writeZeroPadded(io.NewOffsetWriter(dst, foff), data, n)
+	return err
+}

@@ -1,0 +1,288 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/weftfs/weft/internal/errs"
+)
+
+// The same-host path (docs/wire.md "Same-host path"): beside its TCP
+// listener, a server may serve a unix socket on which a client on the same
+// machine sends one message and one file descriptor (SCM_RIGHTS) per
+// request and gets one message back. The server then does the request's I/O
+// on the client's file itself, so bulk data need not cross a socket.
+// Connections carry one request at a time; a client keeps one per request in
+// flight. The transport knows nothing of what the messages mean.
+
+// SameHostName is the abstract unix socket name of the same-host path of
+// the server listening on TCP address addr (an IP and a port, as
+// net.Listener.Addr prints it). Abstract names belong to the network
+// namespace as the TCP address does, so a client that reaches one reaches
+// the server bound to the other.
+func SameHostName(addr string) string { return "@weft/" + addr }
+
+const (
+	// maxSameHostMessage bounds a same-host message either way.
+	maxSameHostMessage = 4 << 10
+	// maxSameHostFDs is how many descriptors a server takes from one
+	// message; the kernel drops the rest, and the request is refused.
+	maxSameHostFDs = 4
+)
+
+// SameHostHandler answers one same-host request: msg is the request message,
+// fd the descriptor it carried, which the server closes after the handler
+// returns. The reply must fit maxSameHostMessage once encoded.
+type SameHostHandler func(msg []byte, fd int) proto.Message
+
+// SameHostServer serves a same-host socket.
+type SameHostServer struct {
+	ln     *net.UnixListener
+	handle SameHostHandler
+	refuse func(err error) proto.Message
+	log    *slog.Logger
+	wg     sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		conns  map[*net.UnixConn]struct{}
+		closed bool
+	}
+}
+
+// ServeSameHost listens on the abstract socket name and answers each request
+// with handle, or, for a request the transport refuses (no descriptor, or
+// several, or a message too long), with refuse(the reason).
+func ServeSameHost(name string, handle SameHostHandler, refuse func(error) proto.Message, log *slog.Logger) (*SameHostServer, error) {
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
+	if err != nil {
+		return nil, errs.Wrap(errs.Unavailable, "serve same-host path", name, err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &SameHostServer{ln: ln, handle: handle, refuse: refuse, log: log}
+	s.mu.conns = make(map[*net.UnixConn]struct{})
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// Close stops accepting, closes every connection and waits for the requests
+// in flight.
+func (s *SameHostServer) Close() error {
+	s.mu.Lock()
+	s.mu.closed = true
+	err := s.ln.Close()
+	for c := range s.mu.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+func (s *SameHostServer) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.AcceptUnix()
+		s.mu.Lock()
+		closed := s.mu.closed
+		if err == nil && !closed {
+			s.mu.conns[c] = struct{}{}
+			s.wg.Add(1)
+		}
+		s.mu.Unlock()
+		switch {
+		case err != nil && !closed:
+			s.log.Error("same-host path stopped", "err", err)
+			return
+		case err != nil:
+			return
+		case closed:
+			c.Close()
+			return
+		}
+		go s.serve(c)
+	}
+}
+
+// serve answers one connection's requests in turn.
+func (s *SameHostServer) serve(c *net.UnixConn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.mu.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	buf := make([]byte, maxSameHostMessage)
+	oob := make([]byte, unix.CmsgSpace(4*maxSameHostFDs))
+	for {
+		n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+		if err != nil || n == 0 && oobn == 0 {
+			return // the client hung up
+		}
+		fds, ferr := receivedFDs(oob[:oobn])
+		var reply proto.Message
+		switch {
+		case ferr != nil:
+			reply = s.refuse(ferr)
+		case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0:
+			reply = s.refuse(errs.New(errs.Protocol, "same-host request", "message or descriptors cut short (at most %d bytes and %d descriptors)", maxSameHostMessage, maxSameHostFDs))
+		case len(fds) != 1:
+			reply = s.refuse(errs.New(errs.Protocol, "same-host request", "want one file descriptor, got %d", len(fds)))
+		default:
+			reply = s.handleSafely(buf[:n], fds[0])
+		}
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		out, err := proto.Marshal(reply)
+		if err != nil || len(out) > maxSameHostMessage {
+			s.log.Error("same-host reply not sent", "err", err, "len", len(out))
+			return
+		}
+		if _, err := c.Write(out); err != nil {
+			return
+		}
+	}
+}
+
+// handleSafely runs the handler; a panic becomes an errs.IO reply, as on the
+// wire, and the server goes on.
+func (s *SameHostServer) handleSafely(msg []byte, fd int) (reply proto.Message) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("same-host handler panicked", "panic", r)
+			reply = s.refuse(errs.New(errs.IO, "same-host request", "internal error"))
+		}
+	}()
+	return s.handle(msg, fd)
+}
+
+// receivedFDs returns the descriptors a message carried.
+func receivedFDs(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, errs.Wrap(errs.Protocol, "same-host request", "control message", err)
+	}
+	var fds []int
+	for _, m := range msgs {
+		if got, err := unix.ParseUnixRights(&m); err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	return fds, nil
+}
+
+// SameHostConn is a client's connection to a same-host socket: one request
+// at a time.
+type SameHostConn struct {
+	c *net.UnixConn
+}
+
+// DialSameHost connects to the same-host path of the server listening on TCP
+// address addr. It fails if there is none on this machine, and refuses a
+// socket served by a process of another user than this one or root: the
+// client hands its files to whoever answers.
+func DialSameHost(ctx context.Context, addr string) (*SameHostConn, error) {
+	const op = "dial same-host path"
+	tcp, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil || tcp.IP == nil || tcp.IP.IsUnspecified() {
+		return nil, errs.New(errs.Unavailable, op, "%s names no single host address", addr)
+	}
+	name := SameHostName(tcp.String())
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unixpacket", name)
+	if err != nil {
+		return nil, errs.Wrap(errs.Unavailable, op, name, err)
+	}
+	c := nc.(*net.UnixConn)
+	if err := checkPeer(c); err != nil {
+		c.Close()
+		return nil, errs.WithPath(err, op, name)
+	}
+	return &SameHostConn{c: c}, nil
+}
+
+// checkPeer accepts a server running as this process's user or as root.
+func checkPeer(c *net.UnixConn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return errs.Wrap(errs.Unavailable, "check peer", "", err)
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return errs.Wrap(errs.Unavailable, "check peer", "", err)
+	}
+	if cerr != nil {
+		return errs.Wrap(errs.Unavailable, "check peer", "", cerr)
+	}
+	if cred.Uid != 0 && int(cred.Uid) != os.Getuid() {
+		return errs.New(errs.Permission, "check peer", "served by uid %d, not this user (%d) or root", cred.Uid, os.Getuid())
+	}
+	return nil
+}
+
+// Call sends req with descriptor fd and decodes the reply into resp, within
+// ctx's deadline. After an error the connection must be closed: a late reply
+// could otherwise answer the next request.
+func (s *SameHostConn) Call(ctx context.Context, req proto.Message, fd uintptr, resp proto.Message) error {
+	const op = "same-host call"
+	msg, err := proto.Marshal(req)
+	if err != nil {
+		return errs.Wrap(errs.Invalid, op, "encode", err)
+	}
+	if len(msg) > maxSameHostMessage {
+		return errs.New(errs.Invalid, op, "message of %d bytes, over %d", len(msg), maxSameHostMessage)
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Time{}
+	}
+	if err := s.c.SetDeadline(deadline); err != nil {
+		return errs.Wrap(errs.Unavailable, op, "", err)
+	}
+	stop := context.AfterFunc(ctx, func() { s.c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if _, _, err := s.c.WriteMsgUnix(msg, unix.UnixRights(int(fd)), nil); err != nil {
+		return sameHostErr(ctx, op, err)
+	}
+	buf := make([]byte, maxSameHostMessage)
+	n, err := s.c.Read(buf)
+	if err != nil {
+		return sameHostErr(ctx, op, err)
+	}
+	if err := proto.Unmarshal(buf[:n], resp); err != nil {
+		return errs.Wrap(errs.Protocol, op, "decode reply", err)
+	}
+	return nil
+}
+
+func sameHostErr(ctx context.Context, op string, err error) error {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return errs.Wrap(errs.Timeout, op, "", ctx.Err())
+	case ctx.Err() != nil:
+		return errs.Wrap(errs.Canceled, op, "", ctx.Err())
+	}
+	return errs.Wrap(errs.Unavailable, op, "", err)
+}
+
+// Close closes the connection.
+func (s *SameHostConn) Close() error { return s.c.Close() }
