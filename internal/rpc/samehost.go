@@ -31,7 +31,11 @@ import (
 func SameHostName(addr string) string { return "@weft/" + addr }
 
 const (
-	// maxSameHostMessage bounds a same-host message either way.
+	// sameHostVersion is the first byte of every same-host packet, before
+	// the message: it versions the exchange and keeps a packet non-empty
+	// when its message encodes to nothing (an empty packet reads as EOF).
+	sameHostVersion = 1
+	// maxSameHostMessage bounds a same-host packet either way.
 	maxSameHostMessage = 4 << 10
 	// maxSameHostFDs is how many descriptors a server takes from one
 	// message; the kernel drops the rest, and the request is refused.
@@ -92,6 +96,7 @@ func (s *SameHostServer) Close() error {
 
 func (s *SameHostServer) accept() {
 	defer s.wg.Done()
+	var backoff time.Duration
 	for {
 		c, err := s.ln.AcceptUnix()
 		s.mu.Lock()
@@ -102,15 +107,20 @@ func (s *SameHostServer) accept() {
 		}
 		s.mu.Unlock()
 		switch {
-		case err != nil && !closed:
-			s.log.Error("same-host path stopped", "err", err)
+		case closed:
+			if err == nil {
+				c.Close()
+			}
 			return
 		case err != nil:
-			return
-		case closed:
-			c.Close()
-			return
+			// Out of file descriptors and the like: wait, don't spin,
+			// and don't give up (clients would quietly fall back to TCP).
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("same-host accept failed; retrying", "err", err, "in", backoff)
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		go s.serve(c)
 	}
 }
@@ -138,15 +148,17 @@ func (s *SameHostServer) serve(c *net.UnixConn) {
 			reply = s.refuse(ferr)
 		case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0:
 			reply = s.refuse(errs.New(errs.Protocol, "same-host request", "message or descriptors cut short (at most %d bytes and %d descriptors)", maxSameHostMessage, maxSameHostFDs))
+		case n == 0 || buf[0] != sameHostVersion:
+			reply = s.refuse(errs.New(errs.Protocol, "same-host request", "not a version %d packet", sameHostVersion))
 		case len(fds) != 1:
 			reply = s.refuse(errs.New(errs.Protocol, "same-host request", "want one file descriptor, got %d", len(fds)))
 		default:
-			reply = s.handleSafely(buf[:n], fds[0])
+			reply = s.handleSafely(buf[1:n], fds[0])
 		}
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		out, err := proto.Marshal(reply)
+		out, err := proto.MarshalOptions{}.MarshalAppend([]byte{sameHostVersion}, reply)
 		if err != nil || len(out) > maxSameHostMessage {
 			s.log.Error("same-host reply not sent", "err", err, "len", len(out))
 			return
@@ -244,7 +256,7 @@ func checkPeer(c *net.UnixConn) error {
 // could otherwise answer the next request.
 func (s *SameHostConn) Call(ctx context.Context, req proto.Message, fd uintptr, resp proto.Message) error {
 	const op = "same-host call"
-	msg, err := proto.Marshal(req)
+	msg, err := proto.MarshalOptions{}.MarshalAppend([]byte{sameHostVersion}, req)
 	if err != nil {
 		return errs.Wrap(errs.Invalid, op, "encode", err)
 	}
@@ -268,7 +280,10 @@ func (s *SameHostConn) Call(ctx context.Context, req proto.Message, fd uintptr, 
 	if err != nil {
 		return sameHostErr(ctx, op, err)
 	}
-	if err := proto.Unmarshal(buf[:n], resp); err != nil {
+	if n == 0 || buf[0] != sameHostVersion {
+		return errs.New(errs.Protocol, op, "reply is not a version %d packet", sameHostVersion)
+	}
+	if err := proto.Unmarshal(buf[1:n], resp); err != nil {
 		return errs.Wrap(errs.Protocol, op, "decode reply", err)
 	}
 	return nil
@@ -280,6 +295,9 @@ func sameHostErr(ctx context.Context, op string, err error) error {
 		return errs.Wrap(errs.Timeout, op, "", ctx.Err())
 	case ctx.Err() != nil:
 		return errs.Wrap(errs.Canceled, op, "", ctx.Err())
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The socket's deadline, set from ctx's, can fire before ctx's.
+		return errs.Wrap(errs.Timeout, op, "", err)
 	}
 	return errs.Wrap(errs.Unavailable, op, "", err)
 }
