@@ -18,10 +18,21 @@ import (
 // listing returns each once, every server holds a partition, and removing
 // everything leaves the directory removable.
 func TestGigaConcurrentCreators(t *testing.T) {
+	splitBitsCases(t, func(t *testing.T, bits int) { concurrentCreators(t, bits) })
+}
+
+// splitBitsCases runs f with binary splits (one level at a time, the most
+// splits and redirects) and with the default multi-way splits.
+func splitBitsCases(t *testing.T, f func(t *testing.T, bits int)) {
+	t.Run("binary", func(t *testing.T) { f(t, 1) })
+	t.Run("default", func(t *testing.T) { f(t, 0) })
+}
+
+func concurrentCreators(t *testing.T, bits int) {
 	// Each client has several requests in flight, so that some of them
 	// race with the redirects that teach the client a split.
 	const clients, streams, perClient = 4, 4, 300
-	c0, cfg := newMultiClient(t, 4, 40, 64<<10)
+	c0, cfg := newMultiClient(t, 4, 40, bits, 64<<10)
 	ctx := context.Background()
 	if err := c0.Mkdir(ctx, "/big", 0o755); err != nil {
 		t.Fatal(err)
@@ -119,7 +130,7 @@ func TestGigaConcurrentCreators(t *testing.T) {
 // several meta servers: at most one of each pair succeeds, and the tree never
 // holds a cycle.
 func TestGigaRenameCycleRace(t *testing.T) {
-	c, cfg := newMultiClient(t, 3, 2, 64<<10)
+	c, cfg := newMultiClient(t, 3, 2, 0, 64<<10)
 	c2, err := client.New(cluster.ClientConfig(cfg, core.Root, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +176,7 @@ func TestGigaRenameCycleRace(t *testing.T) {
 // a rename moves its entry to another server, when a second link moves its
 // attributes to the owner's record, and when that link goes again.
 func TestGigaXattrsFollowAttributes(t *testing.T) {
-	c, _ := newMultiClient(t, 3, 2, 64<<10)
+	c, _ := newMultiClient(t, 3, 2, 0, 64<<10)
 	ctx := context.Background()
 	for _, d := range []string{"/p", "/q", "/l"} {
 		if err := c.Mkdir(ctx, d, 0o755); err != nil {

@@ -42,13 +42,17 @@ func newTestClientBackend(t testing.TB, chunkSize int64, backend string) *client
 }
 
 // newMultiClient starts metas meta servers (GIGA+ with the given split
-// threshold) and one store, each on its own loopback port in this process,
-// and returns a root client that knows all of them.
-func newMultiClient(t testing.TB, metas, threshold int, chunkSize int64) (*client.Client, *config.Cluster) {
+// threshold, and splitBits levels per split; 0 is the default) and one
+// store, each on its own loopback port in this process, and returns a root
+// client that knows all of them.
+func newMultiClient(t testing.TB, metas, threshold, splitBits int, chunkSize int64) (*client.Client, *config.Cluster) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := config.Default()
 	cfg.SplitThreshold = threshold
+	if splitBits > 0 {
+		cfg.SplitBits = splitBits
+	}
 	var lns []net.Listener
 	for i := range metas {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -69,7 +69,11 @@ func TestModel(t *testing.T) {
 // directory past two entries, so that splits, redirects and cross-server
 // renames, links and removes happen all the time.
 func TestModelGiga(t *testing.T) {
-	c, _ := newMultiClient(t, 4, 2, 64<<10)
+	splitBitsCases(t, modelGiga)
+}
+
+func modelGiga(t *testing.T, bits int) {
+	c, _ := newMultiClient(t, 4, 2, bits, 64<<10)
 	runModel(t, c)
 	if c.Redirects() == 0 {
 		t.Error("no request was redirected: the partition maps were never stale")

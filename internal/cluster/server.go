@@ -103,6 +103,7 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 				Now:            opts.Now,
 				Peers:          peers,
 				SplitThreshold: cfg.SplitThreshold,
+				SplitBits:      cfg.SplitBits,
 			})
 			if err != nil {
 				return nil, err

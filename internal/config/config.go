@@ -22,6 +22,8 @@ const (
 	MaxInlineLimit        = 64 << 10
 	DefaultSplitThreshold = 4000
 	MinSplitThreshold     = 2
+	DefaultSplitBits      = 3
+	MaxSplitBits          = 6
 
 	DurabilitySync  = "sync"  // acknowledged after the WAL record is on disk
 	DurabilityAsync = "async" // acknowledged when applied; WAL synced in the background
@@ -49,6 +51,9 @@ type Cluster struct {
 	// SplitThreshold is how many entries a directory partition holds before
 	// its server splits it (GIGA+).
 	SplitThreshold int `toml:"split_threshold"`
+	// SplitBits is how many binary splits one split does at once: a
+	// partition over the threshold splits into up to 2^SplitBits.
+	SplitBits int `toml:"split_bits"`
 
 	// Meta lists the metadata servers; the index is the server id.
 	Meta []MetaServer `toml:"meta"`
@@ -91,6 +96,7 @@ func Default() *Cluster {
 		Durability:     DurabilitySync,
 		InlineLimit:    DefaultInlineLimit,
 		SplitThreshold: DefaultSplitThreshold,
+		SplitBits:      DefaultSplitBits,
 	}
 }
 

@@ -33,6 +33,7 @@ func TestParseDefaults(t *testing.T) {
 		Durability:     "sync",
 		InlineLimit:    64 << 10,
 		SplitThreshold: 4000,
+		SplitBits:      3,
 		Meta:           []MetaServer{{Addr: "127.0.0.1:7000", Dir: "/data/meta0"}},
 		Store:          []StoreServer{{Addr: "127.0.0.1:7100", Dir: "/data/store0", Backend: "disk"}},
 	}
@@ -103,6 +104,7 @@ func TestValidateErrors(t *testing.T) {
 		{"inline negative", func(c *Cluster) { c.InlineLimit = -1 }, "inline_limit: -1 is not between 0 and 65536"},
 		{"inline too big", func(c *Cluster) { c.InlineLimit = 65537 }, "inline_limit: 65537 is not between 0 and 65536"},
 		{"split threshold", func(c *Cluster) { c.SplitThreshold = 1 }, "split_threshold: 1 is less than 2"},
+		{"split bits", func(c *Cluster) { c.SplitBits = 7 }, "split_bits: 7 is not between 1 and 6"},
 		{"no meta", func(c *Cluster) { c.Meta = nil }, "meta: no meta servers"},
 		{"no store", func(c *Cluster) { c.Store = nil; c.Replication = 1 }, "store: no store servers"},
 		{"meta addr empty", func(c *Cluster) { c.Meta[1].Addr = "" }, "meta[1].addr: is empty; want host:port"},

@@ -74,6 +74,9 @@ func (c *Cluster) validateSettings(v *validator) {
 	if c.SplitThreshold < MinSplitThreshold {
 		v.addf("split_threshold", "%d is less than %d", c.SplitThreshold, MinSplitThreshold)
 	}
+	if c.SplitBits < 1 || c.SplitBits > MaxSplitBits {
+		v.addf("split_bits", "%d is not between 1 and %d", c.SplitBits, MaxSplitBits)
+	}
 }
 
 func (c *Cluster) validateServers(v *validator) {

@@ -37,6 +37,10 @@ type Config struct {
 	// SplitThreshold is how many entries a directory partition holds before
 	// this server splits it (GIGA+); default 4000.
 	SplitThreshold int
+	// SplitBits is how many binary splits one split does at once: a
+	// partition splits into up to 2^SplitBits (CephFS's
+	// mds_bal_split_bits); default 3.
+	SplitBits int
 }
 
 const (
@@ -44,8 +48,12 @@ const (
 	defaultInlineLimit   = 64 << 10
 	// maxInlineLimit keeps records small enough for the memtable and the wire.
 	maxInlineLimit = 1 << 20
-	// defaultSplitThreshold matches the cluster file's default.
+	// defaultSplitThreshold and defaultSplitBits match the cluster file's
+	// defaults.
 	defaultSplitThreshold = 4000
+	defaultSplitBits      = 3
+	// maxSplitBits bounds a split to 64 partitions.
+	maxSplitBits = 6
 )
 
 // Validate fills in defaults and checks the configuration.
@@ -93,6 +101,12 @@ func (c *Config) Validate() error {
 	}
 	if c.SplitThreshold < 2 {
 		return errs.New(errs.Invalid, op, "split threshold %d is less than 2", c.SplitThreshold)
+	}
+	if c.SplitBits == 0 {
+		c.SplitBits = defaultSplitBits
+	}
+	if c.SplitBits < 1 || c.SplitBits > maxSplitBits {
+		return errs.New(errs.Invalid, op, "split bits %d not in 1..%d", c.SplitBits, maxSplitBits)
 	}
 	return nil
 }

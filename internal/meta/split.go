@@ -3,6 +3,7 @@ package meta
 import (
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/weftfs/weft/internal/core"
@@ -12,20 +13,25 @@ import (
 )
 
 // GIGA+ splitting. A partition p with radix r that holds more than the split
-// threshold is split by its server alone into p and q = p + 2^r, on server
-// (owner + q) mod N: the entries whose name hash has bit r set move. A
-// partition splits only while q < N, so each server holds at most one
+// threshold is split by its server alone. A binary split makes p and
+// q = p + 2^r, on server (owner + q) mod N: the entries whose name hash has
+// bit r set move. One split does up to SplitBits such levels at once (as
+// CephFS splits a directory fragment 2^mds_bal_split_bits ways): p and every
+// partition a level makes split again in the next, so a 3-bit split of p
+// makes up to 8 partitions of radix r + 3, exactly what three rounds of
+// binary splits would make, without waiting for each to fill up. A
+// partition splits only while its q < N, so each server holds at most one
 // partition of a directory and splitting stops when the directory spans all
 // servers.
 //
-// Crash safety: the splitting server writes a SplitIntent, installs the new
+// Crash safety: the splitting server writes a SplitIntent, installs each new
 // partition on its server (one synced batch there, replacing anything an
 // earlier attempt left), then deletes the moved entries, raises its radix and
 // deletes the intent in one synced batch. Until that last batch the moved
 // entries stay here, and this server's ops on the directory wait for the
-// split (it holds the directory's stripe), while no client can know of q.
-// A restart finds the intent and does the split again. Either way every
-// entry ends up in exactly one partition.
+// split (it holds the directory's stripe), while no client can know of the
+// new partitions. A restart finds the intent and does the same split again.
+// Either way every entry ends up in exactly one partition.
 
 // grew notes that partition record d of dir gained entries; update queues a
 // split after the commit if d is over the threshold.
@@ -90,6 +96,7 @@ func (s *Server) splitOnce(dir core.Ino) (done bool, err error) {
 	mu := &s.locks[stripeOf(dir)]
 	mu.Lock()
 	defer mu.Unlock()
+	start := time.Now()
 
 	d := &weftpb.InodeRecord{}
 	found, err := getRecord(s.db, inodeKey(dir), d)
@@ -107,39 +114,66 @@ func (s *Server) splitOnce(dir core.Ino) (done bool, err error) {
 			// with one batch, so the store is not what we wrote.
 			return true, errs.New(errs.Corrupt, op, "split intent of directory %d does not match its partition", dir)
 		}
-	} else if !s.needsSplit(dir, d) {
-		return true, nil
+	} else {
+		if !s.needsSplit(dir, d) {
+			return true, nil
+		}
+		intent = &weftpb.SplitIntent{Partition: d.Partition, Radix: d.Radix, Bits: uint32(s.cfg.SplitBits)}
 	}
-	p, r := d.Partition, d.Radix
-	q := p + 1<<r
-	target := core.PartitionServer(dir, q, s.n)
-
-	moved, subdirs, ops, dels, err := s.collectSplit(dir, p, r, q)
+	parts := planSplit(d.Partition, d.Radix, int(max(intent.Bits, 1)), s.n)
+	moves, err := s.collectSplit(dir, d.Partition, d.Radix, parts)
 	if err != nil {
 		return true, err
 	}
+	collected := time.Now()
 	if !resumed {
-		if err := s.db.Set(splitKey(dir), mustMarshal(&weftpb.SplitIntent{Partition: p, Radix: r}), pebble.Sync); err != nil {
+		if err := s.db.Set(splitKey(dir), mustMarshal(intent), pebble.Sync); err != nil {
 			return true, errs.Wrap(errs.IO, op, "", err)
 		}
 	}
-	stub := &weftpb.InodeRecord{
-		Mode: d.Mode, Uid: d.Uid, Gid: d.Gid, Nlink: 2 + subdirs, Size: dirSize,
-		AtimeNs: d.AtimeNs, MtimeNs: d.MtimeNs, CtimeNs: d.CtimeNs,
-		Parent: d.Parent, Entries: moved, Radix: r + 1, Partition: q, Stub: true,
-		Bitmap: core.BitmapSet(core.BitmapSet(slices.Clone(d.Bitmap), p), q),
+	intended := time.Now()
+	bitmap := slices.Clone(d.Bitmap)
+	for _, pt := range parts {
+		bitmap = core.BitmapSet(bitmap, pt.p)
 	}
-	if err := s.peerCall(op, target, weftpb.MethodPeerInstallPartition,
-		&weftpb.PeerInstallPartitionRequest{Dir: uint64(dir), Stub: stub, Ops: ops}, &weftpb.Empty{}); err != nil {
+	// The new partitions' installs go out together: the split takes as long
+	// as the slowest, not their sum.
+	errc := make(chan error, len(parts))
+	for _, pt := range parts[1:] {
+		m := moves[pt.p]
+		stub := &weftpb.InodeRecord{
+			Mode: d.Mode, Uid: d.Uid, Gid: d.Gid, Nlink: 2 + m.subdirs, Size: dirSize,
+			AtimeNs: d.AtimeNs, MtimeNs: d.MtimeNs, CtimeNs: d.CtimeNs,
+			Parent: d.Parent, Entries: m.entries, Radix: pt.radix, Partition: pt.p, Stub: true,
+			Bitmap: bitmap,
+		}
+		go func() {
+			errc <- s.peerCall(op, core.PartitionServer(dir, pt.p, s.n), weftpb.MethodPeerInstallPartition,
+				&weftpb.PeerInstallPartitionRequest{Dir: uint64(dir), Stub: stub, Ops: m.ops}, &weftpb.Empty{})
+		}()
+	}
+	var errList []error
+	for range parts[1:] {
+		errList = append(errList, <-errc)
+	}
+	if err := errors.Join(errList...); err != nil {
 		return true, err
 	}
+	installed := time.Now()
 	b := s.db.NewBatch()
 	defer b.Close()
-	for _, k := range dels {
-		b.Delete(k, nil)
+	var moved uint64
+	var subdirs uint32
+	for _, pt := range parts[1:] {
+		m := moves[pt.p]
+		for _, k := range m.dels {
+			b.Delete(k, nil)
+		}
+		moved += m.entries
+		subdirs += m.subdirs
 	}
-	d.Radix = r + 1
-	d.Bitmap = core.BitmapSet(d.Bitmap, q)
+	d.Radix = parts[0].radix
+	d.Bitmap = bitmap
 	d.Entries -= min(d.Entries, moved)
 	d.Nlink -= min(d.Nlink-2, subdirs)
 	b.Set(inodeKey(dir), mustMarshal(d), nil)
@@ -148,55 +182,102 @@ func (s *Server) splitOnce(dir core.Ino) (done bool, err error) {
 		return true, errs.Wrap(errs.IO, op, "", err)
 	}
 	s.giga.splits.Add(1)
-	s.log.Debug("meta: split", "dir", dir, "partition", p, "new", q, "server", target, "moved", moved)
+	s.log.Debug("meta: split", "dir", dir, "partition", intent.Partition, "partitions", len(parts),
+		"moved", moved, "took", time.Since(start), "collect", collected.Sub(start),
+		"intent", intended.Sub(collected), "install", installed.Sub(intended), "commit", time.Since(installed))
 	return false, nil
 }
 
-// collectSplit reads the entries of partition p of dir whose hash has bit r
-// set: the writes that install them as partition q elsewhere (with the
-// extended attributes of files whose attributes live in the entry), and the
-// keys to delete here.
-func (s *Server) collectSplit(dir core.Ino, p, r, q uint32) (moved uint64, subdirs uint32, ops []*weftpb.KeyOp, dels [][]byte, err error) {
+// splitPart is a partition and its radix.
+type splitPart struct{ p, radix uint32 }
+
+// planSplit returns the partitions that splitting partition p of radix r
+// bits levels deep makes among n servers: p itself first (with its new
+// radix), then the new ones. At each level every partition splits into
+// itself and q = p + 2^radix, while q < n.
+func planSplit(p, r uint32, bits, n int) []splitPart {
+	parts := []splitPart{{p, r}}
+	for range bits {
+		var next []splitPart
+		for _, x := range parts {
+			if x.radix >= 31 || uint64(x.p)+1<<x.radix >= uint64(n) {
+				next = append(next, x)
+				continue
+			}
+			next = append(next, splitPart{x.p, x.radix + 1}, splitPart{x.p + 1<<x.radix, x.radix + 1})
+		}
+		parts = next
+	}
+	slices.SortFunc(parts[1:], func(a, b splitPart) int { return int(a.p) - int(b.p) })
+	return parts
+}
+
+// splitMove is what goes to one new partition.
+type splitMove struct {
+	entries uint64
+	subdirs uint32
+	ops     []*weftpb.KeyOp // writes that install its entries (and xattrs) there
+	dels    [][]byte        // the keys to delete here
+}
+
+// collectSplit reads the entries of partition p (radix r) of dir that
+// belong to another partition of parts, grouped by that partition, with
+// the extended attributes of files whose attributes live in the entry.
+func (s *Server) collectSplit(dir core.Ino, p, r uint32, parts []splitPart) (map[uint32]*splitMove, error) {
 	const op = "split"
+	moves := make(map[uint32]*splitMove, len(parts))
+	for _, pt := range parts[1:] {
+		moves[pt.p] = &splitMove{}
+	}
+	dest := func(h uint64) uint32 {
+		for _, pt := range parts {
+			if uint32(h&(1<<pt.radix-1)) == pt.p {
+				return pt.p
+			}
+		}
+		return p // unreachable: the parts cover partition p
+	}
 	pre := partPrefix(dir, p)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: pre, UpperBound: prefixEnd(pre)})
 	if err != nil {
-		return 0, 0, nil, nil, errs.Wrap(errs.IO, op, "", err)
+		return nil, errs.Wrap(errs.IO, op, "", err)
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
 		_, h, name, ok := entrySuffix(it.Key())
 		if !ok {
-			return 0, 0, nil, nil, errs.New(errs.Corrupt, op, "bad entry key %q", it.Key())
+			return nil, errs.New(errs.Corrupt, op, "bad entry key %q", it.Key())
 		}
-		if h&(1<<r) == 0 {
+		q := dest(h)
+		if q == p {
 			continue
 		}
+		m := moves[q]
 		e := &weftpb.EntryRecord{}
 		if err := proto.Unmarshal(it.Value(), e); err != nil {
-			return 0, 0, nil, nil, errs.Wrap(errs.Corrupt, op, name, err)
+			return nil, errs.Wrap(errs.Corrupt, op, name, err)
 		}
-		moved++
+		m.entries++
 		if core.IsDir(e.Mode) {
-			subdirs++
+			m.subdirs++
 		}
-		dels = append(dels, slices.Clone(it.Key()))
-		ops = append(ops, &weftpb.KeyOp{Key: entryKey(dir, q, name), Value: slices.Clone(it.Value())})
+		m.dels = append(m.dels, slices.Clone(it.Key()))
+		m.ops = append(m.ops, &weftpb.KeyOp{Key: entryKey(dir, q, name), Value: slices.Clone(it.Value())})
 		if e.Attr == nil {
 			continue // the record, and its xattrs, stay with the ino's owner
 		}
 		xp := xattrPrefix(core.Ino(e.Ino))
 		xit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: xp, UpperBound: prefixEnd(xp)})
 		if err != nil {
-			return 0, 0, nil, nil, errs.Wrap(errs.IO, op, "", err)
+			return nil, errs.Wrap(errs.IO, op, "", err)
 		}
 		for xit.First(); xit.Valid(); xit.Next() {
-			dels = append(dels, slices.Clone(xit.Key()))
-			ops = append(ops, &weftpb.KeyOp{Key: slices.Clone(xit.Key()), Value: slices.Clone(xit.Value())})
+			m.dels = append(m.dels, slices.Clone(xit.Key()))
+			m.ops = append(m.ops, &weftpb.KeyOp{Key: slices.Clone(xit.Key()), Value: slices.Clone(xit.Value())})
 		}
 		if err := errors.Join(xit.Error(), xit.Close()); err != nil {
-			return 0, 0, nil, nil, errs.Wrap(errs.IO, op, "", err)
+			return nil, errs.Wrap(errs.IO, op, "", err)
 		}
 	}
-	return moved, subdirs, ops, dels, errs.Wrap(errs.IO, op, "", it.Error())
+	return moves, errs.Wrap(errs.IO, op, "", it.Error())
 }

@@ -346,6 +346,7 @@ type SplitIntent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Partition     uint32                 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"` // the splitting partition
 	Radix         uint32                 `protobuf:"varint,2,opt,name=radix,proto3" json:"radix,omitempty"`         // its radix before the split
+	Bits          uint32                 `protobuf:"varint,3,opt,name=bits,proto3" json:"bits,omitempty"`           // binary splits deep (0: 1, as intents before it had)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -390,6 +391,13 @@ func (x *SplitIntent) GetPartition() uint32 {
 func (x *SplitIntent) GetRadix() uint32 {
 	if x != nil {
 		return x.Radix
+	}
+	return 0
+}
+
+func (x *SplitIntent) GetBits() uint32 {
+	if x != nil {
+		return x.Bits
 	}
 	return 0
 }
@@ -629,10 +637,11 @@ const file_record_proto_rawDesc = "" +
 	"\vEntryRecord\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12(\n" +
-	"\x04attr\x18\x03 \x01(\v2\x14.weft.v1.InodeRecordR\x04attr\"A\n" +
+	"\x04attr\x18\x03 \x01(\v2\x14.weft.v1.InodeRecordR\x04attr\"U\n" +
 	"\vSplitIntent\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\rR\tpartition\x12\x14\n" +
-	"\x05radix\x18\x02 \x01(\rR\x05radix\"g\n" +
+	"\x05radix\x18\x02 \x01(\rR\x05radix\x12\x12\n" +
+	"\x04bits\x18\x03 \x01(\rR\x04bits\"g\n" +
 	"\x06Intent\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12,\n" +
 	"\aservers\x18\x02 \x03(\v2\x12.weft.v1.ServerOpsR\aservers\x12\x1f\n" +
