@@ -17,10 +17,11 @@ import (
 )
 
 // TestGigaCrash kills meta server processes with SIGKILL while clients
-// create files in one splitting directory and rename files between
-// directories on different servers, restarts them, and then checks that
-// weft fsck finds the namespace clean, that every acknowledged create exists
-// exactly once, and that every acknowledged rename took effect whole.
+// create directories that split as they fill (a new one every few files, so
+// that splits go on all the time) and rename files between directories on
+// different servers, restarts them, and then checks that weft fsck finds
+// the namespace clean, that every acknowledged create exists exactly once,
+// and that every acknowledged rename took effect whole.
 func TestGigaCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills server processes")
@@ -30,7 +31,7 @@ func TestGigaCrash(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	procs, err := cluster.StartProcs(ctx, cluster.ProcsOptions{
-		Binary: bin, Dir: dir, Meta: 3, Store: 1, SplitThreshold: 8, Durability: "sync",
+		Binary: bin, Dir: dir, Meta: 3, Store: 1, SplitThreshold: 4, Durability: "sync",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func TestGigaCrash(t *testing.T) {
 	}
 
 	var mu sync.Mutex
-	created := map[string]bool{} // acknowledged creates in /storm
+	created := map[string]bool{} // acknowledged creates under /storm
 	// Where each mover is after the last acknowledged rename: in /to or
 	// not. A rename that failed (its server died under it) may or may not
 	// have happened, so the mover's place is unknown until a later rename
@@ -81,13 +82,24 @@ func TestGigaCrash(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			const perDir = 16 // past the threshold: each directory splits
+			var d string
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				name := fmt.Sprintf("/storm/w%d-%d", w, i)
+				if i%perDir == 0 {
+					d = fmt.Sprintf("/storm/w%d-d%d", w, i/perDir)
+					if err := c.Mkdir(ctx, d, 0o755); err != nil && !errs.Is(err, errs.Exist) {
+						d = "" // its server died under it: skip this group
+					}
+				}
+				if d == "" {
+					continue
+				}
+				name := fmt.Sprintf("%s/f%d", d, i)
 				f, err := c.Create(ctx, name, 0o644)
 				if err == nil {
 					err = f.Close()
@@ -174,13 +186,19 @@ func TestGigaCrash(t *testing.T) {
 	t.Logf("weft fsck:\n%s", out)
 
 	check := newClient()
-	ents, err := check.ReadDir(ctx, "/storm")
+	dirs, err := check.ReadDir(ctx, "/storm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]int{}
-	for _, e := range ents {
-		seen["/storm/"+e.Name]++
+	for _, d := range dirs {
+		ents, err := check.ReadDir(ctx, "/storm/"+d.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			seen["/storm/"+d.Name+"/"+e.Name]++
+		}
 	}
 	for name, n := range seen {
 		if n != 1 {
@@ -216,5 +234,5 @@ func TestGigaCrash(t *testing.T) {
 	if out, err := exec.CommandContext(ctx, bin, "fsck", "--cluster", procs.ClusterFile()).CombinedOutput(); err != nil {
 		t.Fatalf("weft fsck of the stopped cluster: %v\n%s", err, out)
 	}
-	t.Logf("%d creates and %d renames acknowledged across %d meta server kills", len(created), renames, 4)
+	t.Logf("%d creates in %d directories and %d renames acknowledged across %d meta server kills", len(created), len(dirs), renames, 4)
 }

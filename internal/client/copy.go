@@ -68,10 +68,11 @@ func copyIn(ctx context.Context, f *File, r io.Reader, progress func(int64)) (in
 }
 
 // copyInSameHost uploads src from its offset, chunk by chunk, by the stores'
-// same-host paths, for as long as every replica of the next chunk has one
-// and src is as long as it was at the start. It returns how far it got and
-// leaves src's offset there, for r.Read to go on with the rest. Files that
-// stay inline are left to the buffered path.
+// same-host paths, up to src's size when it starts and for as long as every
+// replica of the next chunk has such a path. It returns how far it got and
+// leaves src's offset there, for r.Read to go on with the rest (or what src
+// grew by). Files that stay inline are left to the buffered path. If src
+// shrinks meanwhile, the stores' reads fail and so does the copy (at close).
 func copyInSameHost(ctx context.Context, f *File, src *os.File, progress func(int64)) (int64, error) {
 	c := f.c
 	if c.cfg.NoSameHost || !usableLocalFile(src, false) {

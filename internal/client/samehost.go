@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
@@ -135,31 +133,19 @@ func (h *sameHost) call(ctx context.Context, req *pb.LocalIORequest, f *os.File)
 }
 
 // usableLocalFile reports whether the store may do I/O on f for this
-// client: a regular file, not on FUSE, and as a destination not opened for
-// appending. The store checks the same; asking first keeps the wire path
-// for files it would refuse.
+// client (rpc.CheckSameHostFile, which the store checks too); dst says f is
+// the destination.
 func usableLocalFile(f *os.File, dst bool) bool {
 	raw, err := f.SyscallConn()
 	if err != nil {
 		return false
 	}
-	ok := false
-	raw.Control(func(fd uintptr) {
-		var st unix.Stat_t
-		var fs unix.Statfs_t
-		if unix.Fstat(int(fd), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG ||
-			unix.Fstatfs(int(fd), &fs) != nil || fs.Type == fuseMagic {
-			return
-		}
-		fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
-		ok = err == nil && !(dst && fl&unix.O_APPEND != 0)
-	})
-	return ok
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cerr = rpc.CheckSameHostFile("same-host call", int(fd), !dst) }); err != nil {
+		return false
+	}
+	return cerr == nil
 }
-
-// fuseMagic is FUSE's statfs f_type: a store must not do I/O on a file of a
-// FUSE mount, which may be weft's own, waiting for that very store.
-const fuseMagic = 0x65735546
 
 // sameHostAll reports whether every store in list has a same-host path.
 func (c *Client) sameHostAll(ctx context.Context, list []int) bool {

@@ -304,3 +304,44 @@ func sameHostErr(ctx context.Context, op string, err error) error {
 
 // Close closes the connection.
 func (s *SameHostConn) Close() error { return s.c.Close() }
+
+// fuseMagic is FUSE's statfs f_type: a file on a FUSE mount (weft's own, for
+// one) may be served by a process that waits for the server, so a server
+// never reads or writes one for a client.
+const fuseMagic = 0x65735546
+
+// CheckSameHostFile refuses a descriptor a server must not do I/O on for a
+// client: anything but a regular file, a file on FUSE, a file not open for
+// what the server does with it (read: it is the source of the server's
+// write; else the destination), and a destination open for appending
+// (pwrite would append). Clients ask first, to keep such files on the wire.
+func CheckSameHostFile(op string, fd int, read bool) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return errs.Wrap(errs.Invalid, op, "client file", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return errs.New(errs.Invalid, op, "client file is not a regular file")
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return errs.Wrap(errs.Invalid, op, "client file", err)
+	}
+	if fs.Type == fuseMagic {
+		return errs.New(errs.Invalid, op, "client file is on a FUSE file system")
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return errs.Wrap(errs.Invalid, op, "client file", err)
+	}
+	acc := fl & unix.O_ACCMODE
+	switch {
+	case read && acc == unix.O_WRONLY:
+		return errs.New(errs.BadHandle, op, "client file is not open for reading")
+	case !read && acc == unix.O_RDONLY:
+		return errs.New(errs.BadHandle, op, "client file is not open for writing")
+	case !read && fl&unix.O_APPEND != 0:
+		return errs.New(errs.Invalid, op, "client file is open for appending")
+	}
+	return nil
+}

@@ -62,45 +62,6 @@ func (s *Server) handleLocal(msg []byte, fd int) proto.Message {
 	return &weftpb.LocalIOReply{Length: n}
 }
 
-// fuseMagic is FUSE's statfs f_type: a file on a FUSE mount (weft's own, for
-// one) may be served by a process that waits for this store, so the store
-// never reads or writes one itself.
-const fuseMagic = 0x65735546
-
-// checkLocalFile refuses a descriptor the store must not do I/O on for a
-// client: anything but a regular file, a file on FUSE, and, as the
-// destination of a read, a file open for appending (pwrite would append).
-func checkLocalFile(op string, fd int, write bool) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return errs.Wrap(errs.Invalid, op, "client file", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return errs.New(errs.Invalid, op, "client file is not a regular file")
-	}
-	var fs unix.Statfs_t
-	if err := unix.Fstatfs(fd, &fs); err != nil {
-		return errs.Wrap(errs.Invalid, op, "client file", err)
-	}
-	if fs.Type == fuseMagic {
-		return errs.New(errs.Invalid, op, "client file is on a FUSE file system")
-	}
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil {
-		return errs.Wrap(errs.Invalid, op, "client file", err)
-	}
-	acc := fl & unix.O_ACCMODE
-	switch {
-	case write && acc == unix.O_WRONLY:
-		return errs.New(errs.BadHandle, op, "client file is not open for reading")
-	case !write && acc == unix.O_RDONLY:
-		return errs.New(errs.BadHandle, op, "client file is not open for writing")
-	case !write && fl&unix.O_APPEND != 0:
-		return errs.New(errs.Invalid, op, "client file is open for appending")
-	}
-	return nil
-}
-
 // writeFromFile writes the client file's bytes [FileOffset, +Length) into
 // the chunk: read into a buffer of the store's own first, so that the CRCs
 // and the chunk's bytes come from one copy that the client cannot change
@@ -112,7 +73,7 @@ func (s *Server) writeFromFile(ctx context.Context, req *weftpb.LocalIORequest, 
 	if n < 0 || n > s.cfg.MaxChunkSize || foff < 0 {
 		return 0, errs.New(errs.Invalid, op, "%d bytes at file offset %d", n, foff)
 	}
-	if err := checkLocalFile(op, fd, true); err != nil {
+	if err := rpc.CheckSameHostFile(op, fd, true); err != nil {
 		return 0, err
 	}
 	buf := rpc.GetBuffer(int(n))
@@ -135,7 +96,7 @@ func (s *Server) readToFile(ctx context.Context, req *weftpb.LocalIORequest, fd 
 	if req.GetFileOffset() < 0 {
 		return 0, errs.New(errs.Invalid, op, "file offset %d", req.GetFileOffset())
 	}
-	if err := checkLocalFile(op, fd, false); err != nil {
+	if err := rpc.CheckSameHostFile(op, fd, false); err != nil {
 		return 0, err
 	}
 	var buf []byte
