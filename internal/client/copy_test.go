@@ -9,6 +9,8 @@ import (
 	"os"
 	"testing"
 	"testing/iotest"
+
+	"github.com/weftfs/weft/internal/client"
 )
 
 const copyChunk = 64 << 10 // small chunks: many per file, several in flight
@@ -65,25 +67,7 @@ func TestPooledBuffersNeverLeakIntoFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Holes: a byte in chunk 3, a byte in the middle of chunk 5, the end
-	// in chunk 6 (a chunk shorter than the file's last chunk would be).
-	want := make([]byte, 6*copyChunk+100)
-	f, err := c.Create(ctx, "/holes", 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, off := range []int{3 * copyChunk, 5*copyChunk + 77, 6*copyChunk + 10} {
-		want[off] = 'x'
-		if _, err := f.WriteAt([]byte{'x'}, int64(off)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Truncate(int64(len(want))); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	want := writeSparse(t, c, "/holes")
 	var got bytes.Buffer
 	if _, err := c.ReadTo(ctx, "/holes", &got, nil); err != nil || !bytes.Equal(got.Bytes(), want) {
 		t.Fatalf("ReadTo of a sparse file: %d bytes, equal %v, %v", got.Len(), bytes.Equal(got.Bytes(), want), err)
@@ -180,4 +164,31 @@ func TestWriteFromReportsSourceErrors(t *testing.T) {
 	if err != nil || a.Size != copyChunk+10 {
 		t.Fatalf("stat: size %d, %v", a.Size, err)
 	}
+}
+
+// writeSparse writes path as a sparse file through c and returns its
+// content: a byte in chunk 3, a byte in the middle of chunk 5, the end in
+// chunk 6 (a chunk shorter than the file's last chunk would be), holes
+// everywhere else.
+func writeSparse(t *testing.T, c *client.Client, path string) []byte {
+	t.Helper()
+	ctx := context.Background()
+	want := make([]byte, 6*copyChunk+100)
+	f, err := c.Create(ctx, path, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int{3 * copyChunk, 5*copyChunk + 77, 6*copyChunk + 10} {
+		want[off] = 'x'
+		if _, err := f.WriteAt([]byte{'x'}, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Truncate(int64(len(want))); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return want
 }

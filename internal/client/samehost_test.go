@@ -118,23 +118,7 @@ func TestSameHostPutGet(t *testing.T) {
 func TestSameHostGetHoles(t *testing.T) {
 	emb, c, _ := sameHostCluster(t)
 	ctx := context.Background()
-	want := make([]byte, 6*copyChunk+100)
-	f, err := c.Create(ctx, "/holes", 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, off := range []int{3 * copyChunk, 5*copyChunk + 77, 6*copyChunk + 10} {
-		want[off] = 'x'
-		if _, err := f.WriteAt([]byte{'x'}, int64(off)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Truncate(int64(len(want))); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	want := writeSparse(t, c, "/holes")
 	p := localFile(t, bytes.Repeat([]byte{0xAA}, len(want)))
 	dst, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
