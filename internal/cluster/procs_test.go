@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -231,6 +232,75 @@ func TestProcsFoundThroughAnotherPath(t *testing.T) {
 	for _, pid := range pids {
 		if !gone(pid) {
 			t.Errorf("pid %d still runs after Stop", pid)
+		}
+	}
+}
+
+// TestPutSurvivesKill9 copies local files in with WriteFrom (weft put's code)
+// through the store's same-host path and over TCP, in sync mode, kills both
+// server processes with SIGKILL once the copies returned, restarts them and
+// reads the files back byte for byte, both ways.
+func TestPutSurvivesKill9(t *testing.T) {
+	dir := t.TempDir()
+	p := startProcs(t, ProcsOptions{Dir: dir, Meta: 1, Store: 1, Durability: "sync"})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cc := ClientConfig(p.Config(), core.Root, nil)
+	cc.ChunkSize = 1 << 20
+	src := filepath.Join(t.TempDir(), "src")
+	data := make([]byte, 5<<20+12345)
+	for i := range data {
+		data[i] = byte(i*7) ^ byte(i>>13)
+	}
+	if err := os.WriteFile(src, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tcp := range []bool{false, true} {
+		cc.NoSameHost = tcp
+		c, err := client.New(cc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.WriteFrom(ctx, fmt.Sprintf("/put-tcp-%v", tcp), f, 0o644, nil)
+		f.Close()
+		c.Close()
+		if err != nil {
+			t.Fatalf("WriteFrom (TCP %v): %v", tcp, err)
+		}
+	}
+	for _, role := range []Role{RoleStore, RoleMeta} {
+		if err := p.Kill(role, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, role := range []Role{RoleMeta, RoleStore} {
+		if err := p.Restart(ctx, role, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tcp := range []bool{false, true} {
+		cc.NoSameHost = tcp
+		c, err := client.New(cc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for _, name := range []string{"/put-tcp-false", "/put-tcp-true"} {
+			out := filepath.Join(t.TempDir(), "out")
+			f, err := os.Create(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.ReadTo(ctx, name, f, nil)
+			f.Close()
+			got, _ := os.ReadFile(out)
+			if err != nil || !bytes.Equal(got, data) {
+				t.Errorf("%s read back (TCP %v) after kill -9: %d bytes, equal %v, %v", name, tcp, len(got), bytes.Equal(got, data), err)
+			}
 		}
 	}
 }
