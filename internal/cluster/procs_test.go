@@ -255,19 +255,23 @@ func TestPutSurvivesKill9(t *testing.T) {
 	if err := os.WriteFile(src, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, tcp := range []bool{false, true} {
+	newClient := func(tcp bool) *client.Client {
 		cc.NoSameHost = tcp
 		c, err := client.New(cc)
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	for _, tcp := range []bool{false, true} {
+		c := newClient(tcp)
 		f, err := os.Open(src)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, err = c.WriteFrom(ctx, fmt.Sprintf("/put-tcp-%v", tcp), f, 0o644, nil)
 		f.Close()
-		c.Close()
 		if err != nil {
 			t.Fatalf("WriteFrom (TCP %v): %v", tcp, err)
 		}
@@ -283,12 +287,7 @@ func TestPutSurvivesKill9(t *testing.T) {
 		}
 	}
 	for _, tcp := range []bool{false, true} {
-		cc.NoSameHost = tcp
-		c, err := client.New(cc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := newClient(tcp)
 		for _, name := range []string{"/put-tcp-false", "/put-tcp-true"} {
 			out := filepath.Join(t.TempDir(), "out")
 			f, err := os.Create(out)
