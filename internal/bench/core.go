@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -78,32 +77,6 @@ func startWeft(ctx context.Context, dir, durability string) (client.Config, func
 	return cluster.ClientConfig(emb.Config(), core.Root, nil), func() { emb.Close() }, nil
 }
 
-// newClients returns a client for each configuration of cfg changed by
-// tune, and a function that closes them.
-func newClients(cfg client.Config, tune ...func(*client.Config)) ([]*client.Client, func(), error) {
-	var cs []*client.Client
-	closeAll := func() {
-		for _, c := range cs {
-			c.Close()
-		}
-	}
-	for _, t := range tune {
-		cc := cfg
-		t(&cc)
-		c, err := client.New(cc)
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		cs = append(cs, c)
-	}
-	return cs, closeAll, nil
-}
-
-func asIs(*client.Config) {}
-
-func noSameHost(c *client.Config) { c.NoSameHost = true }
-
 const metaWorkers = 16
 
 func metaBenchmark() Benchmark {
@@ -168,12 +141,11 @@ func metaRun(ctx context.Context, dir string, files int) ([]float64, error) {
 		return nil, err
 	}
 	defer stop()
-	cs, closeClients, err := newClients(cc, asIs)
+	c, err := client.New(cc)
 	if err != nil {
 		return nil, err
 	}
-	defer closeClients()
-	c := cs[0]
+	defer c.Close()
 	d, err := c.MkdirAt(ctx, core.RootIno, "bench", 0o755)
 	if err != nil {
 		return nil, err
@@ -307,12 +279,15 @@ func putGetBenchmark() Benchmark {
 					return nil, err
 				}
 				defer stop()
-				cs, closeClients, err := newClients(cc, asIs, noSameHost)
-				if err != nil {
-					return nil, err
+				for _, tcp := range []bool{false, true} {
+					cc.NoSameHost = tcp
+					c, err := client.New(cc)
+					if err != nil {
+						return nil, err
+					}
+					defer c.Close()
+					weft[mode] = append(weft[mode], c)
 				}
-				defer closeClients()
-				weft[mode] = cs
 			}
 			label := fmt.Sprintf("%d MiB file, %s", size>>20, where)
 			res := map[string]*Result{}
@@ -329,16 +304,17 @@ func putGetBenchmark() Benchmark {
 			// again: a cost of the machine that would otherwise fall on
 			// whichever target writes longest after the last delete.)
 			const name = "/big"
-			putClient := map[string]*client.Client{
-				putSync: weft["sync"][0], putAsync: weft["async"][0],
-				putSyncTCP: weft["sync"][1], putAsyncTCP: weft["async"][1],
+			type step struct {
+				target string
+				put    *client.Client // the client weft put runs with; nil: the step writes dst
+				fn     func() error
 			}
-			timed := func(target string, fn func() error) error {
+			timed := func(st step) error {
 				// Untimed: write back what the previous target left dirty
 				// (weft put in async mode leaves 1 GiB), so that no target
 				// runs while the kernel flushes another one's file.
 				syscall.Sync()
-				if put := strings.HasPrefix(target, "weft put"); !put {
+				if st.put == nil {
 					// cp and weft get write dst: remove the last copy
 					// first, untimed. (Overwriting it would make ext4
 					// flush the new file at close, as it does for a file
@@ -346,36 +322,37 @@ func putGetBenchmark() Benchmark {
 					if err := os.Remove(dst); err != nil && !os.IsNotExist(err) {
 						return err
 					}
-				} else if c := putClient[target]; c != nil {
-					// weft put writes name: drop the last copy's chunks
-					// first, untimed, as dst's removal is for cp.
-					if err := c.Truncate(ctx, name, 0); err != nil && !errs.Is(err, errs.NotExist) {
-						return err
-					}
+				} else if err := st.put.Truncate(ctx, name, 0); err != nil && !errs.Is(err, errs.NotExist) {
+					// weft put writes name: its last copy's chunks go
+					// first, untimed, as dst's removal does for cp.
+					return err
 				}
 				t := time.Now()
-				if err := fn(); err != nil {
-					return fmt.Errorf("%s: %w", target, err)
+				if err := st.fn(); err != nil {
+					return fmt.Errorf("%s: %w", st.target, err)
 				}
-				res[target].Samples = append(res[target].Samples, float64(size)/1e6/time.Since(t).Seconds())
+				res[st.target].Samples = append(res[st.target].Samples, float64(size)/1e6/time.Since(t).Seconds())
 				return nil
 			}
+			put := func(target string, c *client.Client) step {
+				return step{target, c, func() error { return copyIn(ctx, c, src, name) }}
+			}
+			get := func(target string, c *client.Client) step {
+				return step{target, nil, func() error { return copyOut(ctx, c, name, dst) }}
+			}
 			for range env.Repeats {
-				steps := []struct {
-					target string
-					fn     func() error
-				}{
-					{cpPlain, func() error { return cp(ctx, src, dst, false) }},
-					{cpSync, func() error { return cp(ctx, src, dst, true) }},
-					{putSync, func() error { return copyIn(ctx, weft["sync"][0], src, name) }},
-					{putAsync, func() error { return copyIn(ctx, weft["async"][0], src, name) }},
-					{getTarget, func() error { return copyOut(ctx, weft["sync"][0], name, dst) }},
-					{putSyncTCP, func() error { return copyIn(ctx, weft["sync"][1], src, name) }},
-					{putAsyncTCP, func() error { return copyIn(ctx, weft["async"][1], src, name) }},
-					{getTCP, func() error { return copyOut(ctx, weft["sync"][1], name, dst) }},
+				steps := []step{
+					{cpPlain, nil, func() error { return cp(ctx, src, dst, false) }},
+					{cpSync, nil, func() error { return cp(ctx, src, dst, true) }},
+					put(putSync, weft["sync"][0]),
+					put(putAsync, weft["async"][0]),
+					get(getTarget, weft["sync"][0]),
+					put(putSyncTCP, weft["sync"][1]),
+					put(putAsyncTCP, weft["async"][1]),
+					get(getTCP, weft["sync"][1]),
 				}
 				for _, st := range steps {
-					if err := timed(st.target, st.fn); err != nil {
+					if err := timed(st); err != nil {
 						return nil, err
 					}
 				}

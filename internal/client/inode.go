@@ -193,9 +193,7 @@ func (n *openInode) writeBuffer(p []byte, off int64, owned bool) (int64, error) 
 	if end < off || uint64(end) > maxFileSize {
 		return off, errs.New(errs.TooBig, "write", "offset %d + %d bytes is past the largest file", off, len(p))
 	}
-	n.mu.modified = true
-	n.mu.mtime = time.Now()
-	n.mu.size = max(n.mu.size, uint64(end))
+	n.wroteLocked(end)
 	if n.mu.inline {
 		if end <= int64(n.c.cfg.InlineLimit) {
 			if int64(len(n.mu.data)) < end {
@@ -215,11 +213,25 @@ func (n *openInode) writeBuffer(p []byte, off int64, owned bool) (int64, error) 
 			n.bufferLocked(s.Index, s.Offset, p[s.FileOf-off:s.FileOf-off+s.Len])
 		}
 	}
+	return off, n.throttleLocked()
+}
+
+// wroteLocked notes a write that ends at end: the file is modified now and
+// at least that long.
+func (n *openInode) wroteLocked(end int64) {
+	n.mu.modified = true
+	n.mu.mtime = time.Now()
+	n.mu.size = max(n.mu.size, uint64(end))
+}
+
+// throttleLocked waits while more than WriteBuffer bytes are buffered or
+// uploading, and returns the first upload error.
+func (n *openInode) throttleLocked() error {
 	for n.mu.buffered > n.c.cfg.WriteBuffer && n.mu.err == nil {
 		n.uploadAllLocked()
 		n.mu.drained.Wait()
 	}
-	return off, n.mu.err
+	return n.mu.err
 }
 
 // adoptLocked makes buf, a pooled buffer, the dirty range at off of chunk
@@ -313,10 +325,7 @@ func (n *openInode) uploadFromLocked(idx uint64, src *os.File, foff, size int64)
 	if err := n.mu.err; err != nil {
 		return err
 	}
-	end := int64(idx)*n.c.cfg.ChunkSize + size
-	n.mu.modified = true
-	n.mu.mtime = time.Now()
-	n.mu.size = max(n.mu.size, uint64(end))
+	n.wroteLocked(int64(idx)*n.c.cfg.ChunkSize + size)
 	if n.mu.inline {
 		n.uninlineLocked()
 	}
@@ -328,11 +337,7 @@ func (n *openInode) uploadFromLocked(idx uint64, src *os.File, foff, size int64)
 	n.chainUploadLocked(idx, size, func(ctx context.Context) ([]int, error) {
 		return n.c.writeChunkFrom(ctx, n.ino, idx, 0, src, foff, size)
 	}, nil)
-	for n.mu.buffered > n.c.cfg.WriteBuffer && n.mu.err == nil {
-		n.uploadAllLocked()
-		n.mu.drained.Wait()
-	}
-	return n.mu.err
+	return n.throttleLocked()
 }
 
 // chainUploadLocked runs upload, which moves size buffered bytes to chunk

@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -202,7 +201,8 @@ func receivedFDs(oob []byte) ([]int, error) {
 // SameHostConn is a client's connection to a same-host socket: one request
 // at a time.
 type SameHostConn struct {
-	c *net.UnixConn
+	c   *net.UnixConn
+	buf []byte // for replies
 }
 
 // DialSameHost connects to the same-host path of the server listening on TCP
@@ -226,7 +226,7 @@ func DialSameHost(ctx context.Context, addr string) (*SameHostConn, error) {
 		c.Close()
 		return nil, errs.WithPath(err, op, name)
 	}
-	return &SameHostConn{c: c}, nil
+	return &SameHostConn{c: c, buf: make([]byte, maxSameHostMessage)}, nil
 }
 
 // checkPeer accepts a server running as this process's user or as root.
@@ -263,10 +263,7 @@ func (s *SameHostConn) Call(ctx context.Context, req proto.Message, fd uintptr, 
 	if len(msg) > maxSameHostMessage {
 		return errs.New(errs.Invalid, op, "message of %d bytes, over %d", len(msg), maxSameHostMessage)
 	}
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Time{}
-	}
+	deadline, _ := ctx.Deadline() // zero: none
 	if err := s.c.SetDeadline(deadline); err != nil {
 		return errs.Wrap(errs.Unavailable, op, "", err)
 	}
@@ -275,29 +272,25 @@ func (s *SameHostConn) Call(ctx context.Context, req proto.Message, fd uintptr, 
 	if _, _, err := s.c.WriteMsgUnix(msg, unix.UnixRights(int(fd)), nil); err != nil {
 		return sameHostErr(ctx, op, err)
 	}
-	buf := make([]byte, maxSameHostMessage)
-	n, err := s.c.Read(buf)
+	n, err := s.c.Read(s.buf)
 	if err != nil {
 		return sameHostErr(ctx, op, err)
 	}
-	if n == 0 || buf[0] != sameHostVersion {
+	if n == 0 || s.buf[0] != sameHostVersion {
 		return errs.New(errs.Protocol, op, "reply is not a version %d packet", sameHostVersion)
 	}
-	if err := proto.Unmarshal(buf[1:n], resp); err != nil {
+	if err := proto.Unmarshal(s.buf[1:n], resp); err != nil {
 		return errs.Wrap(errs.Protocol, op, "decode reply", err)
 	}
 	return nil
 }
 
+// sameHostErr is the error of a call whose socket failed: the context's, if
+// it ended (the socket's deadline is the context's, and may fire first),
+// else the connection's.
 func sameHostErr(ctx context.Context, op string, err error) error {
-	switch {
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return errs.Wrap(errs.Timeout, op, "", ctx.Err())
-	case ctx.Err() != nil:
-		return errs.Wrap(errs.Canceled, op, "", ctx.Err())
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		// The socket's deadline, set from ctx's, can fire before ctx's.
-		return errs.Wrap(errs.Timeout, op, "", err)
+	if ctxEnded(ctx) {
+		return ctxError(ctx, op)
 	}
 	return errs.Wrap(errs.Unavailable, op, "", err)
 }
