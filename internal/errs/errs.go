@@ -42,6 +42,7 @@ const (
 	Protocol                 // EPROTO: a malformed frame or message
 	WrongServer              // the request reached a server that does not own the key (GIGA+ redirect)
 	ReadOnly                 // EROFS
+	Lost                     // EIO: a replica lost data it should hold (a replaced disk, a cut chunk); try another
 	kindCount
 )
 
@@ -74,6 +75,7 @@ var kindNames = [...]string{
 	Protocol:     "protocol error",
 	WrongServer:  "wrong server",
 	ReadOnly:     "read-only file system",
+	Lost:         "data lost on this replica",
 }
 
 func (k Kind) String() string {

@@ -31,6 +31,7 @@ var errnoOf = map[errs.Kind]syscall.Errno{
 	errs.Stale:        syscall.ESTALE,
 	errs.IO:           syscall.EIO,
 	errs.Corrupt:      syscall.EIO,
+	errs.Lost:         syscall.EIO,
 	errs.Unavailable:  syscall.EIO, // as a soft NFS mount: the server is gone
 	errs.Timeout:      syscall.ETIMEDOUT,
 	errs.Canceled:     syscall.EINTR,
@@ -59,7 +60,7 @@ func errno(err error) syscall.Errno {
 // or with weft, rather than with the caller's request: those are logged.
 func serious(err error) bool {
 	switch errs.KindOf(err) {
-	case errs.Other, errs.IO, errs.Corrupt, errs.Unavailable, errs.Timeout, errs.Protocol, errs.WrongServer:
+	case errs.Other, errs.IO, errs.Corrupt, errs.Lost, errs.Unavailable, errs.Timeout, errs.Protocol, errs.WrongServer:
 		return true
 	}
 	return false

@@ -48,6 +48,7 @@ const (
 	MethodDeleteChunks  = 103
 	MethodSyncChunks    = 104
 	MethodStoreStatFS   = 105
+	MethodListChunks    = 106 // weft gc and repair: what a store holds
 )
 
 var methodNames = map[uint16]string{
@@ -67,6 +68,7 @@ var methodNames = map[uint16]string{
 	MethodWriteChunk: "write_chunk", MethodReadChunk: "read_chunk",
 	MethodTruncateChunk: "truncate_chunk", MethodDeleteChunks: "delete_chunks",
 	MethodSyncChunks: "sync_chunks", MethodStoreStatFS: "store_statfs",
+	MethodListChunks: "list_chunks",
 }
 
 // MethodName returns a method's name for logs and metric labels.

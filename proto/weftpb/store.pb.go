@@ -196,8 +196,13 @@ func (*WriteChunkReply) Descriptor() ([]byte, []int) {
 	return file_store_proto_rawDescGZIP(), []int{2}
 }
 
-// ReadChunkRequest reads up to length bytes at offset. A short reply means
-// the chunk ends there; a missing chunk reads as empty (a hole).
+// ReadChunkRequest reads up to length bytes at offset. The reply says
+// whether the store holds the chunk at all (found) and the chunk's size as
+// recorded when it was written, so that a reader tells a hole (no replica
+// ever held the bytes) from lost data. A store that knows it lost chunks (a
+// replaced disk, not yet repaired) answers a chunk it lacks with errs.Lost,
+// never with found = false; a chunk whose file is shorter than its recorded
+// size is errs.Lost too.
 type ReadChunkRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Chunk         *ChunkID               `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
@@ -261,8 +266,16 @@ func (x *ReadChunkRequest) GetLength() int64 {
 // Since protocol version 2 the bytes travel as the frame's attachment and
 // data stays empty.
 type ReadChunkReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// found: this store holds the chunk. Without it, data is empty.
+	Found bool `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	// chunk_size is the chunk's recorded size: bytes past it were never
+	// written (a hole, or the file's sparse tail).
+	ChunkSize int64 `protobuf:"varint,3,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	// version of the chunk: raised by every change (write, truncate), so a
+	// replica that missed a change is seen to be stale (docs/design.md).
+	Version       uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -302,6 +315,27 @@ func (x *ReadChunkReply) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *ReadChunkReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *ReadChunkReply) GetChunkSize() int64 {
+	if x != nil {
+		return x.ChunkSize
+	}
+	return 0
+}
+
+func (x *ReadChunkReply) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 type TruncateChunkRequest struct {
@@ -769,10 +803,14 @@ func (x *LocalIORequest) GetWriteBehind() bool {
 // where the chunk ends, empty for a missing chunk), or an error: a
 // non-empty message and its errs.Kind.
 type LocalIOReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Length        int64                  `protobuf:"varint,1,opt,name=length,proto3" json:"length,omitempty"`
-	ErrorKind     uint32                 `protobuf:"varint,2,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"`
-	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Length    int64                  `protobuf:"varint,1,opt,name=length,proto3" json:"length,omitempty"`
+	ErrorKind uint32                 `protobuf:"varint,2,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"`
+	Error     string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// found, chunk_size and version as in ReadChunkReply (reads only).
+	Found         bool   `protobuf:"varint,4,opt,name=found,proto3" json:"found,omitempty"`
+	ChunkSize     int64  `protobuf:"varint,5,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	Version       uint64 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -828,6 +866,214 @@ func (x *LocalIOReply) GetError() string {
 	return ""
 }
 
+func (x *LocalIOReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *LocalIOReply) GetChunkSize() int64 {
+	if x != nil {
+		return x.ChunkSize
+	}
+	return 0
+}
+
+func (x *LocalIOReply) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// ListChunksRequest lists the chunks a store holds in (ino, index) order,
+// starting after the given chunk (none: from the start), at most limit of
+// them (0: the store's default page).
+type ListChunksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	After *ChunkID               `protobuf:"bytes,1,opt,name=after,proto3" json:"after,omitempty"`
+	Limit uint32                 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// ino, when non-zero, lists only that file's chunks.
+	Ino           uint64 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChunksRequest) Reset() {
+	*x = ListChunksRequest{}
+	mi := &file_store_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChunksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChunksRequest) ProtoMessage() {}
+
+func (x *ListChunksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChunksRequest.ProtoReflect.Descriptor instead.
+func (*ListChunksRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListChunksRequest) GetAfter() *ChunkID {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *ListChunksRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListChunksRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+type ChunkInfo struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Chunk   *ChunkID               `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Size    int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Version uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	// mtime_unix_nano of the chunk's last change: gc leaves chunks younger
+	// than its grace period alone (a write may be about to commit them).
+	MtimeUnixNano int64 `protobuf:"varint,4,opt,name=mtime_unix_nano,json=mtimeUnixNano,proto3" json:"mtime_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkInfo) Reset() {
+	*x = ChunkInfo{}
+	mi := &file_store_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkInfo) ProtoMessage() {}
+
+func (x *ChunkInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkInfo.ProtoReflect.Descriptor instead.
+func (*ChunkInfo) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ChunkInfo) GetChunk() *ChunkID {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *ChunkInfo) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ChunkInfo) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ChunkInfo) GetMtimeUnixNano() int64 {
+	if x != nil {
+		return x.MtimeUnixNano
+	}
+	return 0
+}
+
+type ListChunksReply struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Chunks []*ChunkInfo           `protobuf:"bytes,1,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	// more: the listing stopped at limit; ask again after the last chunk.
+	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChunksReply) Reset() {
+	*x = ListChunksReply{}
+	mi := &file_store_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChunksReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChunksReply) ProtoMessage() {}
+
+func (x *ListChunksReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChunksReply.ProtoReflect.Descriptor instead.
+func (*ListChunksReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListChunksReply) GetChunks() []*ChunkInfo {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+func (x *ListChunksReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 var File_store_proto protoreflect.FileDescriptor
 
 const file_store_proto_rawDesc = "" +
@@ -846,9 +1092,13 @@ const file_store_proto_rawDesc = "" +
 	"\x10ReadChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06length\x18\x03 \x01(\x03R\x06length\"$\n" +
+	"\x06length\x18\x03 \x01(\x03R\x06length\"s\n" +
 	"\x0eReadChunkReply\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"R\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
+	"\x05found\x18\x02 \x01(\bR\x05found\x12\x1d\n" +
+	"\n" +
+	"chunk_size\x18\x03 \x01(\x03R\tchunkSize\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"R\n" +
 	"\x14TruncateChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\"\x14\n" +
@@ -874,12 +1124,28 @@ const file_store_proto_rawDesc = "" +
 	"\vfile_offset\x18\x05 \x01(\x03R\n" +
 	"fileOffset\x12\x12\n" +
 	"\x04sync\x18\x06 \x01(\bR\x04sync\x12!\n" +
-	"\fwrite_behind\x18\a \x01(\bR\vwriteBehind\"[\n" +
+	"\fwrite_behind\x18\a \x01(\bR\vwriteBehind\"\xaa\x01\n" +
 	"\fLocalIOReply\x12\x16\n" +
 	"\x06length\x18\x01 \x01(\x03R\x06length\x12\x1d\n" +
 	"\n" +
 	"error_kind\x18\x02 \x01(\rR\terrorKind\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05errorB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x14\n" +
+	"\x05found\x18\x04 \x01(\bR\x05found\x12\x1d\n" +
+	"\n" +
+	"chunk_size\x18\x05 \x01(\x03R\tchunkSize\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\x04R\aversion\"c\n" +
+	"\x11ListChunksRequest\x12&\n" +
+	"\x05after\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05after\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x10\n" +
+	"\x03ino\x18\x03 \x01(\x04R\x03ino\"\x89\x01\n" +
+	"\tChunkInfo\x12&\n" +
+	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12&\n" +
+	"\x0fmtime_unix_nano\x18\x04 \x01(\x03R\rmtimeUnixNano\"Q\n" +
+	"\x0fListChunksReply\x12*\n" +
+	"\x06chunks\x18\x01 \x03(\v2\x12.weft.v1.ChunkInfoR\x06chunks\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04moreB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
 
 var (
 	file_store_proto_rawDescOnce sync.Once
@@ -893,7 +1159,7 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_store_proto_goTypes = []any{
 	(*ChunkID)(nil),              // 0: weft.v1.ChunkID
 	(*WriteChunkRequest)(nil),    // 1: weft.v1.WriteChunkRequest
@@ -910,17 +1176,23 @@ var file_store_proto_goTypes = []any{
 	(*StoreStatFSReply)(nil),     // 12: weft.v1.StoreStatFSReply
 	(*LocalIORequest)(nil),       // 13: weft.v1.LocalIORequest
 	(*LocalIOReply)(nil),         // 14: weft.v1.LocalIOReply
+	(*ListChunksRequest)(nil),    // 15: weft.v1.ListChunksRequest
+	(*ChunkInfo)(nil),            // 16: weft.v1.ChunkInfo
+	(*ListChunksReply)(nil),      // 17: weft.v1.ListChunksReply
 }
 var file_store_proto_depIdxs = []int32{
-	0, // 0: weft.v1.WriteChunkRequest.chunk:type_name -> weft.v1.ChunkID
-	0, // 1: weft.v1.ReadChunkRequest.chunk:type_name -> weft.v1.ChunkID
-	0, // 2: weft.v1.TruncateChunkRequest.chunk:type_name -> weft.v1.ChunkID
-	0, // 3: weft.v1.LocalIORequest.chunk:type_name -> weft.v1.ChunkID
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: weft.v1.WriteChunkRequest.chunk:type_name -> weft.v1.ChunkID
+	0,  // 1: weft.v1.ReadChunkRequest.chunk:type_name -> weft.v1.ChunkID
+	0,  // 2: weft.v1.TruncateChunkRequest.chunk:type_name -> weft.v1.ChunkID
+	0,  // 3: weft.v1.LocalIORequest.chunk:type_name -> weft.v1.ChunkID
+	0,  // 4: weft.v1.ListChunksRequest.after:type_name -> weft.v1.ChunkID
+	0,  // 5: weft.v1.ChunkInfo.chunk:type_name -> weft.v1.ChunkID
+	16, // 6: weft.v1.ListChunksReply.chunks:type_name -> weft.v1.ChunkInfo
+	7,  // [7:7] is the sub-list for method output_type
+	7,  // [7:7] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -934,7 +1206,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
