@@ -15,7 +15,7 @@ import (
 )
 
 // The import rules of DESIGN.md ("Layout"): imports point one way,
-// core/errs <- rpc <- meta, store, client <- fusefs, bench, cluster, fsck <- cli <- cmd.
+// core/errs <- rpc <- repair <- meta, store, client <- fusefs, bench, cluster, fsck <- cli <- cmd.
 // Rules apply to the packages' own (non-test) dependencies, transitively, so
 // that a detour through a third package does not hide a violation. Tests may
 // assemble servers and clients as they like, except that they too must leave
@@ -31,6 +31,8 @@ var onlyDeps = map[string][]string{
 	"weftpb": {},
 	"rpc":    {"core", "errs", "weftpb"},
 	"config": {"core", "errs"},
+	// repair restores chunks over the wire; stores run it for themselves.
+	"repair": {"core", "errs", "weftpb", "rpc"},
 }
 
 // upper are the components that assemble the system; nothing below them

@@ -90,7 +90,15 @@ type WriteChunkRequest struct {
 	// now, without waiting for them (no effect with sync): the writer will
 	// sync the chunk soon, as a close in the cluster's sync mode does, and
 	// that sync then has less to wait for.
-	WriteBehind   bool `protobuf:"varint,5,opt,name=write_behind,json=writeBehind,proto3" json:"write_behind,omitempty"`
+	WriteBehind bool `protobuf:"varint,5,opt,name=write_behind,json=writeBehind,proto3" json:"write_behind,omitempty"`
+	// replace (repair): the chunk becomes exactly data (offset 0), with
+	// version set_version, only if its version is now expect_version (0: the
+	// store lacks the chunk); otherwise the store answers errs.Stale and
+	// changes nothing. A write racing a repair thus wins, and the repair
+	// tries again on its next pass.
+	Replace       bool   `protobuf:"varint,6,opt,name=replace,proto3" json:"replace,omitempty"`
+	SetVersion    uint64 `protobuf:"varint,7,opt,name=set_version,json=setVersion,proto3" json:"set_version,omitempty"`
+	ExpectVersion uint64 `protobuf:"varint,8,opt,name=expect_version,json=expectVersion,proto3" json:"expect_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -158,6 +166,27 @@ func (x *WriteChunkRequest) GetWriteBehind() bool {
 		return x.WriteBehind
 	}
 	return false
+}
+
+func (x *WriteChunkRequest) GetReplace() bool {
+	if x != nil {
+		return x.Replace
+	}
+	return false
+}
+
+func (x *WriteChunkRequest) GetSetVersion() uint64 {
+	if x != nil {
+		return x.SetVersion
+	}
+	return 0
+}
+
+func (x *WriteChunkRequest) GetExpectVersion() uint64 {
+	if x != nil {
+		return x.ExpectVersion
+	}
+	return 0
 }
 
 type WriteChunkReply struct {
@@ -1081,13 +1110,17 @@ const file_store_proto_rawDesc = "" +
 	"\vstore.proto\x12\aweft.v1\"1\n" +
 	"\aChunkID\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\x9e\x01\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\x80\x02\n" +
 	"\x11WriteChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x12\n" +
 	"\x04sync\x18\x04 \x01(\bR\x04sync\x12!\n" +
-	"\fwrite_behind\x18\x05 \x01(\bR\vwriteBehind\"\x11\n" +
+	"\fwrite_behind\x18\x05 \x01(\bR\vwriteBehind\x12\x18\n" +
+	"\areplace\x18\x06 \x01(\bR\areplace\x12\x1f\n" +
+	"\vset_version\x18\a \x01(\x04R\n" +
+	"setVersion\x12%\n" +
+	"\x0eexpect_version\x18\b \x01(\x04R\rexpectVersion\"\x11\n" +
 	"\x0fWriteChunkReply\"j\n" +
 	"\x10ReadChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +

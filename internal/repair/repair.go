@@ -1,0 +1,138 @@
+package repair
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// Config says what a pass repairs and how.
+type Config struct {
+	// Stores are every store server, index = store id in the cluster file.
+	Stores      []Store
+	Replication int
+	// Only, when >= 0, restricts the pass to copies placed on that store
+	// (a store's own background pass); -1 repairs every store.
+	Only int
+	// Ino, when non-zero, restricts the pass to one file's chunks.
+	Ino uint64
+	// DryRun counts what a pass would copy and copies nothing.
+	DryRun bool
+	// Verify reads every placed copy (the store checks its CRCs), so a
+	// corrupt or cut copy is rewritten too. Without it a pass only
+	// compares listings.
+	Verify bool
+	// RateBytes bounds the bytes copied per second; 0: no bound.
+	RateBytes int64
+	// CallTimeout bounds each call to a store; default 30 s.
+	CallTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Report is what a pass found and did.
+type Report struct {
+	Chunks          int64 // distinct chunks seen
+	UnderReplicated int64 // chunks with a placed copy missing, stale or bad
+	Missing         int64 // placed copies absent
+	Stale           int64 // placed copies with an older version
+	Bad             int64 // placed copies that failed Verify
+	Copied          int64 // copies written
+	CopiedBytes     int64
+	Raced           int64 // copies skipped because a writer changed the chunk meanwhile
+	Failed          int64 // copies that failed; the next pass tries again
+	// Unreachable lists the stores whose listing failed: what they hold,
+	// and so what they lack, is unknown to this pass.
+	Unreachable []int
+}
+
+// Clean reports whether the pass left every chunk on its replicas: nothing
+// failed, raced or was unreachable (a dry run that found nothing to do).
+func (r *Report) Clean() bool {
+	return r.Failed == 0 && r.Raced == 0 && len(r.Unreachable) == 0 && r.Copied == r.Missing+r.Stale+r.Bad
+}
+
+func (r *Report) String() string {
+	return fmt.Sprintf("%d chunks, %d under-replicated (%d missing, %d stale, %d bad copies); copied %d (%d bytes), %d raced, %d failed, unreachable stores %v",
+		r.Chunks, r.UnderReplicated, r.Missing, r.Stale, r.Bad, r.Copied, r.CopiedBytes, r.Raced, r.Failed, r.Unreachable)
+}
+
+type pass struct {
+	cfg     Config
+	rep     Report
+	log     *slog.Logger
+	start   time.Time
+	listers []*lister
+}
+
+// Run makes one pass. It returns an error only when ctx ends or the
+// configuration is wrong; what it could not repair is in the Report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if len(cfg.Stores) == 0 || cfg.Replication < 1 {
+		return nil, errs.New(errs.Invalid, "repair", "%d stores, replication %d", len(cfg.Stores), cfg.Replication)
+	}
+	if cfg.Only >= len(cfg.Stores) {
+		return nil, errs.New(errs.Invalid, "repair", "store %d of %d", cfg.Only, len(cfg.Stores))
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := &pass{cfg: cfg, log: cfg.Logger, start: time.Now()}
+	for _, s := range cfg.Stores {
+		p.listers = append(p.listers, &lister{store: s, ino: cfg.Ino})
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return &p.rep, errs.Wrap(errs.Canceled, "repair", "", err)
+		}
+		id, holders := p.next(ctx)
+		if id == nil {
+			break
+		}
+		p.rep.Chunks++
+		p.repairChunk(ctx, id, holders)
+	}
+	for i, l := range p.listers {
+		if l.err != nil {
+			p.rep.Unreachable = append(p.rep.Unreachable, i)
+			p.log.Warn("repair: listing a store failed", "store", i, "err", l.err)
+		}
+	}
+	return &p.rep, ctx.Err()
+}
+
+// call runs fn with the pass's per-call bound.
+func (p *pass) call(ctx context.Context, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+	defer cancel()
+	return fn(ctx)
+}
+
+// next returns the smallest chunk id any store lists next, with what each
+// store that lists it holds (index = store id, nil: not listed), and
+// advances past it.
+func (p *pass) next(ctx context.Context) (*weftpb.ChunkID, []*weftpb.ChunkInfo) {
+	var lowest *weftpb.ChunkID
+	for _, l := range p.listers {
+		if c := l.peek(ctx, p.call); c != nil && (lowest == nil || less(c.GetChunk(), lowest)) {
+			lowest = c.GetChunk()
+		}
+	}
+	if lowest == nil {
+		return nil, nil
+	}
+	holders := make([]*weftpb.ChunkInfo, len(p.listers))
+	for i, l := range p.listers {
+		if c := l.peek(ctx, p.call); c != nil && same(c.GetChunk(), lowest) {
+			holders[i] = c
+			l.pop()
+		}
+	}
+	return lowest, holders
+}
