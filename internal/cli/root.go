@@ -77,6 +77,7 @@ func NewRoot() *cobra.Command {
 		newClusterCommand,
 		newStatusCommand,
 		newFsckCommand,
+		newRepairCommand,
 	} {
 		root.AddCommand(newCmd(a))
 	}

@@ -1,0 +1,84 @@
+package cli
+
+// weft repair: restore every chunk to its R replicas (internal/repair).
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/repair"
+	"github.com/weftfs/weft/internal/rpc"
+)
+
+func newRepairCommand(a *app) *cobra.Command {
+	var (
+		dryRun, verify bool
+		rate           string
+		timeout        time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "repair",
+		Short: "Copy chunks back to the stores that should hold them (missing, stale or bad copies)",
+		Long: "List every store's chunks and copy each chunk's newest version to each of\n" +
+			"its R placed stores that lacks it, holds an older version (it missed writes\n" +
+			"while down) or, with --verify, holds a copy that fails its checksums. A\n" +
+			"write racing a copy wins; the copy is left to the next pass. Each store also\n" +
+			"repairs its own copies in the background (docs/design.md, \"Repair\").\n\n" +
+			"Exit status: 0 when every chunk is on its replicas, 1 when copies are left\n" +
+			"to make (a store was unreachable, a copy failed or raced a write: run\n" +
+			"again), 2 for bad usage, 3 for a bad cluster file.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rateBytes, err := config.ParseByteSize(rate)
+			if err != nil || rateBytes < 0 {
+				return usageErrorf(cmd, "--rate %q: want a size per second such as 100MiB, 0 for no limit", rate)
+			}
+			cfg, err := a.loadCluster("")
+			if err != nil {
+				return err
+			}
+			stores := make([]repair.Store, len(cfg.Store))
+			for i, s := range cfg.Store {
+				p := rpc.NewPeer(s.Addr, rpc.DialOptions{})
+				defer p.Close()
+				stores[i] = p
+			}
+			r, err := repair.Run(cmd.Context(), repair.Config{
+				Stores: stores, Replication: cfg.Replication, Only: -1,
+				DryRun: dryRun, Verify: verify, RateBytes: int64(rateBytes), CallTimeout: timeout,
+				Logger: a.cliLogger(cmd.ErrOrStderr()),
+			})
+			if err != nil {
+				return err
+			}
+			printRepair(cmd.OutOrStdout(), r, dryRun)
+			if dryRun && r.UnderReplicated > 0 || !dryRun && !r.Clean() {
+				return errs.New(errs.IO, "repair", "copies left to make")
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVar(&dryRun, "dry-run", false, "report what is missing, copy nothing")
+	fl.BoolVar(&verify, "verify", false, "read every copy, so copies failing their checksums are rewritten too")
+	fl.StringVar(&rate, "rate", "0", "bytes copied per second at most (0: no limit)")
+	fl.DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for each call to a store")
+	return cmd
+}
+
+func printRepair(w io.Writer, r *repair.Report, dryRun bool) {
+	fmt.Fprintf(w, "chunks:           %d\n", r.Chunks)
+	fmt.Fprintf(w, "under-replicated: %d (copies missing %d, stale %d, bad %d)\n", r.UnderReplicated, r.Missing, r.Stale, r.Bad)
+	if !dryRun {
+		fmt.Fprintf(w, "copied:           %d (%d bytes)\n", r.Copied, r.CopiedBytes)
+		fmt.Fprintf(w, "left:             %d raced a write, %d failed\n", r.Raced, r.Failed)
+	}
+	if len(r.Unreachable) > 0 {
+		fmt.Fprintf(w, "unreachable stores: %v (what they lack is unknown)\n", r.Unreachable)
+	}
+}
