@@ -18,7 +18,7 @@ MOUNT    ?= $(if $(HOME),$(HOME)/weft,/tmp/weft)
 STATICCHECK_VERSION   := v0.7.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 
-.PHONY: all build up test lint fmt-check vet staticcheck proto tools fuse-deps fsx-long bench-deps check-go clean
+.PHONY: all build up test lint fmt-check vet staticcheck proto tools fuse-deps fsx-long faults bench-deps check-go clean
 
 all: build
 
@@ -76,6 +76,10 @@ fuse-deps:
 ## fsx-long: the randomized data-integrity test through a mount, 1,000,000 operations
 fsx-long: check-go fuse-deps
 	WEFT_FSX_OPS=1000000 $(GO) test -count=1 -timeout 4h -run 'TestFsx$$' -v ./internal/fusefs/
+
+## faults: the fault suite, 10 rounds of kills, stops, lost disks and corruption under a workload (make test runs one)
+faults: check-go
+	WEFT_FAULT_ROUNDS=$${WEFT_FAULT_ROUNDS:-10} $(GO) test -count=1 -timeout 60m -run 'TestFaults$$' -v ./internal/cluster/
 
 # What weft bench's targets and benchmarks need besides weft: sshd and sshfs
 # (the sshfs target), redis-server (JuiceFS with Redis metadata), python3-venv

@@ -162,10 +162,20 @@ func putFile(ctx context.Context, c *client.Client, name string, data []byte) er
 // after repair no data may be lost).
 func (m *faultModel) check(ctx context.Context, c *client.Client) []string {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	var bad []string
+	all := make(map[string][]string, len(m.possible))
 	for name, possible := range m.possible {
-		got, err := readFile(ctx, c, name)
+		all[name] = slices.Clone(possible)
+	}
+	m.mu.Unlock()
+	var bad []string
+	for name, possible := range all {
+		readCtx, cancel := context.WithTimeout(ctx, 2*m.bound)
+		var got string
+		err := m.timed("read "+name, func() (err error) {
+			got, err = readFile(readCtx, c, name)
+			return err
+		})
+		cancel()
 		switch {
 		case errs.Is(err, errs.NotExist):
 			got = absent
