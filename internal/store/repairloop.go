@@ -178,4 +178,3 @@ func (r *Repairer) loop(ctx context.Context) {
 		}
 	}
 }
-
