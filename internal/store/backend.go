@@ -58,6 +58,12 @@ type Backend interface {
 	Sync(ino uint64) error
 	// Usage reports capacity, use and chunk count.
 	Usage() (Usage, error)
+	// Keys returns the keys of the chunks q selects, in (ino, index) order,
+	// at most q.Limit of them, and whether more follow. It takes no chunk
+	// locks: a chunk it names may be gone by the time it is looked at.
+	Keys(q ListQuery) ([]ChunkKey, bool, error)
+	// Stat describes chunk k; false if it does not exist.
+	Stat(k ChunkKey) (ChunkInfo, bool, error)
 	// ChunkCount is the number of chunks, cheaply (for a gauge).
 	ChunkCount() int64
 	Close() error

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"time"
 
 	"github.com/weftfs/weft/internal/errs"
 )
@@ -74,10 +75,12 @@ func (e entry) matches(c uint32) bool { return e.a == c || e.b == c }
 
 // chunkFile is an open chunk file; size is its data length.
 type chunkFile struct {
-	k    ChunkKey
-	f    *os.File
-	l    layout
-	size int64
+	k       ChunkKey
+	f       *os.File
+	l       layout
+	size    int64
+	version uint64
+	mtime   time.Time // of the file when it was opened
 }
 
 func (cf *chunkFile) Close() error { return cf.f.Close() }
@@ -99,7 +102,7 @@ func (cf *chunkFile) load() error {
 	if fi.Size() < l.dataOff {
 		return errs.New(errs.Corrupt, "open chunk", "chunk %v: file shorter than its header", cf.k)
 	}
-	cf.l, cf.size = l, fi.Size()-l.dataOff
+	cf.l, cf.size, cf.mtime = l, fi.Size()-l.dataOff, fi.ModTime()
 	return nil
 }
 

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/weftfs/weft/internal/errs"
 )
@@ -10,6 +12,7 @@ import (
 // memBackend keeps chunks in RAM (the Network RamDisk backend), bounded by a
 // byte limit on the sum of chunk sizes. Nothing survives Close.
 type memBackend struct {
+	now   func() time.Time // stamps a chunk's changes
 	bs    int64
 	limit int64
 	used  atomic.Int64 // sum of chunk sizes
@@ -22,15 +25,18 @@ type memBackend struct {
 
 // memChunk is guarded by the Server's chunk lock, not by memBackend.mu.
 type memChunk struct {
-	size   int64
+	size    int64
+	version uint64    // raised by every change
+	mtime   time.Time // of the last change
+
 	blocks [][]byte // len(blocks[b]) == blockLen(size, b)
 	crcs   []uint32
 }
 
 var _ Backend = (*memBackend)(nil)
 
-func newMemBackend(limit, bs int64) *memBackend {
-	m := &memBackend{bs: bs, limit: limit}
+func newMemBackend(limit, bs int64, now func() time.Time) *memBackend {
+	m := &memBackend{bs: bs, limit: limit, now: now}
 	m.mu.inos = make(map[uint64]map[uint64]*memChunk)
 	return m
 }
@@ -146,6 +152,8 @@ func (m *memBackend) apply(k ChunkKey, c *memChunk, ch change) error {
 		c.crcs[b] = checksum(blk)
 	}
 	c.size = ch.newSize
+	c.version++
+	c.mtime = m.now()
 	if grow < 0 {
 		m.used.Add(grow)
 	}
@@ -201,6 +209,36 @@ func (m *memBackend) Delete(ino, from uint64) (uint64, error) {
 }
 
 func (m *memBackend) Sync(uint64) error { return nil }
+
+func (m *memBackend) Keys(q ListQuery) ([]ChunkKey, bool, error) {
+	m.mu.Lock()
+	var keys []ChunkKey
+	for ino, chunks := range m.mu.inos {
+		if q.Ino != 0 && ino != q.Ino || q.After != nil && ino < q.After.Ino {
+			continue
+		}
+		for idx := range chunks {
+			if k := (ChunkKey{ino, idx}); q.includes(k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(keys, compareKeys)
+	if len(keys) > q.Limit {
+		return keys[:q.Limit], true, nil
+	}
+	return keys, false, nil
+}
+
+// Stat runs under k's chunk lock, which guards the memChunk's fields.
+func (m *memBackend) Stat(k ChunkKey) (ChunkInfo, bool, error) {
+	c := m.lookup(k)
+	if c == nil {
+		return ChunkInfo{}, false, nil
+	}
+	return ChunkInfo{Key: k, Size: c.size, Version: c.version, Mtime: c.mtime}, true, nil
+}
 
 func (m *memBackend) Usage() (Usage, error) {
 	return Usage{Capacity: uint64(m.limit), Used: uint64(m.used.Load()), Chunks: uint64(m.count.Load())}, nil

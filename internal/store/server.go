@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -94,7 +95,7 @@ func Open(cfg Config) (*Server, error) {
 	var b Backend
 	switch cfg.Backend {
 	case "mem":
-		b = newMemBackend(cfg.MemLimit, cfg.blockSize)
+		b = newMemBackend(cfg.MemLimit, cfg.blockSize, time.Now)
 	case "disk":
 		d, err := openDiskBackend(cfg.Dir, newLayout(cfg.blockSize, cfg.MaxChunkSize), cfg.noFsync, cfg.Logger)
 		if err != nil {
