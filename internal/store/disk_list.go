@@ -108,11 +108,21 @@ func parseHex16(name string) (uint64, bool) {
 	return v, err == nil
 }
 
+// Stat describes chunk k. A chunk whose header is bad or whose file lost
+// its tail is listed with version 0, which no intact chunk has (its first
+// change makes it 1): repair sees it as stale, and a read of it fails.
 func (d *diskBackend) Stat(k ChunkKey) (ChunkInfo, bool, error) {
-	cf, err := d.open(k, false)
-	if cf == nil || err != nil {
+	cf, err := d.openFile(k, false)
+	switch {
+	case errs.Is(err, errs.Corrupt):
+		return ChunkInfo{Key: k}, true, nil
+	case cf == nil || err != nil:
 		return ChunkInfo{}, false, err
 	}
 	defer cf.Close()
-	return ChunkInfo{Key: k, Size: cf.size, Version: cf.version, Mtime: cf.mtime}, true, nil
+	info := cf.info()
+	if cf.checkLength() != nil {
+		info.Version = 0
+	}
+	return info, true, nil
 }

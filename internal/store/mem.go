@@ -170,22 +170,26 @@ func resize[T any](s []T, n int64) []T {
 	return out
 }
 
-func (m *memBackend) Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, error) {
+func (m *memBackend) Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, ChunkInfo, bool, error) {
 	c := m.lookup(k)
-	if c == nil || off >= c.size || n == 0 {
-		return nil, nil
+	if c == nil {
+		return nil, ChunkInfo{}, false, nil
+	}
+	info := ChunkInfo{Key: k, Size: c.size, Version: c.version, Mtime: c.mtime}
+	if off >= c.size || n == 0 {
+		return nil, info, true, nil
 	}
 	end := min(off+n, c.size)
 	out := alloc(int(end - off))[:0]
 	for b := off / m.bs; b*m.bs < end; b++ {
 		blk := c.blocks[b]
 		if checksum(blk) != c.crcs[b] {
-			return nil, corruptErr("read chunk", k, b)
+			return nil, ChunkInfo{}, false, corruptErr("read chunk", k, b)
 		}
 		start := b * m.bs
 		out = append(out, blk[max(off, start)-start:min(end, start+m.bs)-start]...)
 	}
-	return out, nil
+	return out, info, true, nil
 }
 
 func (m *memBackend) Delete(ino, from uint64) (uint64, error) {
