@@ -69,6 +69,11 @@ type Backend interface {
 	Keys(q ListQuery) ([]ChunkKey, bool, error)
 	// Stat describes chunk k; false if it does not exist.
 	Stat(k ChunkKey) (ChunkInfo, bool, error)
+	// Identity returns the id of this formatting of the store and whether
+	// the store is incomplete: it may lack chunks it should hold.
+	Identity() (id string, incomplete bool)
+	// MarkComplete records, durably for disk, that the store is complete.
+	MarkComplete() error
 	// ChunkCount is the number of chunks, cheaply (for a gauge).
 	ChunkCount() int64
 	Close() error

@@ -32,7 +32,8 @@ type diskBackend struct {
 
 	mu struct {
 		sync.Mutex
-		dirty map[uint64]*dirtyIno // what SyncChunks must flush, per inode
+		dirty  map[uint64]*dirtyIno // what SyncChunks must flush, per inode
+		marker marker               // as in root/FORMAT
 	}
 }
 
@@ -53,11 +54,11 @@ const (
 
 var _ Backend = (*diskBackend)(nil)
 
-func openDiskBackend(root string, l layout, noFsync bool, log *slog.Logger) (*diskBackend, error) {
+func openDiskBackend(root string, l layout, replacement, noFsync bool, log *slog.Logger) (*diskBackend, error) {
 	d := &diskBackend{root: root, dir: filepath.Join(root, "chunks"), layout: l, noFsync: noFsync, log: log}
 	d.mu.dirty = make(map[uint64]*dirtyIno)
-	if err := os.MkdirAll(d.dir, 0o700); err != nil {
-		return nil, errs.Wrap(errs.IO, "open store", root, err)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, ioErr("open store", root, err)
 	}
 	lock, err := os.OpenFile(filepath.Join(root, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -68,6 +69,14 @@ func openDiskBackend(root string, l layout, noFsync bool, log *slog.Logger) (*di
 		return nil, errs.New(errs.Busy, "open store", "%s is in use by another store server: %v", root, err)
 	}
 	d.lock = lock
+	if d.mu.marker, err = d.openMarker(replacement); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	if err := os.Mkdir(d.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		lock.Close()
+		return nil, ioErr("open store", d.dir, err)
+	}
 	for _, p := range []string{d.dir, root} {
 		if err := d.syncDir(p); err != nil {
 			lock.Close()
@@ -333,6 +342,27 @@ func (d *diskBackend) Usage() (Usage, error) {
 }
 
 func (d *diskBackend) ChunkCount() int64 { return d.count.Load() }
+
+func (d *diskBackend) Identity() (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mu.marker.id, d.mu.marker.incomplete
+}
+
+func (d *diskBackend) MarkComplete() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.mu.marker.incomplete {
+		return nil
+	}
+	m := d.mu.marker
+	m.incomplete = false
+	if err := d.writeMarker(m); err != nil {
+		return err
+	}
+	d.mu.marker = m
+	return nil
+}
 
 func (d *diskBackend) Close() error {
 	return d.lock.Close() // releases the flock

@@ -1,7 +1,7 @@
 // Package store is weft's storage server: it keeps chunks of file data,
 // named by (ino, index), in RAM or on disk, checks a CRC32C (Castagnoli) per
 // block of every chunk on read, and serves the store methods of the wire
-// protocol (proto/store.proto, methods 100-106).
+// protocol (proto/store.proto, methods 100-107).
 //
 // The Server validates requests, takes the locks and counts metrics; a
 // Backend holds the bytes. Both backends share the block arithmetic of one

@@ -17,9 +17,11 @@ type memBackend struct {
 	limit int64
 	used  atomic.Int64 // sum of chunk sizes
 	count atomic.Int64
+	id    string
 	mu    struct {
 		sync.Mutex
-		inos map[uint64]map[uint64]*memChunk
+		inos       map[uint64]map[uint64]*memChunk
+		incomplete bool
 	}
 }
 
@@ -35,9 +37,12 @@ type memChunk struct {
 
 var _ Backend = (*memBackend)(nil)
 
-func newMemBackend(limit, bs int64, now func() time.Time) *memBackend {
-	m := &memBackend{bs: bs, limit: limit, now: now}
+// newMemBackend makes an empty RAM store: with replacement, one that
+// replaces a store of a cluster that holds data, and so is incomplete.
+func newMemBackend(limit, bs int64, replacement bool, now func() time.Time) *memBackend {
+	m := &memBackend{bs: bs, limit: limit, now: now, id: newStoreID()}
 	m.mu.inos = make(map[uint64]map[uint64]*memChunk)
+	m.mu.incomplete = replacement
 	return m
 }
 
@@ -249,6 +254,19 @@ func (m *memBackend) Usage() (Usage, error) {
 }
 
 func (m *memBackend) ChunkCount() int64 { return m.count.Load() }
+
+func (m *memBackend) Identity() (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.id, m.mu.incomplete
+}
+
+func (m *memBackend) MarkComplete() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mu.incomplete = false
+	return nil
+}
 
 func (m *memBackend) Close() error {
 	m.mu.Lock()

@@ -111,6 +111,9 @@ func (s *Server) readChunk(ctx context.Context, req *weftpb.ReadChunkRequest, al
 		return nil, nil, err
 	}
 	defer done()
+	if err := s.lostIfIncomplete(op, k); err != nil {
+		return nil, nil, err
+	}
 	unlock := s.locks.lockChunk(k, false)
 	defer unlock()
 	data, info, found, err := s.backend.Read(k, off, n, alloc)
@@ -183,7 +186,8 @@ func (s *Server) SyncChunks(ctx context.Context, req *weftpb.SyncChunksRequest) 
 	return &weftpb.SyncChunksReply{}, nil
 }
 
-// StatFS reports the backend's capacity, use and chunk count.
+// StatFS reports the backend's capacity, use and chunk count, and the
+// store's identity and whether it is incomplete.
 func (s *Server) StatFS(ctx context.Context, _ *weftpb.StoreStatFSRequest) (*weftpb.StoreStatFSReply, error) {
 	const op = "statfs"
 	done, err := s.begin(ctx, op)
@@ -195,5 +199,6 @@ func (s *Server) StatFS(ctx context.Context, _ *weftpb.StoreStatFSRequest) (*wef
 	if err != nil {
 		return nil, err
 	}
-	return &weftpb.StoreStatFSReply{Capacity: u.Capacity, Used: u.Used, Chunks: u.Chunks}, nil
+	id, incomplete := s.backend.Identity()
+	return &weftpb.StoreStatFSReply{Capacity: u.Capacity, Used: u.Used, Chunks: u.Chunks, Id: id, Incomplete: incomplete}, nil
 }
