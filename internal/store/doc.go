@@ -23,7 +23,10 @@
 // evenly), I the ino and X the index, both 16 lower-case hex digits. One
 // directory per inode makes DeleteChunks a directory listing; it removes the
 // inode's directory when it empties it. Dir/LOCK is flock'ed while a server
-// has the directory open. A chunk file is:
+// has the directory open. Dir/FORMAT, written when the store formats the
+// directory, names the format, the store's id and whether it is complete
+// (marker.go; an incomplete store serves no reads, complete.go). A chunk
+// file is:
 //
 //	offset 0     header page (4 KiB):
 //	  0    magic "WEFTCHNK", format version u32 = 2, block size u32,

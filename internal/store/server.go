@@ -38,8 +38,8 @@ type Config struct {
 	// until a full repair pass calls MarkComplete. It has no effect on a
 	// directory that Open finds formatted.
 	Replacement bool
-	Logger       *slog.Logger
-	Registry     *prometheus.Registry // nil: a private registry
+	Logger      *slog.Logger
+	Registry    *prometheus.Registry // nil: a private registry
 
 	blockSize int64 // CRC block size; tests shrink it
 	noFsync   bool  // skip fsync system calls (model tests; they cost ms each)
