@@ -3,7 +3,7 @@ package store
 import (
 	"errors"
 	"io/fs"
-	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -46,13 +46,13 @@ func (d *diskBackend) Keys(q ListQuery) ([]ChunkKey, bool, error) {
 
 // inodesFrom returns the inodes with a directory, from after's on, sorted.
 func (d *diskBackend) inodesFrom(after *ChunkKey) ([]uint64, error) {
-	fans, err := readDirNames(d.dir)
+	fans, err := d.readDirNames(d.dir)
 	if err != nil {
 		return nil, err
 	}
 	var inos []uint64
 	for _, fan := range fans {
-		names, err := readDirNames(d.dir + "/" + fan)
+		names, err := d.readDirNames(filepath.Join(d.dir, fan))
 		if err != nil {
 			return nil, err
 		}
@@ -69,7 +69,7 @@ func (d *diskBackend) inodesFrom(after *ChunkKey) ([]uint64, error) {
 
 // indexes returns the chunk indexes of ino present on disk, sorted.
 func (d *diskBackend) indexes(ino uint64) ([]uint64, error) {
-	names, err := readDirNames(d.inoDir(ino))
+	names, err := d.readDirNames(d.inoDir(ino))
 	if err != nil {
 		return nil, err
 	}
@@ -84,18 +84,13 @@ func (d *diskBackend) indexes(ino uint64) ([]uint64, error) {
 }
 
 // readDirNames lists a directory's names; a missing directory has none.
-func readDirNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
+func (d *diskBackend) readDirNames(dir string) ([]string, error) {
+	names, err := d.fs.ReadDirNames(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, errs.Wrap(errs.IO, "list chunks", dir, err)
-	}
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, errs.Wrap(errs.IO, "list chunks", dir, err)
+		return nil, ioErr("list chunks", dir, err)
 	}
 	return names, nil
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"os"
 	"time"
 
 	"github.com/weftfs/weft/internal/errs"
@@ -21,7 +20,7 @@ func (e entry) matches(c uint32) bool { return e.a == c || e.b == c }
 // version) from the newer valid slot, and the file's length.
 type chunkFile struct {
 	k       ChunkKey
-	f       *os.File
+	f       File
 	l       layout
 	size    int64
 	version uint64
@@ -180,12 +179,39 @@ func (cf *chunkFile) apply(ch change, mutate func() error, hook func(step int) e
 				return err
 			}
 		}
-		if err := step(); err != nil {
+		err := step()
+		switch {
+		case err == nil:
+		case i == len(steps)-1:
+			// The data and the state are in place and the entries'
+			// second slots vouch for the new bytes: the change is done,
+			// and the next change of these blocks settles the entries
+			// (see currentCRC).
+			cf.size, cf.version = next.size, next.version
+			return nil
+		case ch.newSize < ch.oldSize && i == 2:
+			cf.undoShrink(ch, next)
+			return err
+		default:
 			return err
 		}
 	}
 	cf.size, cf.version = next.size, next.version
 	return nil
+}
+
+// undoShrink puts back the size of a shrink whose ftruncate failed after
+// its state was written, so that the failed truncate changes nothing a
+// read sees: the bytes are all still there, and the table entries' first
+// slots still vouch for them. If this write fails too, the chunk reads as
+// shrunk, which the error the caller gets allows.
+func (cf *chunkFile) undoShrink(ch change, done chunkState) {
+	back := chunkState{size: ch.oldSize, version: done.version + 1}
+	if cf.writeState(back) == nil {
+		cf.version = back.version
+	} else {
+		cf.size, cf.version = done.size, done.version
+	}
 }
 
 // changedEntries returns the table entries {CRC vouching for the bytes now,

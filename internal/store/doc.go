@@ -98,6 +98,19 @@
 // fails with errs.Corrupt (its untouched bytes cannot be vouched for); a write
 // covering the whole block, a truncate below it or a delete heals it.
 //
+// # Failures of the disk
+//
+// The disk backend does all its file work through an FS (fsys.go; the OS's
+// unless Config.FS says otherwise), so that tests inject ENOSPC, EIO and
+// short writes at every call. A full disk (ENOSPC, EDQUOT) is errs.NoSpace,
+// which the client's mount reports as ENOSPC; other failures are errs.IO.
+// A change that fails leaves what a read sees as it was, or a block it tore
+// that reads as errs.Corrupt: a growth's new bytes stay hidden until its
+// state is written; a shrink whose ftruncate fails puts its old size back;
+// only an overwrite within the size may leave blocks it wrote whole. A
+// failure of the last step (the table's {new, new}) is not a failure: the
+// state and the entries' second slots already vouch for the change.
+//
 // # Mem backend
 //
 // The mem backend (the Network RamDisk) keeps each chunk as 64 KiB blocks with

@@ -100,7 +100,7 @@ func newStoreID() string {
 // directory is made.
 func (d *diskBackend) openMarker(replacement bool) (marker, error) {
 	const op = "open store"
-	b, err := os.ReadFile(filepath.Join(d.root, markerName))
+	b, err := readFile(d.fs, filepath.Join(d.root, markerName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return d.format(replacement)
 	}
@@ -111,7 +111,7 @@ func (d *diskBackend) openMarker(replacement bool) (marker, error) {
 	if err != nil {
 		return marker{}, errs.New(errs.Corrupt, op, "%s: %v", filepath.Join(d.root, markerName), err)
 	}
-	if _, err := os.Stat(d.dir); errors.Is(err, fs.ErrNotExist) && !m.incomplete {
+	if _, err := d.fs.Stat(d.dir); errors.Is(err, fs.ErrNotExist) && !m.incomplete {
 		d.log.Warn("the store's chunks directory is gone: the store is incomplete until a repair pass", "dir", d.dir)
 		m.incomplete = true
 		if err := d.writeMarker(m); err != nil {
@@ -125,7 +125,7 @@ func (d *diskBackend) openMarker(replacement bool) (marker, error) {
 // chunks without a marker (an older weft's, whose format this one cannot
 // read).
 func (d *diskBackend) format(replacement bool) (marker, error) {
-	names, err := readDirNames(d.dir)
+	names, err := d.readDirNames(d.dir)
 	if err != nil {
 		return marker{}, err
 	}
@@ -144,7 +144,7 @@ func (d *diskBackend) format(replacement bool) (marker, error) {
 func (d *diskBackend) writeMarker(m marker) error {
 	const op = "write store marker"
 	p := filepath.Join(d.root, markerName)
-	f, err := os.OpenFile(p+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	f, err := d.fs.OpenFile(p+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return ioErr(op, p, err)
 	}
@@ -156,13 +156,13 @@ func (d *diskBackend) writeMarker(m marker) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(p+".tmp", p)
+		err = d.fs.Rename(p+".tmp", p)
 	}
 	if err == nil {
 		err = d.syncDir(d.root)
 	}
 	if err != nil {
-		os.Remove(p + ".tmp")
+		d.fs.Remove(p + ".tmp")
 		return ioErr(op, p, err)
 	}
 	return nil

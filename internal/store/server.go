@@ -39,6 +39,7 @@ type Config struct {
 	// directory that Open finds formatted.
 	Replacement bool
 	Logger      *slog.Logger
+	FS          FS                   // the disk backend's file system; nil: OSFS()
 	Registry    *prometheus.Registry // nil: a private registry
 
 	blockSize int64 // CRC block size; tests shrink it
@@ -51,6 +52,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.blockSize == 0 {
 		c.blockSize = DefaultBlockSize
+	}
+	if c.FS == nil {
+		c.FS = OSFS()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -108,7 +112,7 @@ func Open(cfg Config) (*Server, error) {
 	case "mem":
 		b = newMemBackend(cfg.MemLimit, cfg.blockSize, cfg.Replacement, time.Now)
 	case "disk":
-		d, err := openDiskBackend(cfg.Dir, newLayout(cfg.blockSize, cfg.MaxChunkSize), cfg.Replacement, cfg.noFsync, cfg.Logger)
+		d, err := openDiskBackend(cfg.Dir, newLayout(cfg.blockSize, cfg.MaxChunkSize), cfg.Replacement, cfg.noFsync, cfg.FS, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
