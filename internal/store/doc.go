@@ -111,6 +111,14 @@
 // failure of the last step (the table's {new, new}) is not a failure: the
 // state and the entries' second slots already vouch for the change.
 //
+// # Scrub
+//
+// Scrub (scrub.go) reads every chunk back in pieces of 4 MiB, each under the
+// chunk's read lock, at a bounded rate, and reports the chunks that fail a
+// block's CRC (errs.Corrupt), are shorter than their recorded size
+// (errs.Lost) or cannot be read (errs.IO); weft_store_scrub_bad_chunks_total
+// counts them. Rewriting them from a good replica is repair's work.
+//
 // # Mem backend
 //
 // The mem backend (the Network RamDisk) keeps each chunk as 64 KiB blocks with
