@@ -92,6 +92,9 @@ func (m *memBackend) reserve(n int64) bool {
 }
 
 func (m *memBackend) Write(k ChunkKey, off int64, data []byte, _ WriteMode) error {
+	if len(data) == 0 {
+		return nil // no change, no new version
+	}
 	c := m.lookup(k)
 	var size int64
 	if c != nil {
