@@ -28,7 +28,7 @@ type storeModel struct {
 	cfg      Config
 	chunks   map[ChunkKey][]byte
 	versions map[ChunkKey]uint64 // as the store last reported them
-	limited bool // the mem backend: changes beyond modelMemLimit are refused
+	limited  bool                // the mem backend: changes beyond modelMemLimit are refused
 }
 
 func (m *storeModel) used() int64 {
