@@ -17,9 +17,12 @@ import (
 // the chunk or not.
 func wantIncomplete(t *testing.T, s *Server, what string) {
 	t.Helper()
+	out := tempFile(t, "dst", nil, os.O_RDWR)
 	for _, k := range []ChunkKey{{1, 0}, {1, 1}, {42, 7}} {
 		_, _, err := readReply(s, k.Ino, k.Index, 0, 100)
 		wantKind(t, what+": read of "+k.String(), err, errs.Lost)
+		_, err = localIO(t, s, &weftpb.LocalIORequest{Chunk: cid(k.Ino, k.Index), Length: 100}, out)
+		wantKind(t, what+": same-host read of "+k.String(), err, errs.Lost)
 	}
 }
 

@@ -46,7 +46,9 @@
 // before the change. The file may be longer than dataOff + size (bytes of a
 // change that crashed; the next change cuts them), never shorter: a shorter
 // file lost data (a cut file, a failing disk) and every read of the chunk is
-// errs.Lost, so that the client reads another replica instead of zeros.
+// errs.Lost, so that the client reads another replica instead of zeros;
+// writes and truncates of it fail so too, while a truncate to 0 or
+// DeleteChunks removes it, so that repair can write it anew.
 // A chunk file of format 1 (whose size was the file's length) is refused
 // with errs.Corrupt naming the format.
 //

@@ -154,3 +154,25 @@ func TestDiskTornStateSlot(t *testing.T) {
 	_, _, err = readReply(s, 1, 0, 0, 10)
 	wantKind(t, "read with the shrink's slot torn", err, errs.Lost)
 }
+
+// TestDiskLostChunkRewritable: writes to a chunk that lost its tail fail as
+// Lost too (they would vouch for bytes it no longer has), and removing it
+// lets it be written anew, as repair does.
+func TestDiskLostChunkRewritable(t *testing.T) {
+	s, _ := diskStore(t, t.TempDir())
+	data := randBytes(rand.New(rand.NewPCG(5, 5)), 3*DefaultBlockSize)
+	mustWrite(t, s, 6, 0, 0, data)
+	d := s.backend.(*diskBackend)
+	if err := os.Truncate(d.chunkPath(ChunkKey{6, 0}), d.layout.dataOff+DefaultBlockSize); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.WriteChunk(context.Background(), &weftpb.WriteChunkRequest{Chunk: cid(6, 0), Offset: 10, Data: []byte("x")})
+	wantKind(t, "write to a lost chunk", err, errs.Lost)
+	lr, err := s.ListChunks(context.Background(), &weftpb.ListChunksRequest{Ino: 6})
+	if err != nil || len(lr.Chunks) != 1 || lr.Chunks[0].Version != 0 {
+		t.Fatalf("a lost chunk is listed as %v, %v; want version 0", lr, err)
+	}
+	mustTruncate(t, s, 6, 0, 0)
+	mustWrite(t, s, 6, 0, 0, data)
+	wantBytes(t, "rewritten chunk", mustRead(t, s, 6, 0, 0, 1<<20), data)
+}
