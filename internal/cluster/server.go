@@ -30,6 +30,7 @@ import (
 	"github.com/weftfs/weft/internal/meta"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/internal/store"
+	"github.com/weftfs/weft/proto/weftpb"
 )
 
 // CloseTimeout bounds how long Close waits for running requests.
@@ -124,38 +125,93 @@ func StartStore(ctx context.Context, cfg *config.Cluster, id int, opts Options) 
 	if dir == "" && entry.Backend == config.BackendDisk {
 		return nil, errs.New(errs.Invalid, "start store", "store[%d].dir is empty: the disk backend needs a data directory; set dir in the cluster file or pass --data", id)
 	}
+	var addrs []string
+	for _, st := range cfg.Store {
+		addrs = append(addrs, st.Addr)
+	}
 	return start(ctx, "store", id, entry.Addr, pick(opts.MetricsAddr, entry.MetricsAddr), opts,
 		func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux, addr string) (io.Closer, error) {
+			replacement := false
+			if entry.Backend == config.BackendMem || store.Unformatted(dir) {
+				replacement = peersHoldChunks(ctx, addrs, id, log)
+			}
 			s, err := store.Open(store.Config{
-				ID:       id,
-				Dir:      dir,
-				Backend:  entry.Backend,
-				MemLimit: int64(entry.MemLimit),
-				Logger:   log,
-				Registry: reg,
+				ID:          id,
+				Dir:         dir,
+				Backend:     entry.Backend,
+				MemLimit:    int64(entry.MemLimit),
+				Replacement: replacement,
+				Logger:      log,
+				Registry:    reg,
 			})
 			if err != nil {
 				return nil, err
 			}
 			s.Register(mux)
-			same, err := s.ServeSameHost(rpc.SameHostName(addr))
+			st := &storeState{Server: s}
+			st.repair, err = store.StartRepair(store.RepairConfig{
+				ID: id, Peers: addrs, Replication: cfg.Replication, Logger: log, Registry: reg,
+			})
+			if err != nil {
+				s.Close()
+				return nil, err
+			}
+			st.same, err = s.ServeSameHost(rpc.SameHostName(addr))
 			if err != nil {
 				// Clients on this machine then send their bytes over TCP.
 				log.Warn("no same-host path", "err", err)
-				return s, nil
 			}
-			return &storeState{Server: s, same: same}, nil
+			return st, nil
 		})
+}
+
+// peersHoldChunks reports whether any other store of the cluster that
+// answers holds chunks: a store starting empty then replaces one that held
+// data (a lost disk, a restarted RAM store) and must not answer for chunks
+// it lacks until repair has refilled it. Stores that do not answer within
+// a short bound are left out: a whole cluster restarted with a lost disk
+// and its peers still down is not detected (docs/design.md).
+func peersHoldChunks(ctx context.Context, addrs []string, self int, log *slog.Logger) bool {
+	found := make(chan bool, len(addrs))
+	for i, a := range addrs {
+		if i == self {
+			found <- false
+			continue
+		}
+		go func() {
+			p := rpc.NewPeer(a, rpc.DialOptions{})
+			defer p.Close()
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			var r weftpb.StoreStatFSReply
+			err := p.Call(cctx, weftpb.MethodStoreStatFS, &weftpb.StoreStatFSRequest{}, &r)
+			found <- err == nil && r.GetChunks() > 0
+		}()
+	}
+	any := false
+	for range addrs {
+		any = <-found || any
+	}
+	if any {
+		log.Warn("this store starts empty in a cluster that holds data: it serves no reads until repair has copied its chunks back")
+	}
+	return any
 }
 
 // storeState is a store server with its same-host path, closed first.
 type storeState struct {
 	*store.Server
-	same *rpc.SameHostServer
+	same   *rpc.SameHostServer // nil without a same-host path
+	repair *store.Repairer
 }
 
 func (s *storeState) Close() error {
-	return errors.Join(s.same.Close(), s.Server.Close())
+	s.repair.Stop()
+	var err error
+	if s.same != nil {
+		err = s.same.Close()
+	}
+	return errors.Join(err, s.Server.Close())
 }
 
 // openFunc opens a role's state and registers its methods on mux; addr is

@@ -47,6 +47,9 @@ type Report struct {
 	// Unreachable lists the stores whose listing failed: what they hold,
 	// and so what they lack, is unknown to this pass.
 	Unreachable []int
+	// Completed lists the stores that had lost chunks (a replaced disk)
+	// and that this pass marked complete: they serve reads again.
+	Completed []int
 }
 
 // Clean reports whether the pass left every chunk on its replicas: nothing
@@ -56,8 +59,8 @@ func (r *Report) Clean() bool {
 }
 
 func (r *Report) String() string {
-	return fmt.Sprintf("%d chunks, %d under-replicated (%d missing, %d stale, %d bad copies); copied %d (%d bytes), %d raced, %d failed, unreachable stores %v",
-		r.Chunks, r.UnderReplicated, r.Missing, r.Stale, r.Bad, r.Copied, r.CopiedBytes, r.Raced, r.Failed, r.Unreachable)
+	return fmt.Sprintf("%d chunks, %d under-replicated (%d missing, %d stale, %d bad copies); copied %d (%d bytes), %d raced, %d failed, unreachable stores %v, completed stores %v",
+		r.Chunks, r.UnderReplicated, r.Missing, r.Stale, r.Bad, r.Copied, r.CopiedBytes, r.Raced, r.Failed, r.Unreachable, r.Completed)
 }
 
 type pass struct {
@@ -87,6 +90,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, s := range cfg.Stores {
 		p.listers = append(p.listers, &lister{store: s, ino: cfg.Ino})
 	}
+	incomplete := p.incompleteStores(ctx)
 	for {
 		if err := ctx.Err(); err != nil {
 			return &p.rep, errs.Wrap(errs.Canceled, "repair", "", err)
@@ -104,7 +108,46 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			p.log.Warn("repair: listing a store failed", "store", i, "err", l.err)
 		}
 	}
+	if !cfg.DryRun && cfg.Ino == 0 && p.rep.Clean() {
+		p.markComplete(ctx, incomplete)
+	}
 	return &p.rep, ctx.Err()
+}
+
+// incompleteStores returns, for each store this pass repairs that says it
+// lost chunks, the id of its formatting as the pass begins.
+func (p *pass) incompleteStores(ctx context.Context) map[int]string {
+	out := map[int]string{}
+	for i, s := range p.cfg.Stores {
+		if p.cfg.Only >= 0 && i != p.cfg.Only {
+			continue
+		}
+		var r weftpb.StoreStatFSReply
+		err := p.call(ctx, func(ctx context.Context) error {
+			return s.Call(ctx, weftpb.MethodStoreStatFS, &weftpb.StoreStatFSRequest{}, &r)
+		})
+		if err == nil && r.GetIncomplete() {
+			out[i] = r.GetId()
+		}
+	}
+	return out
+}
+
+// markComplete tells each store that had lost chunks that it holds every
+// chunk placed on it again. The id fences a store formatted anew since the
+// pass began: it stays incomplete (errs.Stale).
+func (p *pass) markComplete(ctx context.Context, incomplete map[int]string) {
+	for i, id := range incomplete {
+		err := p.call(ctx, func(ctx context.Context) error {
+			return p.cfg.Stores[i].Call(ctx, weftpb.MethodMarkStoreComplete, &weftpb.MarkStoreCompleteRequest{Id: id}, &weftpb.MarkStoreCompleteReply{})
+		})
+		if err != nil {
+			p.log.Warn("repair: marking a store complete failed", "store", i, "err", err)
+			continue
+		}
+		p.rep.Completed = append(p.rep.Completed, i)
+		p.log.Info("repair: store holds its chunks again", "store", i)
+	}
 }
 
 // call runs fn with the pass's per-call bound.

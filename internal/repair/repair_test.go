@@ -50,6 +50,9 @@ func (f *fakeStore) Call(_ context.Context, method uint16, req, resp proto.Messa
 	if f.down {
 		return errs.New(errs.Unavailable, "call", "down")
 	}
+	if method == weftpb.MethodStoreStatFS {
+		return nil
+	}
 	if method != weftpb.MethodListChunks {
 		return errs.New(errs.NotSupported, "call", "method %d", method)
 	}

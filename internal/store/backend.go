@@ -56,6 +56,9 @@ type Backend interface {
 	Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, ChunkInfo, bool, error)
 	// Truncate sets the chunk's size; size 0 removes it.
 	Truncate(k ChunkKey, size int64) error
+	// SetVersion gives an existing chunk version v, durably; v is not below
+	// its version (repair: a copy takes its source's version).
+	SetVersion(k ChunkKey, v uint64) error
 	// Delete removes every chunk of ino with index >= from and returns how
 	// many there were.
 	Delete(ino, from uint64) (uint64, error)

@@ -294,6 +294,24 @@ func (d *diskBackend) Truncate(k ChunkKey, size int64) error {
 	}, d.hook)
 }
 
+func (d *diskBackend) SetVersion(k ChunkKey, v uint64) error {
+	cf, err := d.open(k, false)
+	if err != nil {
+		return err
+	}
+	if cf == nil {
+		return errs.New(errs.NotExist, "set chunk version", "chunk %v (ino %d index %d) does not exist", k, k.Ino, k.Index)
+	}
+	defer cf.Close()
+	if v < cf.version {
+		return errs.New(errs.Invalid, "set chunk version", "chunk %v: version %d is below its %d", k, v, cf.version)
+	}
+	if err := cf.writeState(chunkState{size: cf.size, version: v}); err != nil {
+		return err
+	}
+	return d.syncFile(k, cf)
+}
+
 func (d *diskBackend) remove(k ChunkKey) error {
 	err := d.fs.Remove(d.chunkPath(k))
 	if errors.Is(err, fs.ErrNotExist) {

@@ -171,3 +171,12 @@ func (d *diskBackend) writeMarker(m marker) error {
 	}
 	return nil
 }
+
+// Unformatted reports whether Open would format dir anew (for the disk
+// backend): it holds no marker. Whoever starts a store uses it to ask the
+// cluster whether the new store replaces one that held data
+// (Config.Replacement) only when it matters.
+func Unformatted(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, markerName))
+	return errors.Is(err, fs.ErrNotExist)
+}

@@ -114,6 +114,18 @@ func (m *memBackend) Truncate(k ChunkKey, size int64) error {
 	return m.apply(k, c, truncateChange(m.bs, c.size, size))
 }
 
+func (m *memBackend) SetVersion(k ChunkKey, v uint64) error {
+	c := m.lookup(k)
+	switch {
+	case c == nil:
+		return errs.New(errs.NotExist, "set chunk version", "chunk %v (ino %d index %d) does not exist", k, k.Ino, k.Index)
+	case v < c.version:
+		return errs.New(errs.Invalid, "set chunk version", "chunk %v: version %d is below its %d", k, v, c.version)
+	}
+	c.version = v
+	return nil
+}
+
 // apply checks everything that can fail (space, edge blocks' CRCs) before it
 // changes anything, so a refused change leaves the chunk as it was.
 func (m *memBackend) apply(k ChunkKey, c *memChunk, ch change) error {

@@ -48,6 +48,9 @@ func (s *Server) writeChunk(ctx context.Context, req *weftpb.WriteChunkRequest, 
 	defer done()
 	unlock := s.locks.lockChunk(k, true)
 	defer unlock()
+	if req.GetReplace() {
+		return s.replaceChunkLocked(k, req, data)
+	}
 	mode := WriteBack
 	switch {
 	case req.GetSync():
@@ -56,6 +59,46 @@ func (s *Server) writeChunk(ctx context.Context, req *weftpb.WriteChunkRequest, 
 		mode = WriteBehind
 	}
 	if err := s.backend.Write(k, off, data, mode); err != nil {
+		return nil, s.failed(op, k, err)
+	}
+	s.m.bytesWritten.Add(float64(len(data)))
+	return &weftpb.WriteChunkReply{}, nil
+}
+
+// replaceChunkLocked makes data the whole content of chunk k at version
+// req.SetVersion, if the chunk's version is req.ExpectVersion (0: absent,
+// or a copy the store cannot vouch for): the copy a repair pass writes.
+// Steps: remove, write, set the version. A crash in between leaves the chunk
+// absent or at a lower version, which the next pass copies again.
+func (s *Server) replaceChunkLocked(k ChunkKey, req *weftpb.WriteChunkRequest, data []byte) (*weftpb.WriteChunkReply, error) {
+	const op = "replace chunk"
+	switch {
+	case req.GetOffset() != 0:
+		return nil, errs.New(errs.Invalid, op, "chunk %v: a replace starts at offset 0, not %d", k, req.GetOffset())
+	case req.GetSetVersion() == 0:
+		return nil, errs.New(errs.Invalid, op, "chunk %v: a replace needs a version", k)
+	}
+	info, ok, err := s.backend.Stat(k)
+	if err != nil {
+		return nil, s.failed(op, k, err)
+	}
+	var cur uint64
+	if ok {
+		cur = info.Version
+	}
+	if cur != req.GetExpectVersion() {
+		return nil, errs.New(errs.Stale, op, "chunk %v is at version %d, not %d: it changed since it was listed", k, cur, req.GetExpectVersion())
+	}
+	if err := s.backend.Truncate(k, 0); err != nil {
+		return nil, s.failed(op, k, err)
+	}
+	if len(data) == 0 {
+		return &weftpb.WriteChunkReply{}, nil
+	}
+	if err := s.backend.Write(k, 0, data, WriteThrough); err != nil {
+		return nil, s.failed(op, k, err)
+	}
+	if err := s.backend.SetVersion(k, req.GetSetVersion()); err != nil {
 		return nil, s.failed(op, k, err)
 	}
 	s.m.bytesWritten.Add(float64(len(data)))

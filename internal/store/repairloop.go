@@ -28,9 +28,6 @@ type RepairConfig struct {
 	// Verify reads every copy placed here (the scrub: CRC-bad copies are
 	// rewritten).
 	Verify bool
-	// OnClean runs after every pass that left nothing to copy: a store
-	// that knew it had lost chunks is complete again.
-	OnClean  func()
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 }
@@ -157,9 +154,6 @@ func (r *Repairer) loop(ctx context.Context) {
 			r.m.underReplicated.Set(float64(rep.UnderReplicated - rep.Copied))
 			if rep.Clean() {
 				r.m.lastClean.SetToCurrentTime()
-				if r.cfg.OnClean != nil {
-					r.cfg.OnClean()
-				}
 			} else {
 				wait /= 10
 			}
