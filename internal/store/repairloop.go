@@ -27,7 +27,7 @@ type RepairConfig struct {
 	RateBytes int64
 	// Verify reads every copy placed here (the scrub: CRC-bad copies are
 	// rewritten).
-	Verify bool
+	Verify   bool
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 }
