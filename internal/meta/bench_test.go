@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -60,7 +61,7 @@ func BenchmarkCreateAsync16(b *testing.B) {
 // BenchmarkRawPebbleSync16: 16 goroutines doing synced single-key Sets of
 // keys and values shaped like entries, the floor for BenchmarkCreateSync16.
 func BenchmarkRawPebbleSync16(b *testing.B) {
-	db, err := openPebble(b.TempDir(), discardLogger())
+	db, err := openPebble(b.TempDir(), vfs.Default, discardLogger(), false, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

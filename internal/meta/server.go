@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
@@ -41,6 +42,10 @@ type Config struct {
 	// partition splits into up to 2^SplitBits (CephFS's
 	// mds_bal_split_bits); default 3.
 	SplitBits int
+	// FS is the file system the Pebble store lives on; default vfs.Default.
+	// Tests pass vfs.NewCrashableMem or an errorfs wrapper to crash the
+	// server or fail its disk inside the process.
+	FS vfs.FS
 }
 
 const (
@@ -89,6 +94,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.FS == nil {
+		c.FS = vfs.Default
 	}
 	if len(c.Peers) > core.MaxServers {
 		return errs.New(errs.Invalid, op, "%d meta servers, at most %d", len(c.Peers), core.MaxServers)
@@ -147,7 +155,7 @@ func Open(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	db, err := openPebble(cfg.Dir, cfg.Logger)
+	db, err := openPebble(cfg.Dir, cfg.FS, cfg.Logger, false, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weftfs/weft/internal/errs"
 	"google.golang.org/protobuf/proto"
 )
@@ -18,8 +19,9 @@ import (
 // upgrade): format ratchets are one-way, so they happen on purpose.
 const formatMajorVersion = pebble.FormatValueSeparation
 
-// openPebble opens or creates the store under dir.
-func openPebble(dir string, log *slog.Logger) (*pebble.DB, error) {
+// openPebble opens or creates the store under dir on fs; a read-only open
+// (a server whose storage failed, see health.go) writes nothing.
+func openPebble(dir string, fs vfs.FS, log *slog.Logger, readOnly bool, fatal func(string)) (*pebble.DB, error) {
 	cache := pebble.NewCache(64 << 20)
 	defer cache.Unref() // the DB holds its own reference
 	opts := &pebble.Options{
@@ -32,7 +34,9 @@ func openPebble(dir string, log *slog.Logger) (*pebble.DB, error) {
 		// decisions.md).
 		MemTableSize: 8 << 20,
 		Merger:       counterMerger,
-		Logger:       pebbleLogger{log},
+		Logger:       pebbleLogger{log: log, fatal: fatal},
+		FS:           fs,
+		ReadOnly:     readOnly,
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
@@ -42,10 +46,15 @@ func openPebble(dir string, log *slog.Logger) (*pebble.DB, error) {
 }
 
 // pebbleLogger routes pebble's messages to slog. Fatalf must not exit the
-// process from library code; pebble calls it for corruption it cannot
-// continue from, so it logs and panics, as pebble's own contract expects
-// Fatalf not to return.
-type pebbleLogger struct{ log *slog.Logger }
+// process from library code; pebble calls it when it cannot continue (a
+// commit whose WAL write failed, corruption), so it reports the failure to
+// the server (fatal, which marks it failed: see health.go) and panics, as
+// pebble's own contract expects Fatalf not to return. The server recovers
+// that panic around its own calls into pebble.
+type pebbleLogger struct {
+	log   *slog.Logger
+	fatal func(msg string) // nil: nothing to tell
+}
 
 func (l pebbleLogger) Infof(format string, args ...any) {
 	l.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
@@ -58,6 +67,9 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.log.Error(msg, "component", "pebble", "fatal", true)
+	if l.fatal != nil {
+		l.fatal(msg)
+	}
 	panic("pebble: " + msg)
 }
 
