@@ -307,7 +307,7 @@ func (s *Server) releaseLocal(t *txn) {
 
 // distCommit commits a distributed txn through its intent.
 func (s *Server) distCommit(t *txn) error {
-	defer t.b.Close()
+	defer s.release(t.b)
 	intent := &weftpb.Intent{Op: t.op, LocalBatch: slices.Clone(t.b.Repr())}
 	srvs := make([]int, 0, len(t.remote))
 	for srv := range t.remote {
@@ -321,9 +321,9 @@ func (s *Server) distCommit(t *txn) error {
 	}
 	key := intentKey(t.dist.txid)
 	if len(intent.Servers) > 0 {
-		if err := s.db.Set(key, mustMarshal(intent), pebble.Sync); err != nil {
+		if err := s.setSync(t.op, key, mustMarshal(intent)); err != nil {
 			s.distRelease(t)
-			return errs.Wrap(errs.IO, t.op, "", err)
+			return err
 		}
 	}
 	// Every participant keeps its locks until all writes are in, the
@@ -355,7 +355,7 @@ func (s *Server) distCommit(t *txn) error {
 			s.kickReplay()
 		}
 	}
-	err := t.b.Commit(pebble.Sync)
+	err := s.commit(t.op, t.b, true)
 	if err == nil {
 		s.inodes.Add(t.inodeDelta)
 		s.dirs.Add(t.dirDelta)
@@ -366,7 +366,7 @@ func (s *Server) distCommit(t *txn) error {
 			s.queueSplit(dir)
 		}
 	}
-	return errs.Wrap(errs.IO, t.op, "", err)
+	return err
 }
 
 func (s *Server) kickReplay() {
@@ -474,7 +474,7 @@ func (s *Server) replayIntent(key, val []byte) error {
 		}
 	}
 	b := s.db.NewBatch()
-	defer b.Close()
+	defer s.release(b)
 	if len(in.LocalBatch) > 0 {
 		if err := b.SetRepr(slices.Clone(in.LocalBatch)); err != nil {
 			return errs.Wrap(errs.Corrupt, "replay", "", err)
@@ -485,8 +485,8 @@ func (s *Server) replayIntent(key, val []byte) error {
 	} else {
 		b.Set(key, mustMarshal(&weftpb.Intent{Op: in.Op, Servers: left}), nil)
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return errs.Wrap(errs.IO, "replay", "", err)
+	if err := s.commit("replay", b, true); err != nil {
+		return err
 	}
 	if len(left) == 0 {
 		s.log.Info("meta: finished an interrupted cross-server operation", "op", in.Op)

@@ -131,7 +131,7 @@ func (s *Server) PeerApply(_ context.Context, req *weftpb.PeerApplyRequest) (*we
 		defer s.releaseHeld(req.Txid)
 	}
 	b := s.db.NewBatch()
-	defer b.Close()
+	defer s.release(b)
 	var inodes, dirs int64
 	for _, o := range req.Ops {
 		if err := s.applyKeyOp(b, o); err != nil {
@@ -140,8 +140,8 @@ func (s *Server) PeerApply(_ context.Context, req *weftpb.PeerApplyRequest) (*we
 		inodes += o.InodeDelta
 		dirs += o.DirDelta
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return nil, errs.Wrap(errs.IO, op, "", err)
+	if err := s.commit(op, b, true); err != nil {
+		return nil, err
 	}
 	s.inodes.Add(inodes)
 	s.dirs.Add(dirs)
@@ -215,7 +215,7 @@ func (s *Server) PeerInstallPartition(_ context.Context, req *weftpb.PeerInstall
 		return nil, errs.New(errs.Invalid, op, "partition %d of directory %d is not this server's", st.Partition, dir)
 	}
 	b := s.db.NewBatch()
-	defer b.Close()
+	defer s.release(b)
 	// Replace whatever an interrupted earlier attempt left.
 	p := partPrefix(dir, st.Partition)
 	b.DeleteRange(p, prefixEnd(p), nil)
@@ -228,8 +228,8 @@ func (s *Server) PeerInstallPartition(_ context.Context, req *weftpb.PeerInstall
 			return nil, err
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return nil, errs.Wrap(errs.IO, op, "", err)
+	if err := s.commit(op, b, true); err != nil {
+		return nil, err
 	}
 	return &weftpb.Empty{}, nil
 }

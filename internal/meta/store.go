@@ -21,7 +21,8 @@ const formatMajorVersion = pebble.FormatValueSeparation
 
 // openPebble opens or creates the store under dir on fs; a read-only open
 // (a server whose storage failed, see health.go) writes nothing.
-func openPebble(dir string, fs vfs.FS, log *slog.Logger, readOnly bool, fatal func(string)) (*pebble.DB, error) {
+// failed, if not nil, hears of the errors that mean the disk failed.
+func openPebble(dir string, fs vfs.FS, log *slog.Logger, readOnly bool, failed func(error)) (*pebble.DB, error) {
 	cache := pebble.NewCache(64 << 20)
 	defer cache.Unref() // the DB holds its own reference
 	opts := &pebble.Options{
@@ -34,9 +35,17 @@ func openPebble(dir string, fs vfs.FS, log *slog.Logger, readOnly bool, fatal fu
 		// decisions.md).
 		MemTableSize: 8 << 20,
 		Merger:       counterMerger,
-		Logger:       pebbleLogger{log: log, fatal: fatal},
+		Logger:       pebbleLogger{log: log, fatal: failed},
 		FS:           fs,
 		ReadOnly:     readOnly,
+	}
+	if failed != nil {
+		opts.EventListener = &pebble.EventListener{BackgroundError: func(err error) {
+			log.Error("pebble background error", "err", err)
+			if isStorageError(err) {
+				failed(err)
+			}
+		}}
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
@@ -53,7 +62,7 @@ func openPebble(dir string, fs vfs.FS, log *slog.Logger, readOnly bool, fatal fu
 // that panic around its own calls into pebble.
 type pebbleLogger struct {
 	log   *slog.Logger
-	fatal func(msg string) // nil: nothing to tell
+	fatal func(error) // nil: nothing to tell
 }
 
 func (l pebbleLogger) Infof(format string, args ...any) {
@@ -68,7 +77,7 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.log.Error(msg, "component", "pebble", "fatal", true)
 	if l.fatal != nil {
-		l.fatal(msg)
+		l.fatal(errors.New(msg))
 	}
 	panic("pebble: " + msg)
 }
@@ -152,7 +161,10 @@ func (s *Server) syncLoop(interval time.Duration) {
 		case <-s.syncStop:
 			return
 		case <-t.C:
-			if err := s.db.LogData(nil, pebble.Sync); err != nil {
+			if s.failed.Load() != nil {
+				continue // the failure was logged once
+			}
+			if err := s.syncWAL("meta sync"); err != nil {
 				s.log.Error("meta: background WAL sync failed", "err", err)
 			}
 		}
