@@ -1,7 +1,9 @@
 package meta
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,13 +21,17 @@ import (
 // suffix with errno while it is on, as a disk that filled up (ENOSPC) or
 // went bad (EIO) would.
 type diskFault struct {
-	on     atomic.Bool
-	suffix string
-	errno  syscall.Errno
+	on       atomic.Bool
+	suffix   string
+	errno    syscall.Errno
+	dataOnly bool // creating files works, writing them fails
 }
 
 func (f *diskFault) MaybeError(op errorfs.Op) error {
 	if !f.on.Load() || !strings.HasSuffix(op.Path, f.suffix) {
+		return nil
+	}
+	if f.dataOnly && (op.Kind == errorfs.OpCreate || op.Kind == errorfs.OpReuseForWrite) {
 		return nil
 	}
 	switch op.Kind {
@@ -192,4 +198,58 @@ func TestWALFailureAsync(t *testing.T) {
 	}
 	within(t, 10*time.Second, "Close", func() { e.Server.Close() })
 	e.Server = nil
+}
+
+// countingHandler counts the records logged at Error level or above.
+type countingHandler struct{ errors *atomic.Int64 }
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError {
+		h.errors.Add(1)
+	}
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestOpenOnFullDisk is issue 12's item 7: a meta server restarted on a full
+// disk looped on pebble errors. Open must fail at once with one NoSpace
+// error and a few log lines.
+func TestOpenOnFullDisk(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		suffix   string // the files whose writes fail
+		dataOnly bool
+	}{{"wal", ".log", false}, {"wal data", ".log", true}, {"every file", "", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, fault, _ := faultyEnv(t, syscall.ENOSPC)
+			for i := range 50 {
+				e.create(rootCreds(), root, fmt.Sprint(i), 0o644)
+			}
+			if err := e.Server.Close(); err != nil {
+				t.Fatal(err)
+			}
+			e.Server = nil
+			fault.suffix, fault.dataOnly = tc.suffix, tc.dataOnly
+			fault.on.Store(true)
+			var errors atomic.Int64
+			cfg := e.cfg
+			cfg.Logger = slog.New(countingHandler{&errors})
+			var err error
+			within(t, 10*time.Second, "Open on a full disk", func() {
+				var s *Server
+				if s, err = Open(cfg); err == nil {
+					s.Close()
+				}
+			})
+			wantKind(t, err, errs.NoSpace)
+			if n := errors.Load(); n > 5 {
+				t.Errorf("Open on a full disk logged %d errors", n)
+			}
+			fault.on.Store(false)
+			e.open() // space came back: the store is whole
+			e.mustLookup(root, "49")
+		})
+	}
 }

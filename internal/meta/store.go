@@ -49,7 +49,7 @@ func openPebble(dir string, fs vfs.FS, log *slog.Logger, readOnly bool, failed f
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
-		return nil, errs.Wrap(errs.IO, "meta open", dir, err)
+		return nil, errs.Wrap(storageKind(err), "meta open", dir, err)
 	}
 	return db, nil
 }
