@@ -325,6 +325,10 @@ func (s *Server) distCommit(t *txn) error {
 			s.distRelease(t)
 			return err
 		}
+		if err := s.failpoint(FailDistIntentWritten); err != nil {
+			s.releaseLocal(t)
+			return err
+		}
 	}
 	// Every participant keeps its locks until all writes are in, the
 	// coordinator's included: server 0's directory-move lock in particular
@@ -339,6 +343,10 @@ func (s *Server) distCommit(t *txn) error {
 			s.log.Warn("meta: cross-server write deferred", "op", t.op, "server", srv, "err", err)
 			left = append(left, &weftpb.ServerOps{Server: uint32(srv), Ops: ops})
 		}
+	}
+	if err := s.failpoint(FailDistParticipantsDone); err != nil {
+		s.releaseLocal(t)
+		return err
 	}
 	defer func() {
 		for _, srv := range srvs {
@@ -472,6 +480,9 @@ func (s *Server) replayIntent(key, val []byte) error {
 			left = append(left, so)
 			firstErr = cmp(firstErr, err)
 		}
+	}
+	if err := s.failpoint(FailReplayParticipantsDone); err != nil {
+		return err
 	}
 	b := s.db.NewBatch()
 	defer s.release(b)

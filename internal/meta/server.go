@@ -46,6 +46,10 @@ type Config struct {
 	// Tests pass vfs.NewCrashableMem or an errorfs wrapper to crash the
 	// server or fail its disk inside the process.
 	FS vfs.FS
+	// Failpoint, if set, is called at each named step of the multi-step
+	// operations (failpoint.go); an error stops the operation there as a
+	// crash would. Tests only.
+	Failpoint func(name string) error
 }
 
 const (

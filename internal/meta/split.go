@@ -131,6 +131,9 @@ func (s *Server) splitOnce(dir core.Ino) (done bool, err error) {
 			return true, err
 		}
 	}
+	if err := s.failpoint(FailSplitIntentWritten); err != nil {
+		return true, err
+	}
 	intended := time.Now()
 	bitmap := slices.Clone(d.Bitmap)
 	for _, pt := range parts {
@@ -157,6 +160,9 @@ func (s *Server) splitOnce(dir core.Ino) (done bool, err error) {
 		errList = append(errList, <-errc)
 	}
 	if err := errors.Join(errList...); err != nil {
+		return true, err
+	}
+	if err := s.failpoint(FailSplitInstalled); err != nil {
 		return true, err
 	}
 	installed := time.Now()
