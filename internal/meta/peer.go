@@ -45,16 +45,20 @@ func (s *Server) PeerUnlock(_ context.Context, req *weftpb.PeerUnlockRequest) (*
 	return &weftpb.Empty{}, nil
 }
 
-// PeerRelease releases every lock held for a coordinator that restarted.
+// PeerRelease releases every lock held for a coordinator that restarted
+// (and has replayed its intents), fencing them (fence.go).
 func (s *Server) PeerRelease(_ context.Context, req *weftpb.PeerReleaseRequest) (*weftpb.Empty, error) {
 	g := &s.giga
+	lost := map[uint64]*heldLocks{}
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	for txid, h := range g.mu.held {
-		if uint32(txid>>48) == req.Coordinator {
-			s.releaseHeldLocked(txid, h)
+		if uint32(txid>>48) == req.Coordinator && h.state == lockHeld {
+			h.state = lockExpiring
+			lost[txid] = h
 		}
 	}
+	g.mu.Unlock()
+	s.loseLocks("peer release", lost)
 	return &weftpb.Empty{}, nil
 }
 
@@ -117,35 +121,6 @@ func (s *Server) xattrPairs(ino core.Ino) ([]*weftpb.KeyOp, error) {
 		out = append(out, &weftpb.KeyOp{Key: slices.Clone(it.Key()), Value: slices.Clone(it.Value())})
 	}
 	return out, errs.Wrap(errs.IO, "xattrs", "", errors.Join(it.Error(), it.Close()))
-}
-
-// PeerApply applies a coordinator's writes in one synced batch and releases
-// its locks.
-func (s *Server) PeerApply(_ context.Context, req *weftpb.PeerApplyRequest) (*weftpb.Empty, error) {
-	const op = "peer apply"
-	if err := s.enter(op); err != nil {
-		return nil, err
-	}
-	defer s.closeMu.RUnlock()
-	if !req.KeepLocks {
-		defer s.releaseHeld(req.Txid)
-	}
-	b := s.db.NewBatch()
-	defer s.release(b)
-	var inodes, dirs int64
-	for _, o := range req.Ops {
-		if err := s.applyKeyOp(b, o); err != nil {
-			return nil, err
-		}
-		inodes += o.InodeDelta
-		dirs += o.DirDelta
-	}
-	if err := s.commit(op, b, true); err != nil {
-		return nil, err
-	}
-	s.inodes.Add(inodes)
-	s.dirs.Add(dirs)
-	return &weftpb.Empty{}, nil
 }
 
 // applyKeyOp adds one remote write to b. Only inode, entry and xattr keys may

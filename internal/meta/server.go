@@ -50,6 +50,9 @@ type Config struct {
 	// operations (failpoint.go); an error stops the operation there as a
 	// crash would. Tests only.
 	Failpoint func(name string) error
+
+	// lockLease replaces the participant lock lease (dist.go); tests only.
+	lockLease time.Duration
 }
 
 const (
@@ -101,6 +104,9 @@ func (c *Config) Validate() error {
 	}
 	if c.FS == nil {
 		c.FS = vfs.Default
+	}
+	if c.lockLease == 0 {
+		c.lockLease = lockLease
 	}
 	if len(c.Peers) > core.MaxServers {
 		return errs.New(errs.Invalid, op, "%d meta servers, at most %d", len(c.Peers), core.MaxServers)
