@@ -28,6 +28,7 @@ type testCluster struct {
 	srvs  []*Server
 	hooks []func(string) error // each server's failpoint, if any
 	rpcs  []*rpc.Server
+	clock *fakeClock
 }
 
 // errCrash is what a failpoint returns to stop its operation.
@@ -47,6 +48,7 @@ func newTestCluster(t *testing.T, n int, mod func(id int, c *Config)) *testClust
 		c.addrs = append(c.addrs, ln.Addr().String())
 	}
 	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	c.clock = clock
 	for id := range n {
 		cfg := Config{ID: id, Dir: "/meta", Peers: c.addrs, Now: clock.Now, SplitThreshold: 4000}
 		if mod != nil {
