@@ -61,7 +61,7 @@ func BenchmarkCreateAsync16(b *testing.B) {
 // BenchmarkRawPebbleSync16: 16 goroutines doing synced single-key Sets of
 // keys and values shaped like entries, the floor for BenchmarkCreateSync16.
 func BenchmarkRawPebbleSync16(b *testing.B) {
-	db, err := openPebble(b.TempDir(), vfs.Default, discardLogger(), false, nil)
+	db, err := openPebble(b.TempDir(), storeOptions{fs: vfs.Default, log: discardLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -253,3 +253,24 @@ func TestOpenOnFullDisk(t *testing.T) {
 		})
 	}
 }
+
+// TestPebbleErrorsRateLimited: a store on a failing disk made pebble log
+// thousands of errors a second (issue 12, item 7); its error log is limited.
+func TestPebbleErrorsRateLimited(t *testing.T) {
+	var errors atomic.Int64
+	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	l := &pebbleLogger{log: slog.New(countingHandler{&errors}), limit: newLogLimiter(clock.Now)}
+	for range 10000 {
+		l.Errorf("background error: %v", syscall.ENOSPC)
+	}
+	if n := errors.Load(); n != errorBurst {
+		t.Fatalf("10000 errors in one instant logged %d lines, want %d", n, errorBurst)
+	}
+	for range errorWindow / time.Second {
+		clock.Advance()
+	}
+	l.Errorf("again")
+	if n := errors.Load(); n != errorBurst+2 {
+		t.Fatalf("after the window: %d lines, want %d (the count of suppressed ones, and the new error)", n, errorBurst+2)
+	}
+}

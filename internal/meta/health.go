@@ -222,7 +222,7 @@ func (s *Server) degrade(f *failure) {
 	if err := s.db.Close(); err != nil {
 		s.log.Debug("meta: close of the failed store", "err", err)
 	}
-	db, err := openPebble(s.cfg.Dir, s.cfg.FS, s.log, true, nil)
+	db, err := openPebble(s.cfg.Dir, storeOptions{fs: s.cfg.FS, log: s.log, now: s.cfg.Now, readOnly: true})
 	if err != nil {
 		s.unreadable.Store(true)
 		s.db = nil

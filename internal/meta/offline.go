@@ -38,7 +38,7 @@ func OpenOffline(dir string) (*Offline, error) {
 		}
 		return nil, errs.New(errs.NotExist, op, "%s holds no meta store", dir)
 	}
-	db, err := openPebble(dir, vfs.Default, slog.New(slog.DiscardHandler), false, nil)
+	db, err := openPebble(dir, storeOptions{fs: vfs.Default, log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
 	}

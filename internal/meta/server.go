@@ -174,7 +174,8 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, sync: cfg.Durability == DurabilitySync, n: max(1, len(cfg.Peers))}
-	db, err := openPebble(cfg.Dir, cfg.FS, cfg.Logger, false, func(err error) { s.storageFailed("pebble", err) })
+	db, err := openPebble(cfg.Dir, storeOptions{fs: cfg.FS, log: cfg.Logger, now: cfg.Now,
+		failed: func(err error) { s.storageFailed("pebble", err) }})
 	if err != nil {
 		return nil, err
 	}
