@@ -19,6 +19,10 @@ import (
 // PeerLock takes stripes (and the directory-move lock) for a coordinator.
 func (s *Server) PeerLock(ctx context.Context, req *weftpb.PeerLockRequest) (*weftpb.Empty, error) {
 	const op = "peer lock"
+	if f := s.failed.Load(); f != nil {
+		// It could not apply the writes: fail the coordinator at once.
+		return nil, s.refusal(op, f)
+	}
 	if err := s.enter(op); err != nil {
 		return nil, err
 	}
@@ -177,6 +181,9 @@ func (s *Server) applyKeyOp(b *pebble.Batch, o *weftpb.KeyOp) error {
 // PeerInstallPartition creates a partition split off by another server.
 func (s *Server) PeerInstallPartition(_ context.Context, req *weftpb.PeerInstallPartitionRequest) (*weftpb.Empty, error) {
 	const op = "install partition"
+	if f := s.failed.Load(); f != nil {
+		return nil, s.refusal(op, f)
+	}
 	if err := s.enter(op); err != nil {
 		return nil, err
 	}
