@@ -376,7 +376,13 @@ func (s *Server) distCommit(t *txn) error {
 		s.releaseLocal(t)
 		return err
 	}
+	var err error
 	defer func() {
+		if err != nil && len(intent.Servers) > 0 {
+			// The intent stays for a replay, which needs the
+			// participants' locks: they expire instead (fence.go).
+			return
+		}
 		for _, srv := range srvs {
 			if missing[srv] {
 				continue
@@ -394,7 +400,7 @@ func (s *Server) distCommit(t *txn) error {
 			s.kickReplay()
 		}
 	}
-	err := s.commit(t.op, t.b, true)
+	err = s.commit(t.op, t.b, true)
 	if err == nil {
 		s.inodes.Add(t.inodeDelta)
 		s.dirs.Add(t.dirDelta)

@@ -39,8 +39,9 @@ import (
 //
 // A participant that restarts loses its locks without a trace; a replay
 // that finds neither locks nor a fence is applied as before (the gap that
-// remains). Fences are not deleted: they are written only when locks are
-// lost, which is rare.
+// remains). A replay's apply fences the txn as applied in its own batch, as
+// the replay releases the locks. Fences are not deleted: they are written
+// only when locks are lost and by replays, which are rare.
 
 // tagFence keys a fence: "F" txid(8) -> one byte, 1 if the txn's writes
 // were applied here, 0 if not.
@@ -174,7 +175,15 @@ func (s *Server) PeerApply(_ context.Context, req *weftpb.PeerApplyRequest) (*we
 			return &weftpb.Empty{}, nil
 		}
 	}
-	err := s.applyOps(op, req.Ops)
+	// A replay's apply (the coordinator does not keep the locks) releases
+	// them with its writes in: the same batch fences the txn as applied, so
+	// that a second replay, if the coordinator dies again before it
+	// settles its intent, is a no-op rather than a late overwrite.
+	var fence []byte
+	if req.Txid != 0 && !req.KeepLocks {
+		fence = fenceKey(req.Txid)
+	}
+	err := s.applyOps(op, req.Ops, fence)
 	if req.Txid != 0 {
 		s.endApply(req.Txid, h, err == nil, req.KeepLocks || err != nil)
 	}
@@ -184,10 +193,14 @@ func (s *Server) PeerApply(_ context.Context, req *weftpb.PeerApplyRequest) (*we
 	return &weftpb.Empty{}, nil
 }
 
-// applyOps writes a coordinator's KeyOps in one synced batch.
-func (s *Server) applyOps(op string, ops []*weftpb.KeyOp) error {
+// applyOps writes a coordinator's KeyOps in one synced batch, and an
+// applied fence at fence if it is not nil.
+func (s *Server) applyOps(op string, ops []*weftpb.KeyOp, fence []byte) error {
 	b := s.db.NewBatch()
 	defer s.release(b)
+	if fence != nil {
+		b.Set(fence, []byte{1}, nil)
+	}
 	var inodes, dirs int64
 	for _, o := range ops {
 		if err := s.applyKeyOp(b, o); err != nil {

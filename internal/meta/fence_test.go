@@ -91,3 +91,35 @@ func TestReplayAfterLockExpiry(t *testing.T) {
 		})
 	}
 }
+
+// TestCrashDuringReplay: the coordinator crashes again while it replays,
+// after the participant applied and released its locks; a later operation
+// changes the keys; the second replay must not undo it.
+func TestCrashDuringReplay(t *testing.T) {
+	c := newTestCluster(t, 2, func(_ int, cfg *Config) { cfg.SplitThreshold, cfg.SplitBits = 2, 1 })
+	src, dst := c.dirOn(0, "a"), c.dirOn(1, "b")
+	if _, err := c.srv(0).Create(ctx, &weftpb.CreateRequest{Creds: rootCreds(), Parent: src.Ino, Name: "f", Mode: 0o644, Exclusive: true}); err != nil {
+		t.Fatal(err)
+	}
+	crashed := c.crashAt(0, FailDistIntentWritten)
+	if _, err := c.srv(0).Rename(ctx, &weftpb.RenameRequest{Creds: rootCreds(), SrcParent: src.Ino, SrcName: "f", DstParent: dst.Ino, DstName: "g"}); err == nil {
+		t.Fatal("rename acknowledged although its coordinator crashed")
+	}
+	<-crashed
+	c.stop(0)
+	crashed = c.crashAt(0, FailReplayParticipantsDone)
+	c.start(0, nil) // with the failpoint: its replay stops after the participant
+	<-crashed
+	c.eventually("the participant applied and released", func() bool { return c.heldCount(1) == 0 })
+	if _, err := c.srv(1).Unlink(ctx, &weftpb.UnlinkRequest{Creds: rootCreds(), Parent: dst.Ino, Name: "g"}); err != nil {
+		t.Fatalf("unlink of the renamed file: %v", err)
+	}
+	c.restart(0)
+	c.eventually("the coordinator settles its intent", func() bool { return c.keysWithTag(0, tagIntent) == 0 })
+	if a, err := c.lookupOn(1, dst.Ino, "g"); errs.KindOf(err) != errs.NotExist {
+		t.Errorf("dst/g after the second replay: %+v, %v; want it still removed", a, err)
+	}
+	if _, err := c.lookupOn(0, src.Ino, "f"); errs.KindOf(err) != errs.NotExist {
+		t.Errorf("src/f after the replayed rename: %v, want NotExist", err)
+	}
+}
