@@ -56,6 +56,7 @@ type gigaState struct {
 	wg     sync.WaitGroup
 
 	txSeq     atomic.Uint64
+	firstTxid uint64 // of this life of the server
 	splits    atomic.Uint64
 	redirects atomic.Uint64
 
@@ -103,8 +104,12 @@ func (s *Server) initGiga() {
 	g.mu.splitting = map[core.Ino]bool{}
 	g.kick = make(chan struct{}, 1)
 	// Transaction ids: server id in the top 16 bits, then a counter that
-	// starts from the clock so a restarted server does not reuse ids.
-	g.txSeq.Store(uint64(time.Now().UnixNano()) & (1<<40 - 1))
+	// starts from the clock in microseconds (it wraps after 8.9 years), so
+	// that a restarted server's ids are above its previous life's: its
+	// restart releases the locks below its first (PeerRelease). The real
+	// clock, not Config.Now: ids, not times.
+	g.txSeq.Store(uint64(time.Now().UnixMicro()) & (1<<48 - 1))
+	g.firstTxid = s.txid(g.txSeq.Load() + 1)
 	if s.n > 1 {
 		for i, addr := range s.cfg.Peers {
 			if i == s.cfg.ID {
@@ -117,6 +122,9 @@ func (s *Server) initGiga() {
 	g.wg.Add(1)
 	go s.replayLoop()
 }
+
+// txid is this server's transaction id with sequence number seq.
+func (s *Server) txid(seq uint64) uint64 { return uint64(s.cfg.ID)<<48 | seq&(1<<48-1) }
 
 func (s *Server) closeGiga() {
 	g := &s.giga
@@ -230,7 +238,7 @@ func (s *Server) distUpdate(op string, locks lockSet, renameMu bool, fn func(t *
 			return errs.New(errs.Busy, op, "could not settle the locks it needs")
 		}
 		t := &txn{s: s, op: op, b: s.db.NewBatch(), now: s.nowNs(),
-			dist:   &distState{txid: uint64(s.cfg.ID)<<48 | s.giga.txSeq.Add(1)&(1<<48-1)},
+			dist:   &distState{txid: s.txid(s.giga.txSeq.Add(1))},
 			remote: map[int]*remoteTx{}}
 		err := s.distLock(t, locks, renameMu)
 		if err == nil {
@@ -437,7 +445,8 @@ func (s *Server) replayLoop() {
 			released = true
 			for srv := range s.n {
 				if srv != s.cfg.ID {
-					_ = s.peerCall("release", srv, weftpb.MethodPeerRelease, &weftpb.PeerReleaseRequest{Coordinator: uint32(s.cfg.ID)}, &weftpb.Empty{})
+					_ = s.peerCall("release", srv, weftpb.MethodPeerRelease,
+						&weftpb.PeerReleaseRequest{Coordinator: uint32(s.cfg.ID), BelowTxid: g.firstTxid}, &weftpb.Empty{})
 				}
 			}
 		}

@@ -49,14 +49,15 @@ func (s *Server) PeerUnlock(_ context.Context, req *weftpb.PeerUnlockRequest) (*
 	return &weftpb.Empty{}, nil
 }
 
-// PeerRelease releases every lock held for a coordinator that restarted
-// (and has replayed its intents), fencing them (fence.go).
+// PeerRelease releases every lock held for a previous life of a coordinator
+// that restarted (and has replayed its intents), fencing them (fence.go).
+// Its new life's txns, at or above BelowTxid, keep theirs.
 func (s *Server) PeerRelease(_ context.Context, req *weftpb.PeerReleaseRequest) (*weftpb.Empty, error) {
 	g := &s.giga
 	lost := map[uint64]*heldLocks{}
 	g.mu.Lock()
 	for txid, h := range g.mu.held {
-		if uint32(txid>>48) == req.Coordinator && h.state == lockHeld {
+		if uint32(txid>>48) == req.Coordinator && h.state == lockHeld && (req.BelowTxid == 0 || txid < req.BelowTxid) {
 			h.state = lockExpiring
 			lost[txid] = h
 		}
