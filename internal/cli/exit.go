@@ -20,6 +20,7 @@ const (
 	ExitNotExist    = 5   // no such file or directory
 	ExitPermission  = 6   // permission denied or operation not permitted
 	ExitExist       = 7   // the file or directory already exists
+	ExitStorage     = 8   // a server's storage failed: its disk is full or failing
 	ExitInterrupted = 130 // stopped by a signal before finishing (128 + SIGINT)
 )
 
@@ -36,6 +37,10 @@ func ExitCode(err error) int {
 	var ce *configError
 	if errors.As(err, &ce) {
 		return ExitConfig
+	}
+	var se *storageError
+	if errors.As(err, &se) {
+		return ExitStorage
 	}
 	switch errs.KindOf(err) {
 	case errs.Unavailable, errs.Timeout:
@@ -79,3 +84,23 @@ type configError struct {
 
 func (e *configError) Error() string { return e.err.Error() }
 func (e *configError) Unwrap() error { return e.err }
+
+// storageError is a server that could not start or go on because its disk
+// is full or failing. Its own exit code lets a supervisor stop restarting
+// it until someone fixes the disk.
+type storageError struct {
+	err error
+}
+
+func (e *storageError) Error() string { return e.err.Error() }
+func (e *storageError) Unwrap() error { return e.err }
+
+// asStorageError marks a server's start or stop error as a storage failure
+// when its kind says so.
+func asStorageError(err error) error {
+	switch errs.KindOf(err) {
+	case errs.NoSpace, errs.IO, errs.Corrupt:
+		return &storageError{err: err}
+	}
+	return err
+}

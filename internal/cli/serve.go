@@ -52,7 +52,7 @@ func newServeCommand(a *app, role, short string, start startFunc) *cobra.Command
 				MetricsAddr: f.metricsAddr,
 			})
 			if err != nil {
-				return err
+				return asStorageError(err)
 			}
 			<-cmd.Context().Done()
 			return srv.Close()

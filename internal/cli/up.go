@@ -92,7 +92,7 @@ func (a *app) runUp(cmd *cobra.Command, f upFlags) error {
 	ctx := cmd.Context()
 	e, err := cluster.StartEmbedded(ctx, opts)
 	if err != nil {
-		return err
+		return asStorageError(err)
 	}
 	printUpBanner(cmd.OutOrStdout(), e)
 	var mountErr error

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"sync"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 )
@@ -56,8 +55,8 @@ func (s *Server) allocIno() (core.Ino, error) {
 		if limit > maxSeq {
 			return 0, errs.New(errs.NoSpace, "meta alloc", "inode numbers of server %d exhausted", s.cfg.ID)
 		}
-		if err := s.db.Set(keyInoHWM, binary.BigEndian.AppendUint64(nil, limit), pebble.Sync); err != nil {
-			return 0, errs.Wrap(errs.IO, "meta alloc", "", err)
+		if err := s.setSync("meta alloc", keyInoHWM, binary.BigEndian.AppendUint64(nil, limit)); err != nil {
+			return 0, err
 		}
 		a.mu.limit = limit
 	}

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"runtime/debug"
@@ -36,7 +37,9 @@ import (
 // one synced batch. A coordinator that restarts applies the intents it finds
 // again; a participant that cannot be reached keeps its part of the intent,
 // retried in the background. Writes are whole-key sets and deletes, so
-// applying one twice is applying it once.
+// applying one twice is applying it once. A participant applies them only
+// under the operation's locks, so that a late replay cannot overwrite a
+// later operation (fence.go).
 
 const (
 	peerTimeout = 10 * time.Second
@@ -53,6 +56,7 @@ type gigaState struct {
 	wg     sync.WaitGroup
 
 	txSeq     atomic.Uint64
+	firstTxid uint64 // of this life of the server
 	splits    atomic.Uint64
 	redirects atomic.Uint64
 
@@ -69,7 +73,17 @@ type heldLocks struct {
 	stripes  []int
 	renameMu bool
 	timer    *time.Timer
+	state    lockState
+	applied  bool // the txn's writes are in (fence.go)
 }
+
+type lockState int
+
+const (
+	lockHeld     lockState = iota
+	lockApplying           // a PeerApply is writing under them
+	lockExpiring           // being fenced and released (fence.go)
+)
 
 // distState marks a txn that runs distributed.
 type distState struct {
@@ -90,8 +104,12 @@ func (s *Server) initGiga() {
 	g.mu.splitting = map[core.Ino]bool{}
 	g.kick = make(chan struct{}, 1)
 	// Transaction ids: server id in the top 16 bits, then a counter that
-	// starts from the clock so a restarted server does not reuse ids.
-	g.txSeq.Store(uint64(time.Now().UnixNano()) & (1<<40 - 1))
+	// starts from the clock in microseconds (it wraps after 8.9 years), so
+	// that a restarted server's ids are above its previous life's: its
+	// restart releases the locks below its first (PeerRelease). The real
+	// clock, not Config.Now: ids, not times.
+	g.txSeq.Store(uint64(time.Now().UnixMicro()) & (1<<48 - 1))
+	g.firstTxid = s.txid(g.txSeq.Load() + 1)
 	if s.n > 1 {
 		for i, addr := range s.cfg.Peers {
 			if i == s.cfg.ID {
@@ -105,6 +123,9 @@ func (s *Server) initGiga() {
 	go s.replayLoop()
 }
 
+// txid is this server's transaction id with sequence number seq.
+func (s *Server) txid(seq uint64) uint64 { return uint64(s.cfg.ID)<<48 | seq&(1<<48-1) }
+
 func (s *Server) closeGiga() {
 	g := &s.giga
 	g.cancel()
@@ -114,11 +135,15 @@ func (s *Server) closeGiga() {
 			p.Close()
 		}
 	}
+	// Locks held for coordinators die with this process: fence them.
+	lost := map[uint64]*heldLocks{}
 	g.mu.Lock()
-	for id, h := range g.mu.held {
-		s.releaseHeldLocked(id, h)
+	for txid, h := range g.mu.held {
+		h.state = lockExpiring
+		lost[txid] = h
 	}
 	g.mu.Unlock()
+	s.loseLocks("close", lost)
 }
 
 // owner is the meta server that holds ino's standalone record (and, for a
@@ -213,7 +238,7 @@ func (s *Server) distUpdate(op string, locks lockSet, renameMu bool, fn func(t *
 			return errs.New(errs.Busy, op, "could not settle the locks it needs")
 		}
 		t := &txn{s: s, op: op, b: s.db.NewBatch(), now: s.nowNs(),
-			dist:   &distState{txid: uint64(s.cfg.ID)<<48 | s.giga.txSeq.Add(1)&(1<<48-1)},
+			dist:   &distState{txid: s.txid(s.giga.txSeq.Add(1))},
 			remote: map[int]*remoteTx{}}
 		err := s.distLock(t, locks, renameMu)
 		if err == nil {
@@ -307,7 +332,7 @@ func (s *Server) releaseLocal(t *txn) {
 
 // distCommit commits a distributed txn through its intent.
 func (s *Server) distCommit(t *txn) error {
-	defer t.b.Close()
+	defer s.release(t.b)
 	intent := &weftpb.Intent{Op: t.op, LocalBatch: slices.Clone(t.b.Repr())}
 	srvs := make([]int, 0, len(t.remote))
 	for srv := range t.remote {
@@ -321,27 +346,55 @@ func (s *Server) distCommit(t *txn) error {
 	}
 	key := intentKey(t.dist.txid)
 	if len(intent.Servers) > 0 {
-		if err := s.db.Set(key, mustMarshal(intent), pebble.Sync); err != nil {
+		if err := s.setSync(t.op, key, mustMarshal(intent)); err != nil {
 			s.distRelease(t)
-			return errs.Wrap(errs.IO, t.op, "", err)
+			return err
+		}
+		if err := s.failpoint(FailDistIntentWritten); err != nil {
+			s.releaseLocal(t)
+			return err
 		}
 	}
 	// Every participant keeps its locks until all writes are in, the
 	// coordinator's included: server 0's directory-move lock in particular
 	// must not let the next move read parent pointers half updated.
 	var left []*weftpb.ServerOps
+	missing := map[int]bool{} // keep their locks for the replay (fence.go)
 	for _, srv := range srvs {
 		ops := t.remote[srv].ops
 		if len(ops) == 0 {
 			continue
 		}
-		if err := s.peerCall(t.op, srv, weftpb.MethodPeerApply, &weftpb.PeerApplyRequest{Txid: t.dist.txid, Ops: ops, KeepLocks: true}, &weftpb.Empty{}); err != nil {
+		err := s.peerCall(t.op, srv, weftpb.MethodPeerApply, &weftpb.PeerApplyRequest{Txid: t.dist.txid, Ops: ops, KeepLocks: true}, &weftpb.Empty{})
+		if errs.KindOf(err) == errs.Stale {
+			// This txn outlived its locks there: the replay decides
+			// whether it goes on or is abandoned, so it is not
+			// acknowledged.
+			s.releaseLocal(t)
+			s.kickReplay()
+			return errs.Wrap(errs.Timeout, t.op, "", err)
+		}
+		if err != nil {
 			s.log.Warn("meta: cross-server write deferred", "op", t.op, "server", srv, "err", err)
 			left = append(left, &weftpb.ServerOps{Server: uint32(srv), Ops: ops})
+			missing[srv] = true
 		}
 	}
+	if err := s.failpoint(FailDistParticipantsDone); err != nil {
+		s.releaseLocal(t)
+		return err
+	}
+	var err error
 	defer func() {
+		if err != nil && len(intent.Servers) > 0 {
+			// The intent stays for a replay, which needs the
+			// participants' locks: they expire instead (fence.go).
+			return
+		}
 		for _, srv := range srvs {
+			if missing[srv] {
+				continue
+			}
 			if err := s.peerCall(t.op, srv, weftpb.MethodPeerUnlock, &weftpb.PeerUnlockRequest{Txid: t.dist.txid}, &weftpb.Empty{}); err != nil {
 				s.log.Warn("meta: releasing remote locks failed; they expire", "server", srv, "err", err)
 			}
@@ -355,7 +408,7 @@ func (s *Server) distCommit(t *txn) error {
 			s.kickReplay()
 		}
 	}
-	err := t.b.Commit(pebble.Sync)
+	err = s.commit(t.op, t.b, true)
 	if err == nil {
 		s.inodes.Add(t.inodeDelta)
 		s.dirs.Add(t.dirDelta)
@@ -366,7 +419,7 @@ func (s *Server) distCommit(t *txn) error {
 			s.queueSplit(dir)
 		}
 	}
-	return errs.Wrap(errs.IO, t.op, "", err)
+	return err
 }
 
 func (s *Server) kickReplay() {
@@ -382,17 +435,21 @@ func (s *Server) kickReplay() {
 func (s *Server) replayLoop() {
 	g := &s.giga
 	defer g.wg.Done()
-	if s.n > 1 {
-		for srv := range s.n {
-			if srv != s.cfg.ID {
-				_ = s.peerCall("release", srv, weftpb.MethodPeerRelease, &weftpb.PeerReleaseRequest{Coordinator: uint32(s.cfg.ID)}, &weftpb.Empty{})
-			}
-		}
-	}
 	t := time.NewTicker(replayInterval)
 	defer t.Stop()
-	for {
+	for released := false; ; {
 		pending, err := s.replayOnce()
+		if !released && s.n > 1 {
+			// Only now: the replay needs the locks the previous life
+			// of this server still holds elsewhere (fence.go).
+			released = true
+			for srv := range s.n {
+				if srv != s.cfg.ID {
+					_ = s.peerCall("release", srv, weftpb.MethodPeerRelease,
+						&weftpb.PeerReleaseRequest{Coordinator: uint32(s.cfg.ID), BelowTxid: g.firstTxid}, &weftpb.Empty{})
+				}
+			}
+		}
 		if err != nil && g.ctx.Err() == nil {
 			s.log.Warn("meta: replay of unfinished cross-server work failed", "err", err)
 		}
@@ -464,31 +521,59 @@ func (s *Server) replayIntent(key, val []byte) error {
 	if err := proto.Unmarshal(val, in); err != nil {
 		return errs.Wrap(errs.Corrupt, "replay", "", err)
 	}
+	if len(key) != 9 {
+		return errs.New(errs.Corrupt, "replay", "intent key %q", key)
+	}
+	txid := binary.BigEndian.Uint64(key[1:])
 	var left []*weftpb.ServerOps
+	var applied int
+	var refused []uint32
 	var firstErr error
 	for _, so := range in.Servers {
-		err := s.peerCall("replay", int(so.Server), weftpb.MethodPeerApply, &weftpb.PeerApplyRequest{Ops: so.Ops}, &weftpb.Empty{})
-		if err != nil {
+		err := s.peerCall("replay", int(so.Server), weftpb.MethodPeerApply, &weftpb.PeerApplyRequest{Txid: txid, Ops: so.Ops}, &weftpb.Empty{})
+		switch {
+		case err == nil:
+			applied++
+		case errs.KindOf(err) == errs.Stale:
+			refused = append(refused, so.Server) // fenced: fence.go
+		default:
 			left = append(left, so)
 			firstErr = cmp(firstErr, err)
 		}
 	}
+	if err := s.failpoint(FailReplayParticipantsDone); err != nil {
+		return err
+	}
 	b := s.db.NewBatch()
-	defer b.Close()
-	if len(in.LocalBatch) > 0 {
+	defer s.release(b)
+	// The local writes wait while no participant is known to have applied
+	// and some may yet refuse: if all refuse, the operation is abandoned.
+	local := len(in.LocalBatch) > 0 && (applied > 0 || len(left) == 0 && len(refused) == 0)
+	abandon := len(in.LocalBatch) > 0 && applied == 0 && len(left) == 0 && len(refused) > 0
+	if local {
 		if err := b.SetRepr(slices.Clone(in.LocalBatch)); err != nil {
 			return errs.Wrap(errs.Corrupt, "replay", "", err)
 		}
 	}
-	if len(left) == 0 {
+	switch {
+	case len(left) == 0:
 		b.Delete(key, nil)
-	} else {
+	case local:
 		b.Set(key, mustMarshal(&weftpb.Intent{Op: in.Op, Servers: left}), nil)
+	default:
+		b.Set(key, mustMarshal(&weftpb.Intent{Op: in.Op, Servers: left, LocalBatch: in.LocalBatch}), nil)
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return errs.Wrap(errs.IO, "replay", "", err)
+	if err := s.commit("replay", b, true); err != nil {
+		return err
 	}
-	if len(left) == 0 {
+	switch {
+	case abandon:
+		s.log.Warn("meta: abandoned an interrupted cross-server operation: its locks expired before the replay, and nothing of it was applied",
+			"op", in.Op, "txid", txid, "servers", refused)
+	case len(refused) > 0:
+		s.log.Error("meta: an interrupted cross-server operation was finished without the writes of servers whose locks expired before the replay; run weft fsck",
+			"op", in.Op, "txid", txid, "servers", refused)
+	case len(left) == 0:
 		s.log.Info("meta: finished an interrupted cross-server operation", "op", in.Op)
 	}
 	return firstErr
@@ -537,14 +622,7 @@ func (s *Server) lockFor(ctx context.Context, txid uint64, stripes []int, rename
 		old.renameMu = old.renameMu || h.renameMu
 		return nil
 	}
-	h.timer = time.AfterFunc(lockLease, func() {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		if cur := g.mu.held[txid]; cur == h {
-			s.log.Warn("meta: released locks of a coordinator that went silent", "txid", txid)
-			s.releaseHeldLocked(txid, h)
-		}
-	})
+	h.timer = time.AfterFunc(s.cfg.lockLease, func() { s.expireLocks(txid, h) })
 	g.mu.held[txid] = h
 	return nil
 }

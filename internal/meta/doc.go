@@ -47,4 +47,18 @@
 //
 // In both modes inode numbers are reserved in blocks with a synced write
 // before use, so a number is never handed out twice, even across crashes.
+//
+// # Storage failure
+//
+// Visibility before durability has a cost when the WAL write fails (a full
+// or failing disk): the failed batch is already in the memtable, and pebble
+// cannot go on after a failed WAL write (its next commit panics inside its
+// commit pipeline and wedges it). So the first storage error fails the
+// server (health.go): every later write is refused at once with the error's
+// kind (errs.NoSpace for ENOSPC, errs.IO otherwise) and a message asking for
+// a restart, no call ever enters pebble's commit pipeline again, and the
+// store is reopened read-only from disk, so that reads go on but no longer
+// see the applied-but-failed batches. A reader may have seen such a change
+// in the moment before the failure, as with a crash before an fsync. A
+// restart on a disk that is still full fails in Open with one error.
 package meta

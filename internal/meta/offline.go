@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/batchrepr"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/proto/weftpb"
 	"google.golang.org/protobuf/proto"
@@ -37,7 +38,7 @@ func OpenOffline(dir string) (*Offline, error) {
 		}
 		return nil, errs.New(errs.NotExist, op, "%s holds no meta store", dir)
 	}
-	db, err := openPebble(dir, slog.New(slog.DiscardHandler))
+	db, err := openPebble(dir, storeOptions{fs: vfs.Default, log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
 	}

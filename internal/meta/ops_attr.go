@@ -20,6 +20,7 @@ func (s *Server) Lookup(_ context.Context, req *weftpb.LookupRequest) (*weftpb.L
 		return nil, err
 	}
 	reply := &weftpb.LookupReply{}
+	var child *node
 	err = s.view(op, func(t *txn) error {
 		t.route(core.Ino(req.Parent), req.Name)
 		d, err := t.dirFor(core.Ino(req.Parent), req.Name)
@@ -37,8 +38,12 @@ func (s *Server) Lookup(_ context.Context, req *weftpb.LookupRequest) (*weftpb.L
 			return &errs.Error{Kind: errs.NotExist, Op: op, Path: req.Name}
 		}
 		reply.Attr = n.wireAttr()
+		child = n
 		return nil
 	})
+	if err == nil {
+		s.partitionTimes(op, child.ino, child.attr, reply.Attr)
+	}
 	return reply, err
 }
 
@@ -50,14 +55,19 @@ func (s *Server) GetAttr(_ context.Context, req *weftpb.GetAttrRequest) (*weftpb
 		return nil, err
 	}
 	reply := &weftpb.GetAttrReply{}
+	var got *node
 	err := s.view(op, func(t *txn) error {
 		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
 		}
 		reply.Attr = n.wireAttr()
+		got = n
 		return nil
 	})
+	if err == nil {
+		s.partitionTimes(op, got.ino, got.attr, reply.Attr)
+	}
 	return reply, err
 }
 

@@ -19,6 +19,10 @@ import (
 // PeerLock takes stripes (and the directory-move lock) for a coordinator.
 func (s *Server) PeerLock(ctx context.Context, req *weftpb.PeerLockRequest) (*weftpb.Empty, error) {
 	const op = "peer lock"
+	if f := s.failed.Load(); f != nil {
+		// It could not apply the writes: fail the coordinator at once.
+		return nil, s.refusal(op, f)
+	}
 	if err := s.enter(op); err != nil {
 		return nil, err
 	}
@@ -45,16 +49,21 @@ func (s *Server) PeerUnlock(_ context.Context, req *weftpb.PeerUnlockRequest) (*
 	return &weftpb.Empty{}, nil
 }
 
-// PeerRelease releases every lock held for a coordinator that restarted.
+// PeerRelease releases every lock held for a previous life of a coordinator
+// that restarted (and has replayed its intents), fencing them (fence.go).
+// Its new life's txns, at or above BelowTxid, keep theirs.
 func (s *Server) PeerRelease(_ context.Context, req *weftpb.PeerReleaseRequest) (*weftpb.Empty, error) {
 	g := &s.giga
+	lost := map[uint64]*heldLocks{}
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	for txid, h := range g.mu.held {
-		if uint32(txid>>48) == req.Coordinator {
-			s.releaseHeldLocked(txid, h)
+		if uint32(txid>>48) == req.Coordinator && h.state == lockHeld && (req.BelowTxid == 0 || txid < req.BelowTxid) {
+			h.state = lockExpiring
+			lost[txid] = h
 		}
 	}
+	g.mu.Unlock()
+	s.loseLocks("peer release", lost)
 	return &weftpb.Empty{}, nil
 }
 
@@ -119,35 +128,6 @@ func (s *Server) xattrPairs(ino core.Ino) ([]*weftpb.KeyOp, error) {
 	return out, errs.Wrap(errs.IO, "xattrs", "", errors.Join(it.Error(), it.Close()))
 }
 
-// PeerApply applies a coordinator's writes in one synced batch and releases
-// its locks.
-func (s *Server) PeerApply(_ context.Context, req *weftpb.PeerApplyRequest) (*weftpb.Empty, error) {
-	const op = "peer apply"
-	if err := s.enter(op); err != nil {
-		return nil, err
-	}
-	defer s.closeMu.RUnlock()
-	if !req.KeepLocks {
-		defer s.releaseHeld(req.Txid)
-	}
-	b := s.db.NewBatch()
-	defer b.Close()
-	var inodes, dirs int64
-	for _, o := range req.Ops {
-		if err := s.applyKeyOp(b, o); err != nil {
-			return nil, err
-		}
-		inodes += o.InodeDelta
-		dirs += o.DirDelta
-	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return nil, errs.Wrap(errs.IO, op, "", err)
-	}
-	s.inodes.Add(inodes)
-	s.dirs.Add(dirs)
-	return &weftpb.Empty{}, nil
-}
-
 // applyKeyOp adds one remote write to b. Only inode, entry and xattr keys may
 // be written by another server.
 func (s *Server) applyKeyOp(b *pebble.Batch, o *weftpb.KeyOp) error {
@@ -202,6 +182,9 @@ func (s *Server) applyKeyOp(b *pebble.Batch, o *weftpb.KeyOp) error {
 // PeerInstallPartition creates a partition split off by another server.
 func (s *Server) PeerInstallPartition(_ context.Context, req *weftpb.PeerInstallPartitionRequest) (*weftpb.Empty, error) {
 	const op = "install partition"
+	if f := s.failed.Load(); f != nil {
+		return nil, s.refusal(op, f)
+	}
 	if err := s.enter(op); err != nil {
 		return nil, err
 	}
@@ -215,7 +198,7 @@ func (s *Server) PeerInstallPartition(_ context.Context, req *weftpb.PeerInstall
 		return nil, errs.New(errs.Invalid, op, "partition %d of directory %d is not this server's", st.Partition, dir)
 	}
 	b := s.db.NewBatch()
-	defer b.Close()
+	defer s.release(b)
 	// Replace whatever an interrupted earlier attempt left.
 	p := partPrefix(dir, st.Partition)
 	b.DeleteRange(p, prefixEnd(p), nil)
@@ -228,8 +211,8 @@ func (s *Server) PeerInstallPartition(_ context.Context, req *weftpb.PeerInstall
 			return nil, err
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return nil, errs.Wrap(errs.IO, op, "", err)
+	if err := s.commit(op, b, true); err != nil {
+		return nil, err
 	}
 	return &weftpb.Empty{}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
@@ -41,6 +42,17 @@ type Config struct {
 	// partition splits into up to 2^SplitBits (CephFS's
 	// mds_bal_split_bits); default 3.
 	SplitBits int
+	// FS is the file system the Pebble store lives on; default vfs.Default.
+	// Tests pass vfs.NewCrashableMem or an errorfs wrapper to crash the
+	// server or fail its disk inside the process.
+	FS vfs.FS
+	// Failpoint, if set, is called at each named step of the multi-step
+	// operations (failpoint.go); an error stops the operation there as a
+	// crash would. Tests only.
+	Failpoint func(name string) error
+
+	// lockLease replaces the participant lock lease (dist.go); tests only.
+	lockLease time.Duration
 }
 
 const (
@@ -90,6 +102,12 @@ func (c *Config) Validate() error {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	if c.lockLease == 0 {
+		c.lockLease = lockLease
+	}
 	if len(c.Peers) > core.MaxServers {
 		return errs.New(errs.Invalid, op, "%d meta servers, at most %d", len(c.Peers), core.MaxServers)
 	}
@@ -136,6 +154,14 @@ type Server struct {
 
 	syncStop, syncDone chan struct{}
 
+	// What happens when the storage fails (health.go). health is the gate
+	// around pebble's commit pipeline.
+	health     sync.Mutex
+	failed     atomic.Pointer[failure] // set once, at the first storage error
+	wedged     atomic.Bool             // pebble panicked inside its commit pipeline
+	unreadable atomic.Bool             // failed, and the store could not be reopened for reads
+	serving    atomic.Bool             // Open has returned the server
+
 	// hookAncestryChecked, when set by a test, runs after a directory move
 	// passed its ancestry check, to widen the window a race would need.
 	hookAncestryChecked func()
@@ -147,14 +173,27 @@ func Open(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	db, err := openPebble(cfg.Dir, cfg.Logger)
+	s := &Server{cfg: cfg, log: cfg.Logger, sync: cfg.Durability == DurabilitySync, n: max(1, len(cfg.Peers))}
+	db, err := openPebble(cfg.Dir, storeOptions{fs: cfg.FS, log: cfg.Logger, now: cfg.Now,
+		failed: func(err error) { s.storageFailed("pebble", err) }})
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, db: db, sync: cfg.Durability == DurabilitySync, n: max(1, len(cfg.Peers))}
+	s.db = db
 	if err := s.load(); err != nil {
-		db.Close()
+		s.abandonOrClose()
 		return nil, err
+	}
+	// A store on a full or failing disk opens (pebble replays the WAL in
+	// memory) and would then fail on every write and in the background:
+	// one synced write now turns that into one error.
+	if err := s.syncWAL("meta open"); err != nil {
+		s.abandonOrClose()
+		return nil, errs.Wrap(errs.KindOf(err), "meta open", cfg.Dir, err)
+	}
+	if f := s.failed.Load(); f != nil {
+		s.abandonOrClose()
+		return nil, errs.Wrap(f.kind, "meta open", cfg.Dir, f.cause)
 	}
 	s.initGiga()
 	s.registerMetrics()
@@ -162,6 +201,7 @@ func Open(cfg Config) (*Server, error) {
 		s.syncStop, s.syncDone = make(chan struct{}), make(chan struct{})
 		go s.syncLoop(cfg.AsyncInterval)
 	}
+	s.serving.Store(true)
 	s.log.Info("meta server open", "id", cfg.ID, "dir", cfg.Dir, "durability", cfg.Durability,
 		"inodes", s.inodes.Load(), "ino_hwm", s.alloc.next)
 	return s, nil
@@ -221,8 +261,10 @@ func (s *Server) checkServers() error {
 		return err
 	}
 	if !found {
-		return errs.Wrap(errs.IO, "meta open", s.cfg.Dir,
-			s.db.Set(keyServers, binary.BigEndian.AppendUint64(nil, uint64(s.n)), pebble.Sync))
+		b := s.db.NewBatch()
+		defer s.release(b)
+		b.Set(keyServers, binary.BigEndian.AppendUint64(nil, uint64(s.n)), nil)
+		return s.commit("meta open", b, true)
 	}
 	if len(v) != 8 || binary.BigEndian.Uint64(v) != uint64(s.n) {
 		return errs.New(errs.Invalid, "meta open", "store in %s belongs to a cluster of %x meta servers, the cluster file lists %d: "+
@@ -235,7 +277,7 @@ func (s *Server) checkServers() error {
 // the root directory, in one synced batch: a store is either new or complete.
 func (s *Server) initStore() error {
 	b := s.db.NewBatch()
-	defer b.Close()
+	defer s.release(b)
 	b.Set(keyServerID, binary.BigEndian.AppendUint64(nil, uint64(s.cfg.ID)), nil)
 	b.Set(keyServers, binary.BigEndian.AppendUint64(nil, uint64(s.n)), nil)
 	b.Set(keyInoHWM, binary.BigEndian.AppendUint64(nil, firstSeq), nil)
@@ -256,10 +298,7 @@ func (s *Server) initStore() error {
 	// The format key goes last in the batch only for readability: the batch
 	// is atomic.
 	b.Set(keyFormat, binary.BigEndian.AppendUint64(nil, formatVersion), nil)
-	if err := b.Commit(pebble.Sync); err != nil {
-		return errs.Wrap(errs.IO, "meta open", s.cfg.Dir, err)
-	}
-	return nil
+	return s.commit("meta open", b, true)
 }
 
 // Close stops the server after the operations in progress finish, syncs the
@@ -277,21 +316,37 @@ func (s *Server) Close() error {
 		<-s.syncDone
 	}
 	var first error
-	if !s.sync {
+	if !s.sync && s.failed.Load() == nil {
 		// Async commits acknowledged since the last background sync.
-		if err := s.db.LogData(nil, pebble.Sync); err != nil {
-			first = err
-		}
+		first = s.syncWAL("meta close")
 	}
-	if err := s.db.Close(); err != nil && first == nil {
+	if err := s.abandonOrClose(); err != nil && first == nil {
 		first = err
 	}
 	return errs.Wrap(errs.IO, "meta close", s.cfg.Dir, first)
 }
 
-// enter admits an operation unless the server is closed; on success the
-// caller holds closeMu shared and must release it.
+// abandonOrClose closes the store, unless a panic inside pebble's commit
+// pipeline left it locked: its Close would then block for ever, so it is
+// left open (the process is expected to exit).
+func (s *Server) abandonOrClose() error {
+	switch {
+	case s.db == nil:
+		return nil
+	case s.wedged.Load():
+		s.log.Error("meta server leaves its failed store open: pebble is wedged", "id", s.cfg.ID)
+		return nil
+	}
+	return s.db.Close()
+}
+
+// enter admits an operation unless the server is closed or, after a storage
+// failure, cannot serve it (health.go); on success the caller holds closeMu
+// shared and must release it.
 func (s *Server) enter(op string) error {
+	if err := s.readable(op); err != nil {
+		return err
+	}
 	s.closeMu.RLock()
 	if s.closed {
 		s.closeMu.RUnlock()

@@ -127,9 +127,12 @@ func (s *Server) splitOnce(dir core.Ino) (done bool, err error) {
 	}
 	collected := time.Now()
 	if !resumed {
-		if err := s.db.Set(splitKey(dir), mustMarshal(intent), pebble.Sync); err != nil {
-			return true, errs.Wrap(errs.IO, op, "", err)
+		if err := s.setSync(op, splitKey(dir), mustMarshal(intent)); err != nil {
+			return true, err
 		}
+	}
+	if err := s.failpoint(FailSplitIntentWritten); err != nil {
+		return true, err
 	}
 	intended := time.Now()
 	bitmap := slices.Clone(d.Bitmap)
@@ -159,9 +162,12 @@ func (s *Server) splitOnce(dir core.Ino) (done bool, err error) {
 	if err := errors.Join(errList...); err != nil {
 		return true, err
 	}
+	if err := s.failpoint(FailSplitInstalled); err != nil {
+		return true, err
+	}
 	installed := time.Now()
 	b := s.db.NewBatch()
-	defer b.Close()
+	defer s.release(b)
 	var moved uint64
 	var subdirs uint32
 	for _, pt := range parts[1:] {
@@ -178,8 +184,8 @@ func (s *Server) splitOnce(dir core.Ino) (done bool, err error) {
 	d.Nlink -= min(d.Nlink-2, subdirs)
 	b.Set(inodeKey(dir), mustMarshal(d), nil)
 	b.Delete(splitKey(dir), nil)
-	if err := b.Commit(pebble.Sync); err != nil {
-		return true, errs.Wrap(errs.IO, op, "", err)
+	if err := s.commit(op, b, true); err != nil {
+		return true, err
 	}
 	s.giga.splits.Add(1)
 	s.log.Debug("meta: split", "dir", dir, "partition", intent.Partition, "partitions", len(parts),

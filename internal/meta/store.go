@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weftfs/weft/internal/errs"
 	"google.golang.org/protobuf/proto"
 )
@@ -18,8 +20,18 @@ import (
 // upgrade): format ratchets are one-way, so they happen on purpose.
 const formatMajorVersion = pebble.FormatValueSeparation
 
+// storeOptions say how openPebble opens a store.
+type storeOptions struct {
+	fs       vfs.FS
+	log      *slog.Logger
+	now      func() time.Time // for the error log's rate limit; nil: time.Now
+	readOnly bool             // a server whose storage failed (health.go) writes nothing
+	failed   func(error)      // if not nil, hears of the errors that mean the disk failed
+}
+
 // openPebble opens or creates the store under dir.
-func openPebble(dir string, log *slog.Logger) (*pebble.DB, error) {
+func openPebble(dir string, o storeOptions) (*pebble.DB, error) {
+	log, failed := o.log, o.failed
 	cache := pebble.NewCache(64 << 20)
 	defer cache.Unref() // the DB holds its own reference
 	opts := &pebble.Options{
@@ -32,32 +44,61 @@ func openPebble(dir string, log *slog.Logger) (*pebble.DB, error) {
 		// decisions.md).
 		MemTableSize: 8 << 20,
 		Merger:       counterMerger,
-		Logger:       pebbleLogger{log},
+		Logger:       &pebbleLogger{log: log, fatal: failed, limit: newLogLimiter(o.now)},
+		FS:           o.fs,
+		ReadOnly:     o.readOnly,
+	}
+	if failed != nil {
+		opts.EventListener = &pebble.EventListener{BackgroundError: func(err error) {
+			if isStorageError(err) {
+				failed(err) // logs the first one
+				return
+			}
+			opts.Logger.Errorf("pebble background error: %v", err)
+		}}
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
-		return nil, errs.Wrap(errs.IO, "meta open", dir, err)
+		return nil, errs.Wrap(storageKind(err), "meta open", dir, err)
 	}
 	return db, nil
 }
 
 // pebbleLogger routes pebble's messages to slog. Fatalf must not exit the
-// process from library code; pebble calls it for corruption it cannot
-// continue from, so it logs and panics, as pebble's own contract expects
-// Fatalf not to return.
-type pebbleLogger struct{ log *slog.Logger }
+// process from library code; pebble calls it when it cannot continue (a
+// commit whose WAL write failed, corruption), so it reports the failure to
+// the server (fatal, which marks it failed: see health.go) and panics, as
+// pebble's own contract expects Fatalf not to return. The server recovers
+// that panic around its own calls into pebble.
+//
+// Errorf is rate-limited: a store on a failing disk can make pebble report
+// the same error thousands of times a second.
+type pebbleLogger struct {
+	log   *slog.Logger
+	fatal func(error) // nil: nothing to tell
+	limit *logLimiter
+}
 
-func (l pebbleLogger) Infof(format string, args ...any) {
+func (l *pebbleLogger) Infof(format string, args ...any) {
 	l.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
 }
 
-func (l pebbleLogger) Errorf(format string, args ...any) {
-	l.log.Error(fmt.Sprintf(format, args...), "component", "pebble")
+func (l *pebbleLogger) Errorf(format string, args ...any) {
+	ok, suppressed := l.limit.allow()
+	if suppressed > 0 {
+		l.log.Error("pebble: errors suppressed by the rate limit", "component", "pebble", "suppressed", suppressed)
+	}
+	if ok {
+		l.log.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	}
 }
 
-func (l pebbleLogger) Fatalf(format string, args ...any) {
+func (l *pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.log.Error(msg, "component", "pebble", "fatal", true)
+	if l.fatal != nil {
+		l.fatal(errors.New(msg))
+	}
 	panic("pebble: " + msg)
 }
 
@@ -140,9 +181,55 @@ func (s *Server) syncLoop(interval time.Duration) {
 		case <-s.syncStop:
 			return
 		case <-t.C:
-			if err := s.db.LogData(nil, pebble.Sync); err != nil {
+			if s.failed.Load() != nil {
+				continue // the failure was logged once
+			}
+			if err := s.syncWAL("meta sync"); err != nil {
 				s.log.Error("meta: background WAL sync failed", "err", err)
 			}
 		}
 	}
+}
+
+// Pebble's error log allows errorBurst lines per errorWindow.
+const (
+	errorBurst  = 10
+	errorWindow = 10 * time.Second
+)
+
+// logLimiter lets errorBurst messages through per errorWindow and counts
+// the rest.
+type logLimiter struct {
+	now func() time.Time
+	mu  struct {
+		sync.Mutex
+		start      time.Time
+		n          int
+		suppressed int
+	}
+}
+
+func newLogLimiter(now func() time.Time) *logLimiter {
+	if now == nil {
+		now = time.Now
+	}
+	return &logLimiter{now: now}
+}
+
+// allow says whether a message may be logged now, and how many were
+// suppressed in the window that just ended (to be reported once).
+func (l *logLimiter) allow() (ok bool, suppressed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if now.Sub(l.mu.start) >= errorWindow {
+		suppressed = l.mu.suppressed
+		l.mu.start, l.mu.n, l.mu.suppressed = now, 0, 0
+	}
+	if l.mu.n < errorBurst {
+		l.mu.n++
+		return true, suppressed
+	}
+	l.mu.suppressed++
+	return false, suppressed
 }

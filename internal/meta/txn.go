@@ -491,6 +491,9 @@ func (s *Server) view(op string, fn func(t *txn) error) error {
 // after the WAL fsync, but the locks are released before waiting for it, so
 // concurrent operations (even in the same directory) share one fsync.
 func (s *Server) update(op string, lock []core.Ino, fn func(t *txn) error) error {
+	if f := s.failed.Load(); f != nil {
+		return s.refusal(op, f)
+	}
 	if err := s.enter(op); err != nil {
 		return err
 	}
@@ -524,7 +527,7 @@ func (s *Server) update(op string, lock []core.Ino, fn func(t *txn) error) error
 		}
 		var rl *relockError
 		if errors.As(err, &rl) {
-			t.b.Close()
+			s.release(t.b)
 			switch {
 			case rl.renameMu && s.n > 1 && s.cfg.ID != 0,
 				!rl.renameMu && rl.srv != s.cfg.ID:
@@ -543,7 +546,7 @@ func (s *Server) update(op string, lock []core.Ino, fn func(t *txn) error) error
 			continue
 		}
 		if err != nil {
-			t.b.Close()
+			s.release(t.b)
 			return err
 		}
 		for _, dir := range t.grown {
@@ -586,31 +589,17 @@ func (t *txn) flush() {
 // holder reads this operation's result. In sync mode it does not wait for the
 // fsync (finishCommit does, after the locks are released).
 func (s *Server) commitLocked(t *txn) error {
-	if t.b.Empty() {
-		return nil
-	}
-	var err error
-	if s.sync {
-		err = s.db.ApplyNoSyncWait(t.b, pebble.Sync)
-	} else {
-		err = t.b.Commit(pebble.NoSync)
-	}
-	if err != nil {
-		return errs.Wrap(errs.IO, t.op, "", err)
+	if err := s.apply(t.op, t.b, s.sync); err != nil {
+		return err
 	}
 	s.inodes.Add(t.inodeDelta)
 	s.dirs.Add(t.dirDelta)
 	return nil
 }
 
-// finishCommit waits for the WAL fsync of a committed txn in sync mode.
+// finishCommit waits for the WAL fsync of a committed txn in sync mode. If
+// it fails, the server stops serving the applied batch (health.go).
 func (s *Server) finishCommit(t *txn) error {
-	defer t.b.Close()
-	if !s.sync || t.b.Empty() {
-		return nil
-	}
-	if err := t.b.SyncWait(); err != nil {
-		return errs.Wrap(errs.IO, t.op, "", err)
-	}
-	return nil
+	defer s.release(t.b)
+	return s.syncWait(t.op, t.b, s.sync)
 }

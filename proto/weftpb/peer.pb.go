@@ -515,10 +515,13 @@ func (x *PeerSetPermRequest) GetGid() uint32 {
 }
 
 // PeerReleaseRequest releases every lock held for the coordinating server
-// (sent when it restarts: its operations in flight died with it).
+// (sent when it restarts: its operations in flight died with it). If
+// below_txid is set, only the locks of that server's txids below it: the
+// first txid of its new life, whose operations may already hold locks.
 type PeerReleaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Coordinator   uint32                 `protobuf:"varint,1,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	BelowTxid     uint64                 `protobuf:"varint,2,opt,name=below_txid,json=belowTxid,proto3" json:"below_txid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -556,6 +559,13 @@ func (*PeerReleaseRequest) Descriptor() ([]byte, []int) {
 func (x *PeerReleaseRequest) GetCoordinator() uint32 {
 	if x != nil {
 		return x.Coordinator
+	}
+	return 0
+}
+
+func (x *PeerReleaseRequest) GetBelowTxid() uint64 {
+	if x != nil {
+		return x.BelowTxid
 	}
 	return 0
 }
@@ -600,9 +610,11 @@ const file_peer_proto_rawDesc = "" +
 	"\x03dir\x18\x01 \x01(\x04R\x03dir\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
 	"\x03uid\x18\x03 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x04 \x01(\rR\x03gid\"6\n" +
+	"\x03gid\x18\x04 \x01(\rR\x03gid\"U\n" +
 	"\x12PeerReleaseRequest\x12 \n" +
-	"\vcoordinator\x18\x01 \x01(\rR\vcoordinatorB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
+	"\vcoordinator\x18\x01 \x01(\rR\vcoordinator\x12\x1d\n" +
+	"\n" +
+	"below_txid\x18\x02 \x01(\x04R\tbelowTxidB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
 
 var (
 	file_peer_proto_rawDescOnce sync.Once
