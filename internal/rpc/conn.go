@@ -79,6 +79,12 @@ type connConfig struct {
 	// loop holds a count while it spawns handlers, so Add never races Wait
 	// from zero.
 	handlers *sync.WaitGroup
+	// budget bounds the bodies allocated before they arrive; nil for a
+	// dialed connection.
+	budget *bodyBudget
+	// frameTimeout bounds the arrival of a frame's body once its header
+	// is in; 0 means none.
+	frameTimeout time.Duration
 }
 
 type connKey struct{}
@@ -451,7 +457,7 @@ func (c *Conn) readLoop() {
 		if h.typ == frameRequest || h.typ == frameOneWay {
 			bp = getBuf() // handed to the handler
 		}
-		msg, data, err := readBody(br, &h, bp, GetBuffer)
+		msg, data, err := c.readFrameBody(&h, bp)
 		if err != nil {
 			PutBuffer(data)
 			c.readFailed(err)
@@ -478,6 +484,40 @@ func (c *Conn) readLoop() {
 			}
 		}
 	}
+}
+
+// readFrameBody reads the body of the frame whose header is h (readBody),
+// in one piece while the server's budget allows, and as it arrives beyond
+// (budget.go). A body that does not arrive within FrameTimeout closes the
+// connection.
+func (c *Conn) readFrameBody(h *header, bp *[]byte) (msg, data []byte, err error) {
+	if h.bodyLen == 0 {
+		return readBody(c.rd.br, h, bp, false)
+	}
+	b := c.cfg.budget
+	if b != nil {
+		b.reading.Add(1)
+		defer b.reading.Add(-1)
+	}
+	whole := b.take(h.bodyLen)
+	if whole {
+		defer b.give(h.bodyLen)
+	}
+	// Most bodies are in the reader's buffer already: no deadline to set.
+	timed := c.cfg.frameTimeout > 0 && c.rd.br.Buffered() < h.bodyLen
+	if timed {
+		c.nc.SetReadDeadline(time.Now().Add(c.cfg.frameTimeout))
+	}
+	msg, data, err = readBody(c.rd.br, h, bp, !whole)
+	if timed {
+		c.nc.SetReadDeadline(time.Time{})
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			err = errs.New(errs.Unavailable, "rpc", "%s frame of %d bytes from %s not received within %v",
+				h.typ, h.bodyLen, c.nc.RemoteAddr(), c.cfg.frameTimeout)
+		}
+	}
+	return msg, data, err
 }
 
 // takeoverDelay is how long the reader may run a handler itself before

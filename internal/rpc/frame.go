@@ -219,9 +219,11 @@ func decodeAttachLen(b *[attachLenSize]byte, h *header) (msgLen, dataLen int, er
 
 // readBody reads the body of a frame whose header is h: the message into
 // *msgBuf (grown as needed), and the attachment, if any, into a buffer from
-// alloc. The attachment is read straight from r into its buffer: with a
-// bufio.Reader, a large one bypasses the reader's buffer.
-func readBody(r io.Reader, h *header, msgBuf *[]byte, alloc func(int) []byte) (msg, data []byte, err error) {
+// GetBuffer. The attachment is read straight from r into
+// its buffer: with a bufio.Reader, a large one bypasses the reader's buffer.
+// With grow, both are allocated as their bytes arrive (budget.go) rather
+// than as the header declares.
+func readBody(r io.Reader, h *header, msgBuf *[]byte, grow bool) (msg, data []byte, err error) {
 	msgLen := h.bodyLen
 	dataLen := 0
 	if h.hasData() {
@@ -233,16 +235,27 @@ func readBody(r io.Reader, h *header, msgBuf *[]byte, alloc func(int) []byte) (m
 			return nil, nil, err
 		}
 	}
-	if cap(*msgBuf) < msgLen {
-		*msgBuf = make([]byte, msgLen)
+	if grow {
+		msg, err = readGrowing(r, msgLen, (*msgBuf)[:0], func(n int) []byte { return make([]byte, n) }, func([]byte) {})
+		*msgBuf = msg
+	} else {
+		if cap(*msgBuf) < msgLen {
+			*msgBuf = make([]byte, msgLen)
+		}
+		msg = (*msgBuf)[:msgLen]
+		_, err = io.ReadFull(r, msg)
 	}
-	msg = (*msgBuf)[:msgLen]
-	if _, err := io.ReadFull(r, msg); err != nil {
+	if err != nil {
 		return nil, nil, noEOF(err)
 	}
 	if h.hasData() {
-		data = alloc(dataLen)[:dataLen]
-		if _, err := io.ReadFull(r, data); err != nil {
+		if grow {
+			data, err = readGrowing(r, dataLen, nil, GetBuffer, PutBuffer)
+		} else {
+			data = GetBuffer(dataLen)
+			_, err = io.ReadFull(r, data)
+		}
+		if err != nil {
 			return nil, data, noEOF(err)
 		}
 	}
@@ -259,7 +272,7 @@ func noEOF(err error) error {
 
 // readFrame reads one frame from r (tests and fuzzing; the read loop reads
 // the parts itself). The message is read into *buf, grown as needed; the
-// attachment into a new slice.
+// attachment into a buffer from GetBuffer.
 func readFrame(r io.Reader, maxBody int, buf *[]byte) (header, []byte, []byte, error) {
 	var hb [headerLen]byte
 	if _, err := io.ReadFull(r, hb[:]); err != nil {
@@ -269,7 +282,7 @@ func readFrame(r io.Reader, maxBody int, buf *[]byte) (header, []byte, []byte, e
 	if err != nil {
 		return header{}, nil, nil, err
 	}
-	msg, data, err := readBody(r, &h, buf, func(n int) []byte { return make([]byte, n) })
+	msg, data, err := readBody(r, &h, buf, true)
 	if err != nil {
 		return header{}, nil, nil, err
 	}

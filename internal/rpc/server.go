@@ -28,7 +28,20 @@ type ServerOptions struct {
 	// HandshakeTimeout bounds the TLS and protocol handshakes of an accepted
 	// connection; 0 means 10 seconds.
 	HandshakeTimeout time.Duration
+	// FrameTimeout bounds how long the body of a frame may take to arrive
+	// once its header has: a connection whose frame stops half-way is
+	// closed. 0 means DefaultFrameTimeout; negative, no bound.
+	FrameTimeout time.Duration
+	// MaxBodyInFlight is the budget of frame bodies the server allocates in
+	// full as soon as their headers arrive, over all its connections;
+	// bodies beyond it are allocated as their bytes arrive (budget.go).
+	// 0 means DefaultMaxBodyInFlight.
+	MaxBodyInFlight int
 }
+
+// DefaultFrameTimeout is the default FrameTimeout: ample for the largest
+// frame (65 MiB) on a slow link.
+const DefaultFrameTimeout = 30 * time.Second
 
 // Server accepts connections and serves a Mux on them.
 type Server struct {
@@ -41,7 +54,8 @@ type Server struct {
 	stopBase context.CancelFunc
 	// wg counts connection setups, read loops and handlers; Close waits for
 	// all of them.
-	wg sync.WaitGroup
+	wg     sync.WaitGroup
+	budget *bodyBudget
 
 	mu struct {
 		sync.Mutex
@@ -61,6 +75,13 @@ func NewServer(mux *Mux, opts ServerOptions) *Server {
 	if s.opts.HandshakeTimeout <= 0 {
 		s.opts.HandshakeTimeout = 10 * time.Second
 	}
+	if s.opts.FrameTimeout == 0 {
+		s.opts.FrameTimeout = DefaultFrameTimeout
+	}
+	if s.opts.MaxBodyInFlight <= 0 {
+		s.opts.MaxBodyInFlight = DefaultMaxBodyInFlight
+	}
+	s.budget = newBodyBudget(s.opts.MaxBodyInFlight)
 	s.base, s.stopBase = context.WithCancel(context.Background())
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.conns = make(map[*Conn]struct{})
@@ -157,6 +178,9 @@ func (s *Server) setup(nc net.Conn) {
 		maxFrame: s.opts.MaxFrameSize,
 		onClose:  s.connClosed,
 		handlers: &s.wg,
+		budget:   s.budget,
+		// A negative FrameTimeout means none; so does 0 here.
+		frameTimeout: max(s.opts.FrameTimeout, 0),
 	})
 	s.mu.conns[c] = struct{}{}
 	s.wg.Add(1) // the read loop; we still hold our own count, so not from zero
@@ -402,3 +426,6 @@ func (c *Conn) observe(method uint16, d time.Duration, reqBytes, respBytes int, 
 		c.cfg.serveObs.Observe(method, d, reqBytes, respBytes, err)
 	}
 }
+
+// bodiesInProgress is how many frame bodies the server is reading.
+func (s *Server) bodiesInProgress() int64 { return s.budget.reading.Load() }
