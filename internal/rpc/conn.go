@@ -58,6 +58,9 @@ type Conn struct {
 		}
 	}
 
+	// ka detects a peer that has gone silent (keepalive.go).
+	ka keepalive
+
 	mu struct {
 		sync.Mutex
 		closed  bool
@@ -85,6 +88,11 @@ type connConfig struct {
 	// frameTimeout bounds the arrival of a frame's body once its header
 	// is in; 0 means none.
 	frameTimeout time.Duration
+	// peerTimeout is how long the peer may stay silent before the
+	// connection is declared dead; 0 means never (keepalive.go).
+	peerTimeout time.Duration
+	// peerFeatures are the feature bits of the peer's handshake.
+	peerFeatures uint16
 }
 
 type connKey struct{}
@@ -136,7 +144,7 @@ func newConn(nc net.Conn, cfg connConfig) *Conn {
 	c := &Conn{nc: nc, cfg: cfg, done: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.WithValue(context.Background(), connKey{}, c))
 	c.w.buf = make([]byte, 0, writeBufSize)
-	c.rd.br = bufio.NewReaderSize(nc, 32<<10)
+	c.rd.br = bufio.NewReaderSize(countingReader{nc: nc, n: &c.ka.reads}, 32<<10)
 	c.rd.takeover = time.AfterFunc(time.Hour, c.takeOverReading)
 	c.rd.takeover.Stop()
 	c.mu.pending = make(map[uint64]*call)
@@ -144,9 +152,12 @@ func newConn(nc net.Conn, cfg connConfig) *Conn {
 	return c
 }
 
-// start runs the read loop. The caller has already counted it in
-// cfg.handlers.
-func (c *Conn) start() { go c.readLoop() }
+// start runs the read loop and the keepalive. The caller has already
+// counted the read loop in cfg.handlers.
+func (c *Conn) start() {
+	c.startKeepalive(c.cfg.peerTimeout, c.cfg.peerFeatures)
+	go c.readLoop()
+}
 
 // RemoteAddr is the address of the other end.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
@@ -191,6 +202,7 @@ func (c *Conn) closeWithError(err error) {
 	c.nc.Close()
 	c.cancel()
 	c.rd.takeover.Stop()
+	c.ka.stop()
 	callErr := err
 	if !errs.Is(err, errs.Unavailable) {
 		callErr = errs.Wrap(errs.Unavailable, "rpc", "", err)
@@ -372,6 +384,9 @@ func (c *Conn) writeFrame(h *header, msg, data []byte) error {
 	if len(data) > 0 {
 		h.flags |= flagData
 	}
+	if h.typ != framePing {
+		c.ka.writes.Add(1)
+	}
 	c.writers.Add(1)
 	c.w.Lock()
 	err := c.w.err
@@ -471,6 +486,8 @@ func (c *Conn) readLoop() {
 			}
 		case frameCancel:
 			c.cancelServing(h.id)
+		case framePing:
+			c.ka.pings.Add(1) // its bytes have done its work
 		default:
 			// With nothing more buffered, run the handler right here:
 			// handing it to a new goroutine costs more than most handlers.

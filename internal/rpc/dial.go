@@ -27,6 +27,10 @@ type DialOptions struct {
 	// in this process: calls run its handlers directly, without a
 	// connection (local.go). Dial ignores it.
 	Local *Server
+	// PeerTimeout declares the connection dead when nothing at all has
+	// come from the server for that long (keepalive.go): its calls fail
+	// with errs.Unavailable. 0 means DefaultPeerTimeout; negative, never.
+	PeerTimeout time.Duration
 }
 
 // defaultHandshakeTimeout bounds the handshakes of a dial whose context has
@@ -38,7 +42,7 @@ const defaultHandshakeTimeout = 10 * time.Second
 // another protocol version is errs.Protocol; a context that ends first gives
 // errs.Timeout or errs.Canceled.
 func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
-	nc, err := dial(ctx, addr, opts.TLS)
+	nc, features, err := dial(ctx, addr, opts.TLS)
 	if err != nil {
 		if ctxEnded(ctx) {
 			return nil, ctxError(ctx, "rpc dial "+addr)
@@ -51,6 +55,9 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
 		callObs:  opts.Observer,
 		maxFrame: opts.MaxFrameSize,
 		handlers: new(sync.WaitGroup),
+
+		peerTimeout:  peerTimeout(opts.PeerTimeout),
+		peerFeatures: features,
 	})
 	c.cfg.handlers.Add(1)
 	c.start()
@@ -58,13 +65,13 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
 }
 
 // dial connects and runs the TLS and protocol handshakes.
-func dial(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Conn, error) {
+func dial(ctx context.Context, addr string, tlsConfig *tls.Config) (nc net.Conn, features uint16, err error) {
 	ctx, cancel := context.WithTimeout(ctx, defaultHandshakeTimeout)
 	defer cancel()
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err = d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, errs.Wrap(errs.Unavailable, "rpc dial", addr, err)
+		return nil, 0, errs.Wrap(errs.Unavailable, "rpc dial", addr, err)
 	}
 	if tlsConfig != nil {
 		cfg := tlsConfig
@@ -72,7 +79,7 @@ func dial(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Conn, er
 			host, _, err := net.SplitHostPort(addr)
 			if err != nil {
 				nc.Close()
-				return nil, errs.Wrap(errs.Invalid, "rpc dial", addr, err)
+				return nil, 0, errs.Wrap(errs.Invalid, "rpc dial", addr, err)
 			}
 			cfg = cfg.Clone()
 			cfg.ServerName = host
@@ -80,20 +87,33 @@ func dial(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Conn, er
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
-			return nil, errs.Wrap(errs.Unavailable, "rpc tls handshake", addr, err)
+			return nil, 0, errs.Wrap(errs.Unavailable, "rpc tls handshake", addr, err)
 		}
 		nc = tc
 	}
-	if err := handshake(ctx, nc); err != nil {
+	if features, err = handshake(ctx, nc); err != nil {
 		nc.Close()
-		return nil, err
+		return nil, 0, err
 	}
-	return nc, nil
+	return nc, features, nil
 }
 
-// handshake exchanges hellos. Both sides write before reading, so each learns
-// the other's version and can say exactly what is wrong.
-func handshake(ctx context.Context, nc net.Conn) error {
+// peerTimeout is the keepalive timeout an option asks for: 0 is the
+// default, negative none.
+func peerTimeout(opt time.Duration) time.Duration {
+	switch {
+	case opt == 0:
+		return DefaultPeerTimeout
+	case opt < 0:
+		return 0
+	}
+	return opt
+}
+
+// handshake exchanges hellos and returns the peer's feature bits. Both
+// sides write before reading, so each learns the other's version and can say
+// exactly what is wrong.
+func handshake(ctx context.Context, nc net.Conn) (features uint16, err error) {
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
 	}
@@ -104,7 +124,7 @@ func handshake(ctx context.Context, nc net.Conn) error {
 	})
 	remote := nc.RemoteAddr().String()
 	h := hello()
-	_, err := nc.Write(h[:])
+	_, err = nc.Write(h[:])
 	var peer [helloLen]byte
 	if err == nil {
 		_, err = io.ReadFull(nc, peer[:])
@@ -113,11 +133,11 @@ func handshake(ctx context.Context, nc net.Conn) error {
 		<-fired // its deadline must not land after ours is cleared
 	}
 	if err != nil {
-		return errs.Wrap(errs.Unavailable, "rpc handshake", remote, err)
+		return 0, errs.Wrap(errs.Unavailable, "rpc handshake", remote, err)
 	}
 	if err := checkHello(peer); err != nil {
 		err.Path = remote
-		return err
+		return 0, err
 	}
-	return nc.SetDeadline(time.Time{})
+	return helloFeatures(peer), nc.SetDeadline(time.Time{})
 }

@@ -37,6 +37,10 @@ type ServerOptions struct {
 	// bodies beyond it are allocated as their bytes arrive (budget.go).
 	// 0 means DefaultMaxBodyInFlight.
 	MaxBodyInFlight int
+	// PeerTimeout closes a connection when nothing at all has come from
+	// the client for that long (keepalive.go). 0 means
+	// DefaultPeerTimeout; negative, never.
+	PeerTimeout time.Duration
 }
 
 // DefaultFrameTimeout is the default FrameTimeout: ample for the largest
@@ -149,7 +153,8 @@ func (s *Server) setup(nc net.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.HandshakeTimeout)
 	defer cancel()
 	raw := nc
-	err := func() error {
+	var features uint16
+	err := func() (err error) {
 		if s.opts.TLS != nil {
 			tc := tls.Server(nc, s.opts.TLS)
 			if err := tc.HandshakeContext(ctx); err != nil {
@@ -157,7 +162,8 @@ func (s *Server) setup(nc net.Conn) {
 			}
 			nc = tc
 		}
-		return handshake(ctx, nc)
+		features, err = handshake(ctx, nc)
+		return err
 	}()
 
 	s.mu.Lock()
@@ -181,6 +187,8 @@ func (s *Server) setup(nc net.Conn) {
 		budget:   s.budget,
 		// A negative FrameTimeout means none; so does 0 here.
 		frameTimeout: max(s.opts.FrameTimeout, 0),
+		peerTimeout:  peerTimeout(s.opts.PeerTimeout),
+		peerFeatures: features,
 	})
 	s.mu.conns[c] = struct{}{}
 	s.wg.Add(1) // the read loop; we still hold our own count, so not from zero
