@@ -31,6 +31,27 @@ type DialOptions struct {
 	// come from the server for that long (keepalive.go): its calls fail
 	// with errs.Unavailable. 0 means DefaultPeerTimeout; negative, never.
 	PeerTimeout time.Duration
+	// CallTimeout bounds a call whose context has no deadline: it is the
+	// deadline the request carries and the longest the caller waits.
+	// 0 means DefaultCallTimeout; negative, no bound.
+	CallTimeout time.Duration
+}
+
+// DefaultCallTimeout bounds a call whose context has no deadline. A dead
+// or stopped server is found sooner, by the keepalive; this bounds a
+// handler that never answers.
+const DefaultCallTimeout = 30 * time.Second
+
+// optTimeout is the duration an option asks for: 0 is def, negative none
+// (0).
+func optTimeout(opt, def time.Duration) time.Duration {
+	switch {
+	case opt == 0:
+		return def
+	case opt < 0:
+		return 0
+	}
+	return opt
 }
 
 // defaultHandshakeTimeout bounds the handshakes of a dial whose context has
@@ -56,7 +77,8 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
 		maxFrame: opts.MaxFrameSize,
 		handlers: new(sync.WaitGroup),
 
-		peerTimeout:  peerTimeout(opts.PeerTimeout),
+		peerTimeout:  optTimeout(opts.PeerTimeout, DefaultPeerTimeout),
+		callTimeout:  optTimeout(opts.CallTimeout, DefaultCallTimeout),
 		peerFeatures: features,
 	})
 	c.cfg.handlers.Add(1)
@@ -96,18 +118,6 @@ func dial(ctx context.Context, addr string, tlsConfig *tls.Config) (nc net.Conn,
 		return nil, 0, err
 	}
 	return nc, features, nil
-}
-
-// peerTimeout is the keepalive timeout an option asks for: 0 is the
-// default, negative none.
-func peerTimeout(opt time.Duration) time.Duration {
-	switch {
-	case opt == 0:
-		return DefaultPeerTimeout
-	case opt < 0:
-		return 0
-	}
-	return opt
 }
 
 // handshake exchanges hellos and returns the peer's feature bits. Both

@@ -39,15 +39,17 @@ const featurePing = 1 << 0
 
 // keepalive is a connection's liveness state.
 type keepalive struct {
-	timeout time.Duration // 0: off
-	timer   *time.Timer
 	reads   atomic.Uint64 // reads from the socket that returned bytes
 	writes  atomic.Uint64 // frames written, pings not counted
 	pings   atomic.Uint64 // pings received
 	pinging atomic.Bool   // a ping is being written
 
+	// mu orders the timer's runs with startKeepalive and stop (the
+	// runtime's timer gives the race detector no order to see).
 	mu struct {
 		sync.Mutex
+		timeout               time.Duration // 0: off
+		timer                 *time.Timer
 		lastReads, lastWrites uint64
 		heard                 time.Time // when reads last moved
 	}
@@ -74,18 +76,20 @@ func (c *Conn) startKeepalive(timeout time.Duration, peerFeatures uint16) {
 		return
 	}
 	ka := &c.ka
-	ka.timeout = timeout
+	ka.mu.Lock()
+	defer ka.mu.Unlock()
+	ka.mu.timeout = timeout
 	ka.mu.heard = time.Now()
-	ka.timer = time.AfterFunc(ka.interval(), c.heartbeat)
+	ka.mu.timer = time.AfterFunc(timeout/pingsPerTimeout, c.heartbeat)
 }
-
-func (ka *keepalive) interval() time.Duration { return ka.timeout / pingsPerTimeout }
 
 // stop disarms the keepalive of a closed connection. A heartbeat already
 // running finds the connection closed and does not re-arm.
 func (ka *keepalive) stop() {
-	if ka.timer != nil {
-		ka.timer.Stop()
+	ka.mu.Lock()
+	defer ka.mu.Unlock()
+	if ka.mu.timer != nil {
+		ka.mu.timer.Stop()
 	}
 }
 
@@ -106,9 +110,10 @@ func (c *Conn) heartbeat() {
 	w := ka.writes.Load()
 	idle := w == ka.mu.lastWrites
 	ka.mu.lastWrites = w
+	timeout := ka.mu.timeout
 	ka.mu.Unlock()
 
-	if silent >= ka.timeout {
+	if silent >= timeout {
 		c.closeWithError(errs.New(errs.Unavailable, "rpc",
 			"nothing heard from %s for %v: the peer is stopped or unreachable", c.nc.RemoteAddr(), silent.Round(time.Millisecond)))
 		return
@@ -117,11 +122,13 @@ func (c *Conn) heartbeat() {
 	// that stopped reading blocks, and this timer must still fire.
 	if idle && ka.pinging.CompareAndSwap(false, true) {
 		go func() {
-			_ = c.writeFrame(&header{typ: framePing}, nil, nil)
+			_ = c.writeFrame(nil, &header{typ: framePing}, nil, nil)
 			ka.pinging.Store(false)
 		}()
 	}
-	ka.timer.Reset(ka.interval())
+	ka.mu.Lock()
+	ka.mu.timer.Reset(timeout / pingsPerTimeout)
+	ka.mu.Unlock()
 }
 
 // pingsReceived is how many pings the peer has sent (tests).

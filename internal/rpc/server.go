@@ -41,6 +41,9 @@ type ServerOptions struct {
 	// the client for that long (keepalive.go). 0 means
 	// DefaultPeerTimeout; negative, never.
 	PeerTimeout time.Duration
+	// CallTimeout bounds the server's calls back to its clients whose
+	// contexts have no deadline, as DialOptions.CallTimeout.
+	CallTimeout time.Duration
 }
 
 // DefaultFrameTimeout is the default FrameTimeout: ample for the largest
@@ -187,7 +190,8 @@ func (s *Server) setup(nc net.Conn) {
 		budget:   s.budget,
 		// A negative FrameTimeout means none; so does 0 here.
 		frameTimeout: max(s.opts.FrameTimeout, 0),
-		peerTimeout:  peerTimeout(s.opts.PeerTimeout),
+		peerTimeout:  optTimeout(s.opts.PeerTimeout, DefaultPeerTimeout),
+		callTimeout:  optTimeout(s.opts.CallTimeout, DefaultCallTimeout),
 		peerFeatures: features,
 	})
 	s.mu.conns[c] = struct{}{}
@@ -411,7 +415,7 @@ func (c *Conn) reply(h *header, resp, data []byte, err error) {
 		}
 		resp, data = []byte(msg), nil
 	}
-	_ = c.writeFrame(&rh, resp, data) // a failure closes the connection; nobody to tell
+	_ = c.writeFrame(nil, &rh, resp, data) // a failure closes the connection; nobody to tell
 }
 
 // wireKind is the kind sent for a handler's error. Context errors from a
