@@ -301,7 +301,7 @@ func (c *Conn) call(ctx context.Context, method uint16, req proto.Message, data 
 			// caller must not wait for it. A frame that never left
 			// needs no cancel.
 			if werr == nil {
-				go c.writeFrame(nil, &header{typ: frameCancel, id: h.id}, nil, nil)
+				go c.writeFrame(context.Background(), &header{typ: frameCancel, id: h.id}, nil, nil)
 			}
 			err = ctxError(ctx, "rpc "+weftpb.MethodName(method))
 		} else {

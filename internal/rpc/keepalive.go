@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"context"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -122,7 +123,7 @@ func (c *Conn) heartbeat() {
 	// that stopped reading blocks, and this timer must still fire.
 	if idle && ka.pinging.CompareAndSwap(false, true) {
 		go func() {
-			_ = c.writeFrame(nil, &header{typ: framePing}, nil, nil)
+			_ = c.writeFrame(context.Background(), &header{typ: framePing}, nil, nil)
 			ka.pinging.Store(false)
 		}()
 	}

@@ -415,7 +415,7 @@ func (c *Conn) reply(h *header, resp, data []byte, err error) {
 		}
 		resp, data = []byte(msg), nil
 	}
-	_ = c.writeFrame(nil, &rh, resp, data) // a failure closes the connection; nobody to tell
+	_ = c.writeFrame(context.Background(), &rh, resp, data) // a failure closes the connection; nobody to tell
 }
 
 // wireKind is the kind sent for a handler's error. Context errors from a

@@ -15,7 +15,7 @@ const (
 	writeBufSize = 32 << 10
 )
 
-// lockWriter takes the write lock, giving up when ctx ends (a nil ctx
+// lockWriter takes the write lock, giving up when ctx ends (Background
 // waits for ever: the connection's close releases a stuck writer). The lock
 // is a channel so that a caller stuck behind a write to a peer that stopped
 // reading can still return when its context ends.
@@ -25,14 +25,10 @@ func (c *Conn) lockWriter(ctx context.Context) bool {
 		return true
 	default:
 	}
-	var done <-chan struct{}
-	if ctx != nil {
-		done = ctx.Done()
-	}
 	select {
 	case c.w.sem <- struct{}{}:
 		return true
-	case <-done:
+	case <-ctx.Done():
 		return false
 	}
 }
@@ -44,8 +40,8 @@ func (c *Conn) unlockWriter() { <-c.w.sem }
 // returns, msg and data have been written (or the write failed) and are the
 // caller's again. A write error closes the connection.
 //
-// ctx (nil for frames that no caller waits on: responses, cancels, pings)
-// bounds the write. If it ends while the frame waits for the write lock,
+// ctx (Background for frames that no caller waits on: responses, cancels,
+// pings) bounds the write. If it ends while the frame waits for the write lock,
 // the frame is not sent; if it ends during a system call that writes it,
 // that write is interrupted and the connection closed, since the peer
 // would get a frame cut short. Either way writeFrame returns the context's
@@ -63,7 +59,7 @@ func (c *Conn) writeFrame(ctx context.Context, h *header, msg, data []byte) erro
 		// The count added above must come down under the lock, where
 		// the last writer of a burst flushes what others buffered.
 		go func() {
-			c.lockWriter(nil)
+			c.lockWriter(context.Background())
 			err := c.finishWriteLocked(nil)
 			c.unlockWriter()
 			if err != nil {
@@ -73,7 +69,7 @@ func (c *Conn) writeFrame(ctx context.Context, h *header, msg, data []byte) erro
 		return ctxError(ctx, "rpc write to "+c.nc.RemoteAddr().String())
 	}
 	stop := func() bool { return true }
-	if ctx != nil && ctx.Done() != nil {
+	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, func() { c.nc.SetWriteDeadline(time.Unix(1, 0)) })
 	}
 	err := c.w.err
