@@ -3,10 +3,12 @@ package rpc
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/weftfs/weft/internal/errs"
@@ -151,3 +153,10 @@ func handshake(ctx context.Context, nc net.Conn) (features uint16, err error) {
 	}
 	return helloFeatures(peer), nc.SetDeadline(time.Time{})
 }
+
+// Refused reports whether err says that nothing listens at the address
+// dialed (ECONNREFUSED): the server is down or not yet up, which Dial and a
+// Peer report at once as errs.Unavailable. Only a caller knows whether to
+// wait for a restart; one that retries Unavailable should not spend its
+// whole retry budget on a refusal.
+func Refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
