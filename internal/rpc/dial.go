@@ -31,7 +31,8 @@ type DialOptions struct {
 	Local *Server
 	// PeerTimeout declares the connection dead when nothing at all has
 	// come from the server for that long (keepalive.go): its calls fail
-	// with errs.Unavailable. 0 means DefaultPeerTimeout; negative, never.
+	// with errs.Unavailable. It also bounds the connect and handshakes of
+	// a dial. 0 means DefaultPeerTimeout; negative, never.
 	PeerTimeout time.Duration
 	// CallTimeout bounds a call whose context has no deadline: it is the
 	// deadline the request carries and the longest the caller waits.
@@ -56,8 +57,8 @@ func optTimeout(opt, def time.Duration) time.Duration {
 	return opt
 }
 
-// defaultHandshakeTimeout bounds the handshakes of a dial whose context has
-// no earlier deadline.
+// defaultHandshakeTimeout bounds the connect and handshakes of a dial whose
+// context has no earlier deadline and whose PeerTimeout is longer.
 const defaultHandshakeTimeout = 10 * time.Second
 
 // Dial connects to a weft server at addr (host:port) and runs the
@@ -65,7 +66,15 @@ const defaultHandshakeTimeout = 10 * time.Second
 // another protocol version is errs.Protocol; a context that ends first gives
 // errs.Timeout or errs.Canceled.
 func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
-	nc, features, err := dial(ctx, addr, opts.TLS)
+	peerTimeout := optTimeout(opts.PeerTimeout, DefaultPeerTimeout)
+	// A server that does not answer the handshake within the keepalive
+	// bound is as silent as one that stops later (a stopped process's
+	// kernel still accepts connections).
+	hsTimeout := defaultHandshakeTimeout
+	if peerTimeout > 0 {
+		hsTimeout = min(hsTimeout, peerTimeout)
+	}
+	nc, features, err := dial(ctx, addr, opts.TLS, hsTimeout)
 	if err != nil {
 		if ctxEnded(ctx) {
 			return nil, ctxError(ctx, "rpc dial "+addr)
@@ -79,7 +88,7 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
 		maxFrame: opts.MaxFrameSize,
 		handlers: new(sync.WaitGroup),
 
-		peerTimeout:  optTimeout(opts.PeerTimeout, DefaultPeerTimeout),
+		peerTimeout:  peerTimeout,
 		callTimeout:  optTimeout(opts.CallTimeout, DefaultCallTimeout),
 		peerFeatures: features,
 	})
@@ -89,8 +98,8 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
 }
 
 // dial connects and runs the TLS and protocol handshakes.
-func dial(ctx context.Context, addr string, tlsConfig *tls.Config) (nc net.Conn, features uint16, err error) {
-	ctx, cancel := context.WithTimeout(ctx, defaultHandshakeTimeout)
+func dial(ctx context.Context, addr string, tlsConfig *tls.Config, timeout time.Duration) (nc net.Conn, features uint16, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var d net.Dialer
 	nc, err = d.DialContext(ctx, "tcp", addr)

@@ -121,3 +121,58 @@ func TestServerClosesSilentClient(t *testing.T) {
 		t.Errorf("closed after %v; want about %v", d, bound)
 	}
 }
+
+// A server that accepts connections but never answers the handshake (its
+// process is stopped: the kernel still accepts) fails a dial within
+// PeerTimeout, not the 10 s handshake bound, so that the caller can fail
+// over.
+func TestDialToStoppedServerFailsWithinPeerTimeout(t *testing.T) {
+	const bound = 200 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close() // the kernel's backlog accepts; nobody answers
+	p := NewPeer(ln.Addr().String(), DialOptions{PeerTimeout: bound})
+	defer p.Close()
+	start := time.Now()
+	if _, err := echo(testCtx(t), p, "x"); !errs.Is(err, errs.Unavailable) {
+		t.Errorf("call to a server that never answers the handshake: %v; want Unavailable", err)
+	}
+	if d := time.Since(start); d > 5*bound {
+		t.Errorf("returned after %v; want about %v", d, bound)
+	}
+}
+
+// On a Peer too, a call waiting behind a write stuck on a stopped server
+// returns at its own deadline.
+func TestPeerCallBehindStuckWriteReturnsAtItsDeadline(t *testing.T) {
+	addr := frozenServer(t)
+	p := NewPeer(addr, DialOptions{PeerTimeout: -1, CallTimeout: -1})
+	defer p.Close()
+	long, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stuck := make(chan error, 1)
+	go func() {
+		_, err := p.CallData(long, mData, msg("size"), bytes.Repeat([]byte("x"), 32<<20), nil)
+		stuck <- err
+	}()
+	c, err := p.Conn(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stuck call", 5*time.Second, func() bool { return c.inFlight() == 1 })
+	ctx, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelShort()
+	start := time.Now()
+	if _, err := echo(ctx, p, "x"); !errs.Is(err, errs.Timeout) {
+		t.Errorf("call behind a stuck write: %v; want Timeout", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("returned after %v", d)
+	}
+	cancel()
+	if err := <-stuck; !errs.Is(err, errs.Canceled) {
+		t.Errorf("stuck call after cancel: %v; want Canceled", err)
+	}
+}
