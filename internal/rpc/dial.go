@@ -42,8 +42,9 @@ type DialOptions struct {
 
 // DefaultCallTimeout bounds a call whose context has no deadline. A dead
 // or stopped server is found sooner, by the keepalive; this bounds a
-// handler that never answers.
-const DefaultCallTimeout = 30 * time.Second
+// handler that never answers. It must exceed the longest wait a request
+// asks a server for (a blocking lock waits in slices of 30 s).
+const DefaultCallTimeout = 60 * time.Second
 
 // optTimeout is the duration an option asks for: 0 is def, negative none
 // (0).

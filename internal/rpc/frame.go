@@ -61,6 +61,18 @@
 // can leave in any order. A caller whose context ends gets errs.Canceled or
 // errs.Timeout at once, and a cancel frame tells the other side to cancel the
 // handler's context.
+//
+// # Bounds
+//
+// Nothing waits without limit (docs/wire.md "Limits and timeouts"). A call
+// whose context has no deadline gets CallTimeout (60 s); a caller stuck
+// behind another's write still returns when its context ends (write.go). A
+// peer that goes silent, as a process stopped with SIGSTOP does while its
+// kernel keeps the connection open, is declared dead after PeerTimeout
+// (5 s) thanks to pings (keepalive.go). A frame header buys its sender no
+// memory: bodies beyond a server-wide budget are allocated as they arrive,
+// and a body that stops coming closes its connection after FrameTimeout
+// (budget.go).
 package rpc
 
 import (
