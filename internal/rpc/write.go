@@ -41,11 +41,11 @@ func (c *Conn) unlockWriter() { <-c.w.sem }
 // caller's again. A write error closes the connection.
 //
 // ctx (Background for frames that no caller waits on: responses, cancels,
-// pings) bounds the write. If it ends while the frame waits for the write lock,
-// the frame is not sent; if it ends during a system call that writes it,
-// that write is interrupted and the connection closed, since the peer
-// would get a frame cut short. Either way writeFrame returns the context's
-// error (errs.Canceled or errs.Timeout).
+// pings) bounds the write. If it ends while the frame waits for the write
+// lock, the frame is not sent; if it ends during a system call that
+// writes, that write is cut and the connection closed, since the peer may
+// have half a frame. Either way writeFrame returns the context's error
+// (errs.Canceled or errs.Timeout).
 func (c *Conn) writeFrame(ctx context.Context, h *header, msg, data []byte) error {
 	h.bodyLen = bodyLen(msg, data)
 	if len(data) > 0 {
@@ -68,29 +68,43 @@ func (c *Conn) writeFrame(ctx context.Context, h *header, msg, data []byte) erro
 		}()
 		return ctxError(ctx, "rpc write to "+c.nc.RemoteAddr().String())
 	}
-	stop := func() bool { return true }
+	// While this writer holds the lock, the end of its context cuts the
+	// system call that writes (its own frame, or a flush of others').
+	stop, fired := func() bool { return true }, (chan struct{})(nil)
 	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() { c.nc.SetWriteDeadline(time.Unix(1, 0)) })
+		fired = make(chan struct{})
+		stop = context.AfterFunc(ctx, func() {
+			c.nc.SetWriteDeadline(time.Unix(1, 0))
+			close(fired)
+		})
 	}
 	err := c.w.err
 	if err == nil {
 		err = c.appendFrameLocked(h, msg, data)
 	}
 	err = c.finishWriteLocked(err)
+	cut := false
 	if !stop() {
-		// The deadline is (or is about to be) in the past: the connection
-		// cannot write again, and this frame may have been cut.
-		if c.w.err == nil {
-			c.w.err = ctxError(ctx, "rpc write")
+		<-fired
+		if err == nil {
+			// The context ended once the writing was done: nothing
+			// was cut, and the connection writes on.
+			c.nc.SetWriteDeadline(time.Time{})
+		} else {
+			cut = true
 		}
-		c.unlockWriter()
-		c.closeWithError(errs.New(errs.Unavailable, "rpc", "write to %s interrupted: the caller's context ended", c.nc.RemoteAddr()))
-		return ctxError(ctx, "rpc write to "+c.nc.RemoteAddr().String())
 	}
 	c.unlockWriter()
 	if err != nil {
 		err = errs.Wrap(errs.Unavailable, "rpc", "write to "+c.nc.RemoteAddr().String(), err)
+		if cut {
+			// The peer may have half a frame: the stream is lost.
+			err = errs.New(errs.Unavailable, "rpc", "write to %s cut: the caller's context ended", c.nc.RemoteAddr())
+		}
 		c.closeWithError(err)
+		if cut {
+			return ctxError(ctx, "rpc write to "+c.nc.RemoteAddr().String())
+		}
 	}
 	return err
 }
