@@ -3,7 +3,6 @@ package rpc
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
@@ -38,8 +37,9 @@ type Conn struct {
 	// frame. The one that brings it back to zero flushes, so a burst of
 	// concurrent frames leaves in few system calls and a lone frame at once.
 	writers atomic.Int32
-	w       struct {
-		sync.Mutex
+	// w is the write side, guarded by the lock sem (write.go).
+	w struct {
+		sem chan struct{}
 		buf []byte    // frames not yet written; capacity writeBufSize
 		vec [3][]byte // backing array of the writev of a large frame
 		err error     // sticky: after a failed write the connection is dead
@@ -57,6 +57,9 @@ type Conn struct {
 			gen    uint64 // counts takeovers
 		}
 	}
+
+	// ka detects a peer that has gone silent (keepalive.go).
+	ka keepalive
 
 	mu struct {
 		sync.Mutex
@@ -79,6 +82,20 @@ type connConfig struct {
 	// loop holds a count while it spawns handlers, so Add never races Wait
 	// from zero.
 	handlers *sync.WaitGroup
+	// budget bounds the bodies allocated before they arrive; nil for a
+	// dialed connection.
+	budget *bodyBudget
+	// frameTimeout bounds the arrival of a frame's body once its header
+	// is in; 0 means none.
+	frameTimeout time.Duration
+	// peerTimeout is how long the peer may stay silent before the
+	// connection is declared dead; 0 means never (keepalive.go).
+	peerTimeout time.Duration
+	// peerFeatures are the feature bits of the peer's handshake.
+	peerFeatures uint16
+	// callTimeout bounds calls whose context has no deadline; 0 means
+	// none.
+	callTimeout time.Duration
 }
 
 type connKey struct{}
@@ -130,7 +147,8 @@ func newConn(nc net.Conn, cfg connConfig) *Conn {
 	c := &Conn{nc: nc, cfg: cfg, done: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.WithValue(context.Background(), connKey{}, c))
 	c.w.buf = make([]byte, 0, writeBufSize)
-	c.rd.br = bufio.NewReaderSize(nc, 32<<10)
+	c.w.sem = make(chan struct{}, 1)
+	c.rd.br = bufio.NewReaderSize(countingReader{nc: nc, n: &c.ka.reads}, 32<<10)
 	c.rd.takeover = time.AfterFunc(time.Hour, c.takeOverReading)
 	c.rd.takeover.Stop()
 	c.mu.pending = make(map[uint64]*call)
@@ -138,9 +156,12 @@ func newConn(nc net.Conn, cfg connConfig) *Conn {
 	return c
 }
 
-// start runs the read loop. The caller has already counted it in
-// cfg.handlers.
-func (c *Conn) start() { go c.readLoop() }
+// start runs the read loop and the keepalive. The caller has already
+// counted the read loop in cfg.handlers.
+func (c *Conn) start() {
+	c.startKeepalive(c.cfg.peerTimeout, c.cfg.peerFeatures)
+	go c.readLoop()
+}
 
 // RemoteAddr is the address of the other end.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
@@ -185,6 +206,7 @@ func (c *Conn) closeWithError(err error) {
 	c.nc.Close()
 	c.cancel()
 	c.rd.takeover.Stop()
+	c.ka.stop()
 	callErr := err
 	if !errs.Is(err, errs.Unavailable) {
 		callErr = errs.Wrap(errs.Unavailable, "rpc", "", err)
@@ -234,6 +256,8 @@ func (c *Conn) call(ctx context.Context, method uint16, req proto.Message, data 
 	if err := ctx.Err(); err != nil {
 		return false, nil, ctxError(ctx, "rpc "+weftpb.MethodName(method))
 	}
+	ctx, cancel := withCallTimeout(ctx, c.cfg.callTimeout)
+	defer cancel()
 	if dl, ok := ctx.Deadline(); ok {
 		if h.timeout = time.Until(dl); h.timeout <= 0 {
 			return false, nil, ctxError(ctx, "rpc "+weftpb.MethodName(method))
@@ -261,7 +285,7 @@ func (c *Conn) call(ctx context.Context, method uint16, req proto.Message, data 
 
 	// A failed write closes the connection, which completes cl. The write
 	// is done when writeFrame returns: data is the caller's again.
-	_ = c.writeFrame(&h, *bp, data)
+	werr := c.writeFrame(ctx, &h, *bp, data)
 	putBuf(bp)
 
 	select {
@@ -274,14 +298,23 @@ func (c *Conn) call(ctx context.Context, method uint16, req proto.Message, data 
 		c.mu.Unlock()
 		if mine {
 			// Cancel in the background: the writer may be busy and the
-			// caller must not wait for it.
-			go c.writeFrame(&header{typ: frameCancel, id: h.id}, nil, nil)
+			// caller must not wait for it. A frame that never left
+			// needs no cancel.
+			if werr == nil {
+				go c.writeFrame(context.Background(), &header{typ: frameCancel, id: h.id}, nil, nil)
+			}
 			err = ctxError(ctx, "rpc "+weftpb.MethodName(method))
 		} else {
-			// The response or the close won the race and is completing cl.
+			// The response or the close won the race and is completing
+			// cl.
 			<-cl.done
 			err = cl.err
 		}
+	}
+	if ctx.Err() != nil && errs.Is(err, errs.Unavailable) {
+		// A caller whose context has ended hears about that rather
+		// than about what it caused (a write cut, a connection closed).
+		err = ctxError(ctx, "rpc "+weftpb.MethodName(method))
 	}
 	respBytes, respData := cl.respBytes, cl.respData
 	cl.resp, cl.respData, cl.err = nil, nil, nil
@@ -317,7 +350,10 @@ func (c *Conn) Send(ctx context.Context, method uint16, req proto.Message) error
 	if closed {
 		return errs.Wrap(errs.Unavailable, "rpc "+weftpb.MethodName(method), "", err)
 	}
-	return c.writeFrame(&h, *bp, nil)
+	// The message's deadline is the caller's; the write has a bound too.
+	wctx, cancel := withCallTimeout(ctx, c.cfg.callTimeout)
+	defer cancel()
+	return c.writeFrame(wctx, &h, *bp, nil)
 }
 
 // marshal encodes m and checks that it fits a frame with an attachment of
@@ -351,86 +387,6 @@ func bodyLen(msg, data []byte) int {
 	return attachLenSize + len(msg) + len(data)
 }
 
-const (
-	// writeBufSize is the write buffer of a connection: frames that fit
-	// wait there for the last writer of a burst to flush them.
-	writeBufSize = 32 << 10
-)
-
-// writeFrame writes one frame: h, then msg, then data as the attachment if
-// it is not empty. It sets h's body length and attachment flag. When it
-// returns, msg and data have been written (or the write failed) and are the
-// caller's again. A write error closes the connection.
-func (c *Conn) writeFrame(h *header, msg, data []byte) error {
-	h.bodyLen = bodyLen(msg, data)
-	if len(data) > 0 {
-		h.flags |= flagData
-	}
-	c.writers.Add(1)
-	c.w.Lock()
-	err := c.w.err
-	if err == nil {
-		err = c.appendFrameLocked(h, msg, data)
-	}
-	// Decrement under the lock: whoever sees zero has the last frame of the
-	// burst in the buffer, and anyone who came later will flush after it.
-	if c.writers.Add(-1) == 0 && err == nil && len(c.w.buf) > 0 {
-		_, err = c.nc.Write(c.w.buf)
-		c.w.buf = c.w.buf[:0]
-	}
-	if err != nil && c.w.err == nil {
-		c.w.err = err
-	}
-	c.w.Unlock()
-	if err != nil {
-		err = errs.Wrap(errs.Unavailable, "rpc", "write to "+c.nc.RemoteAddr().String(), err)
-		c.closeWithError(err)
-	}
-	return err
-}
-
-// appendFrameLocked puts a frame in the write buffer. Parts too large for
-// it are written at once, behind what is buffered, in one writev: they are
-// never copied.
-func (c *Conn) appendFrameLocked(h *header, msg, data []byte) error {
-	fixed := headerLen
-	if h.hasData() {
-		fixed += attachLenSize
-	}
-	if len(c.w.buf)+fixed > cap(c.w.buf) {
-		if _, err := c.nc.Write(c.w.buf); err != nil {
-			return err
-		}
-		c.w.buf = c.w.buf[:0]
-	}
-	var hb [headerLen]byte
-	encodeHeader(&hb, h)
-	c.w.buf = append(c.w.buf, hb[:]...)
-	if h.hasData() {
-		c.w.buf = binary.BigEndian.AppendUint32(c.w.buf, uint32(len(data)))
-	}
-	vec := c.w.vec[:0]
-	for _, p := range [2][]byte{msg, data} {
-		switch {
-		case len(p) == 0:
-		case len(vec) == 0 && len(c.w.buf)+len(p) <= cap(c.w.buf):
-			c.w.buf = append(c.w.buf, p...)
-		case len(vec) == 0:
-			vec = append(vec, c.w.buf, p)
-		default:
-			vec = append(vec, p)
-		}
-	}
-	if len(vec) == 0 {
-		return nil
-	}
-	bufs := net.Buffers(vec)
-	_, err := bufs.WriteTo(c.nc)
-	clear(c.w.vec[:])
-	c.w.buf = c.w.buf[:0]
-	return err
-}
-
 // readLoop reads frames until the connection fails or closes, or until
 // another goroutine takes over reading while this one runs a handler.
 func (c *Conn) readLoop() {
@@ -451,7 +407,7 @@ func (c *Conn) readLoop() {
 		if h.typ == frameRequest || h.typ == frameOneWay {
 			bp = getBuf() // handed to the handler
 		}
-		msg, data, err := readBody(br, &h, bp, GetBuffer)
+		msg, data, err := c.readFrameBody(&h, bp)
 		if err != nil {
 			PutBuffer(data)
 			c.readFailed(err)
@@ -465,6 +421,8 @@ func (c *Conn) readLoop() {
 			}
 		case frameCancel:
 			c.cancelServing(h.id)
+		case framePing:
+			c.ka.pings.Add(1) // its bytes have done its work
 		default:
 			// With nothing more buffered, run the handler right here:
 			// handing it to a new goroutine costs more than most handlers.
@@ -478,6 +436,40 @@ func (c *Conn) readLoop() {
 			}
 		}
 	}
+}
+
+// readFrameBody reads the body of the frame whose header is h (readBody),
+// in one piece while the server's budget allows, and as it arrives beyond
+// (budget.go). A body that does not arrive within FrameTimeout closes the
+// connection.
+func (c *Conn) readFrameBody(h *header, bp *[]byte) (msg, data []byte, err error) {
+	if h.bodyLen == 0 {
+		return readBody(c.rd.br, h, bp, false)
+	}
+	b := c.cfg.budget
+	if b != nil {
+		b.reading.Add(1)
+		defer b.reading.Add(-1)
+	}
+	whole := b.take(h.bodyLen)
+	if whole {
+		defer b.give(h.bodyLen)
+	}
+	// Most bodies are in the reader's buffer already: no deadline to set.
+	timed := c.cfg.frameTimeout > 0 && c.rd.br.Buffered() < h.bodyLen
+	if timed {
+		c.nc.SetReadDeadline(time.Now().Add(c.cfg.frameTimeout))
+	}
+	msg, data, err = readBody(c.rd.br, h, bp, !whole)
+	if timed {
+		c.nc.SetReadDeadline(time.Time{})
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			err = errs.New(errs.Unavailable, "rpc", "%s frame of %d bytes from %s not received within %v",
+				h.typ, h.bodyLen, c.nc.RemoteAddr(), c.cfg.frameTimeout)
+		}
+	}
+	return msg, data, err
 }
 
 // takeoverDelay is how long the reader may run a handler itself before
@@ -591,6 +583,15 @@ func ctxError(ctx context.Context, op string) error {
 		return errs.Wrap(errs.Canceled, op, "", ctx.Err())
 	}
 	return errs.Wrap(errs.Timeout, op, "", context.DeadlineExceeded)
+}
+
+// withCallTimeout gives a context without a deadline the default bound d
+// (0: none).
+func withCallTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || d <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // ctxEnded reports whether ctx is done or its deadline has passed.

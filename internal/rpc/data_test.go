@@ -21,6 +21,7 @@ import (
 //	"fill:N:c"  reply with an attachment of N bytes c
 //	"fail"      return an error (after preparing an attachment)
 //	"size"      reply "len:N", no attachment
+//	"block"     say so on dataBlocked, wait for the context, report it on block
 //
 // Every response attachment is a pooled buffer released after its write.
 func (ts *testServer) dataHandler(ctx context.Context, req *weftpb.ReadlinkReply, data []byte) (*weftpb.ReadlinkReply, Attachment, error) {
@@ -43,6 +44,11 @@ func (ts *testServer) dataHandler(ctx context.Context, req *weftpb.ReadlinkReply
 			out[i] = f[2][0]
 		}
 		return msg("filled"), lend(out), nil
+	case op == "block":
+		ts.dataBlocked <- struct{}{}
+		<-ctx.Done()
+		ts.block <- ctx.Err()
+		return nil, Attachment{}, ctx.Err()
 	case op == "size":
 		return msg(fmt.Sprint("len:", len(data))), Attachment{}, nil
 	case op == "fail":

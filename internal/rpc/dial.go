@@ -3,10 +3,12 @@ package rpc
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/weftfs/weft/internal/errs"
@@ -27,10 +29,37 @@ type DialOptions struct {
 	// in this process: calls run its handlers directly, without a
 	// connection (local.go). Dial ignores it.
 	Local *Server
+	// PeerTimeout declares the connection dead when nothing at all has
+	// come from the server for that long (keepalive.go): its calls fail
+	// with errs.Unavailable. It also bounds the connect and handshakes of
+	// a dial. 0 means DefaultPeerTimeout; negative, never.
+	PeerTimeout time.Duration
+	// CallTimeout bounds a call whose context has no deadline: it is the
+	// deadline the request carries and the longest the caller waits.
+	// 0 means DefaultCallTimeout; negative, no bound.
+	CallTimeout time.Duration
 }
 
-// defaultHandshakeTimeout bounds the handshakes of a dial whose context has
-// no earlier deadline.
+// DefaultCallTimeout bounds a call whose context has no deadline. A dead
+// or stopped server is found sooner, by the keepalive; this bounds a
+// handler that never answers. It must exceed the longest wait a request
+// asks a server for (a blocking lock waits in slices of 30 s).
+const DefaultCallTimeout = 60 * time.Second
+
+// optTimeout is the duration an option asks for: 0 is def, negative none
+// (0).
+func optTimeout(opt, def time.Duration) time.Duration {
+	switch {
+	case opt == 0:
+		return def
+	case opt < 0:
+		return 0
+	}
+	return opt
+}
+
+// defaultHandshakeTimeout bounds the connect and handshakes of a dial whose
+// context has no earlier deadline and whose PeerTimeout is longer.
 const defaultHandshakeTimeout = 10 * time.Second
 
 // Dial connects to a weft server at addr (host:port) and runs the
@@ -38,7 +67,15 @@ const defaultHandshakeTimeout = 10 * time.Second
 // another protocol version is errs.Protocol; a context that ends first gives
 // errs.Timeout or errs.Canceled.
 func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
-	nc, err := dial(ctx, addr, opts.TLS)
+	peerTimeout := optTimeout(opts.PeerTimeout, DefaultPeerTimeout)
+	// A server that does not answer the handshake within the keepalive
+	// bound is as silent as one that stops later (a stopped process's
+	// kernel still accepts connections).
+	hsTimeout := defaultHandshakeTimeout
+	if peerTimeout > 0 {
+		hsTimeout = min(hsTimeout, peerTimeout)
+	}
+	nc, features, err := dial(ctx, addr, opts.TLS, hsTimeout)
 	if err != nil {
 		if ctxEnded(ctx) {
 			return nil, ctxError(ctx, "rpc dial "+addr)
@@ -51,6 +88,10 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
 		callObs:  opts.Observer,
 		maxFrame: opts.MaxFrameSize,
 		handlers: new(sync.WaitGroup),
+
+		peerTimeout:  peerTimeout,
+		callTimeout:  optTimeout(opts.CallTimeout, DefaultCallTimeout),
+		peerFeatures: features,
 	})
 	c.cfg.handlers.Add(1)
 	c.start()
@@ -58,13 +99,13 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
 }
 
 // dial connects and runs the TLS and protocol handshakes.
-func dial(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, defaultHandshakeTimeout)
+func dial(ctx context.Context, addr string, tlsConfig *tls.Config, timeout time.Duration) (nc net.Conn, features uint16, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err = d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, errs.Wrap(errs.Unavailable, "rpc dial", addr, err)
+		return nil, 0, errs.Wrap(errs.Unavailable, "rpc dial", addr, err)
 	}
 	if tlsConfig != nil {
 		cfg := tlsConfig
@@ -72,7 +113,7 @@ func dial(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Conn, er
 			host, _, err := net.SplitHostPort(addr)
 			if err != nil {
 				nc.Close()
-				return nil, errs.Wrap(errs.Invalid, "rpc dial", addr, err)
+				return nil, 0, errs.Wrap(errs.Invalid, "rpc dial", addr, err)
 			}
 			cfg = cfg.Clone()
 			cfg.ServerName = host
@@ -80,20 +121,21 @@ func dial(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Conn, er
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
-			return nil, errs.Wrap(errs.Unavailable, "rpc tls handshake", addr, err)
+			return nil, 0, errs.Wrap(errs.Unavailable, "rpc tls handshake", addr, err)
 		}
 		nc = tc
 	}
-	if err := handshake(ctx, nc); err != nil {
+	if features, err = handshake(ctx, nc); err != nil {
 		nc.Close()
-		return nil, err
+		return nil, 0, err
 	}
-	return nc, nil
+	return nc, features, nil
 }
 
-// handshake exchanges hellos. Both sides write before reading, so each learns
-// the other's version and can say exactly what is wrong.
-func handshake(ctx context.Context, nc net.Conn) error {
+// handshake exchanges hellos and returns the peer's feature bits. Both
+// sides write before reading, so each learns the other's version and can say
+// exactly what is wrong.
+func handshake(ctx context.Context, nc net.Conn) (features uint16, err error) {
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
 	}
@@ -104,7 +146,7 @@ func handshake(ctx context.Context, nc net.Conn) error {
 	})
 	remote := nc.RemoteAddr().String()
 	h := hello()
-	_, err := nc.Write(h[:])
+	_, err = nc.Write(h[:])
 	var peer [helloLen]byte
 	if err == nil {
 		_, err = io.ReadFull(nc, peer[:])
@@ -113,11 +155,18 @@ func handshake(ctx context.Context, nc net.Conn) error {
 		<-fired // its deadline must not land after ours is cleared
 	}
 	if err != nil {
-		return errs.Wrap(errs.Unavailable, "rpc handshake", remote, err)
+		return 0, errs.Wrap(errs.Unavailable, "rpc handshake", remote, err)
 	}
 	if err := checkHello(peer); err != nil {
 		err.Path = remote
-		return err
+		return 0, err
 	}
-	return nc.SetDeadline(time.Time{})
+	return helloFeatures(peer), nc.SetDeadline(time.Time{})
 }
+
+// Refused reports whether err says that nothing listens at the address
+// dialed (ECONNREFUSED): the server is down or not yet up, which Dial and a
+// Peer report at once as errs.Unavailable. Only a caller knows whether to
+// wait for a restart; one that retries Unavailable should not spend its
+// whole retry budget on a refusal.
+func Refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }

@@ -10,9 +10,10 @@
 //
 // A connection starts with a handshake: each side writes 8 bytes,
 //
-//	"WEFT" | version uint16 | reserved uint16 (zero)
+//	"WEFT" | version uint16 | features uint16
 //
-// and reads the other's. A bad magic or a different version fails the
+// and reads the other's. Feature bit 0 says that the side sends pings
+// (keepalive.go); a version-2 side that predates it sends zero. A bad magic or a different version fails the
 // connection on both sides with an errs.Protocol error naming both versions.
 //
 // After the handshake each side writes frames. Every frame has a fixed 24-byte
@@ -20,7 +21,8 @@
 //
 //	offset size field
 //	0      4    body length in bytes (not counting the header), <= max frame size
-//	4      1    frame type: 1 request, 2 response, 3 one-way, 4 cancel
+//	4      1    frame type: 1 request, 2 response, 3 one-way, 4 cancel,
+//	            5 ping
 //	5      1    flags: bit 0 (error) on responses only; bit 1 (attachment)
 //	            on requests, one-way messages and responses without the
 //	            error flag; other bits must be zero
@@ -31,7 +33,7 @@
 //	            for responses with the error flag the errs.Kind (must be
 //	            valid); zero everywhere else
 //	24     n    body: the request or response proto, or for an error response
-//	            the error message (UTF-8); empty for cancel
+//	            the error message (UTF-8); empty for cancel and ping
 //
 // A body with the attachment flag carries raw bytes after the message, so
 // that bulk data (chunk contents) is never copied into or out of a proto:
@@ -44,7 +46,7 @@
 // Request ids belong to the sending side: a response or cancel frame names an
 // id that its receiver chose when it sent the request. Anything malformed
 // (unknown type or flag, bad kind, oversized length, an attachment longer
-// than its body, non-empty cancel) closes the connection: the stream can no
+// than its body, non-empty cancel or ping) closes the connection: the stream can no
 // longer be trusted to be in sync.
 //
 // # Flow
@@ -59,6 +61,18 @@
 // can leave in any order. A caller whose context ends gets errs.Canceled or
 // errs.Timeout at once, and a cancel frame tells the other side to cancel the
 // handler's context.
+//
+// # Bounds
+//
+// Nothing waits without limit (docs/wire.md "Limits and timeouts"). A call
+// whose context has no deadline gets CallTimeout (60 s); a caller stuck
+// behind another's write still returns when its context ends (write.go). A
+// peer that goes silent, as a process stopped with SIGSTOP does while its
+// kernel keeps the connection open, is declared dead after PeerTimeout
+// (5 s) thanks to pings (keepalive.go). A frame header buys its sender no
+// memory: bodies beyond a server-wide budget are allocated as they arrive,
+// and a body that stops coming closes its connection after FrameTimeout
+// (budget.go).
 package rpc
 
 import (
@@ -94,6 +108,8 @@ const (
 	frameResponse frameType = 2
 	frameOneWay   frameType = 3
 	frameCancel   frameType = 4
+	// framePing says only that its sender is alive (keepalive.go).
+	framePing frameType = 5
 )
 
 func (t frameType) String() string {
@@ -106,6 +122,8 @@ func (t frameType) String() string {
 		return "one-way"
 	case frameCancel:
 		return "cancel"
+	case framePing:
+		return "ping"
 	}
 	return fmt.Sprintf("frame type %d", uint8(t))
 }
@@ -192,9 +210,9 @@ func decodeHeader(b *[headerLen]byte, maxBody int) (header, error) {
 		} else if aux != 0 {
 			return header{}, errs.New(errs.Protocol, "rpc", "response frame with non-zero aux field %#x", aux)
 		}
-	case frameCancel:
+	case frameCancel, framePing:
 		if h.flags != 0 || aux != 0 || n != 0 {
-			return header{}, errs.New(errs.Protocol, "rpc", "malformed cancel frame")
+			return header{}, errs.New(errs.Protocol, "rpc", "malformed %s frame", h.typ)
 		}
 	default:
 		return header{}, errs.New(errs.Protocol, "rpc", "unknown frame type %d", uint8(h.typ))
@@ -219,9 +237,11 @@ func decodeAttachLen(b *[attachLenSize]byte, h *header) (msgLen, dataLen int, er
 
 // readBody reads the body of a frame whose header is h: the message into
 // *msgBuf (grown as needed), and the attachment, if any, into a buffer from
-// alloc. The attachment is read straight from r into its buffer: with a
-// bufio.Reader, a large one bypasses the reader's buffer.
-func readBody(r io.Reader, h *header, msgBuf *[]byte, alloc func(int) []byte) (msg, data []byte, err error) {
+// GetBuffer. The attachment is read straight from r into
+// its buffer: with a bufio.Reader, a large one bypasses the reader's buffer.
+// With grow, both are allocated as their bytes arrive (budget.go) rather
+// than as the header declares.
+func readBody(r io.Reader, h *header, msgBuf *[]byte, grow bool) (msg, data []byte, err error) {
 	msgLen := h.bodyLen
 	dataLen := 0
 	if h.hasData() {
@@ -233,16 +253,27 @@ func readBody(r io.Reader, h *header, msgBuf *[]byte, alloc func(int) []byte) (m
 			return nil, nil, err
 		}
 	}
-	if cap(*msgBuf) < msgLen {
-		*msgBuf = make([]byte, msgLen)
+	if grow {
+		msg, err = readGrowing(r, msgLen, (*msgBuf)[:0], func(n int) []byte { return make([]byte, n) }, func([]byte) {})
+		*msgBuf = msg
+	} else {
+		if cap(*msgBuf) < msgLen {
+			*msgBuf = make([]byte, msgLen)
+		}
+		msg = (*msgBuf)[:msgLen]
+		_, err = io.ReadFull(r, msg)
 	}
-	msg = (*msgBuf)[:msgLen]
-	if _, err := io.ReadFull(r, msg); err != nil {
+	if err != nil {
 		return nil, nil, noEOF(err)
 	}
 	if h.hasData() {
-		data = alloc(dataLen)[:dataLen]
-		if _, err := io.ReadFull(r, data); err != nil {
+		if grow {
+			data, err = readGrowing(r, dataLen, nil, GetBuffer, PutBuffer)
+		} else {
+			data = GetBuffer(dataLen)
+			_, err = io.ReadFull(r, data)
+		}
+		if err != nil {
 			return nil, data, noEOF(err)
 		}
 	}
@@ -259,7 +290,7 @@ func noEOF(err error) error {
 
 // readFrame reads one frame from r (tests and fuzzing; the read loop reads
 // the parts itself). The message is read into *buf, grown as needed; the
-// attachment into a new slice.
+// attachment into a buffer from GetBuffer.
 func readFrame(r io.Reader, maxBody int, buf *[]byte) (header, []byte, []byte, error) {
 	var hb [headerLen]byte
 	if _, err := io.ReadFull(r, hb[:]); err != nil {
@@ -269,20 +300,25 @@ func readFrame(r io.Reader, maxBody int, buf *[]byte) (header, []byte, []byte, e
 	if err != nil {
 		return header{}, nil, nil, err
 	}
-	msg, data, err := readBody(r, &h, buf, func(n int) []byte { return make([]byte, n) })
+	msg, data, err := readBody(r, &h, buf, true)
 	if err != nil {
 		return header{}, nil, nil, err
 	}
 	return h, msg, data, nil
 }
 
-// hello is the handshake message of this side.
+// hello is the handshake message of this side. The field that version 2
+// reserved (and its readers ignore) carries feature bits.
 func hello() [helloLen]byte {
 	var b [helloLen]byte
 	copy(b[:4], magic[:])
 	binary.BigEndian.PutUint16(b[4:6], Version)
+	binary.BigEndian.PutUint16(b[6:8], featurePing)
 	return b
 }
+
+// helloFeatures is the feature bits of a handshake message.
+func helloFeatures(b [helloLen]byte) uint16 { return binary.BigEndian.Uint16(b[6:8]) }
 
 // checkHello validates the other side's handshake message.
 func checkHello(b [helloLen]byte) *errs.Error {

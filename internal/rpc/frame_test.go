@@ -109,7 +109,7 @@ func TestDecodeHeaderRejects(t *testing.T) {
 		"request flags":         raw(0, byte(frameRequest), 1, 0),
 		"negative timeout":      raw(0, byte(frameRequest), 0, 1<<63),
 		"response unknown flag": raw(0, byte(frameResponse), 2, 0),
-		"bad kind":              raw(0, byte(frameResponse), flagError, uint64(errs.ReadOnly)+1),
+		"bad kind":              raw(0, byte(frameResponse), flagError, uint64(firstInvalidKind())),
 		"huge kind":             raw(0, byte(frameResponse), flagError, 256),
 		"aux on ok response":    raw(0, byte(frameResponse), 0, 5),
 		"cancel with body":      raw(3, byte(frameCancel), 0, 0),
@@ -250,7 +250,7 @@ func TestMalformedFrameClosesOnlyThatConnection(t *testing.T) {
 	good := dialTest(t, ts.addr, DialOptions{})
 	ctx := testCtx(t)
 	badKind := encodeFrame(header{typ: frameResponse, id: 1, flags: flagError}, nil)
-	badKind[16+7] = byte(errs.ReadOnly) + 1
+	badKind[16+7] = byte(firstInvalidKind())
 	oversized := encodeFrame(header{typ: frameRequest, method: mEcho, id: 1}, nil)
 	binary.BigEndian.PutUint32(oversized[0:4], 1<<20+1)
 	// An attachment length past the body: the server must not trust it to
@@ -319,4 +319,13 @@ func TestHandshakeTimeout(t *testing.T) {
 	if _, err := Dial(ctx, ln.Addr().String(), DialOptions{}); !errs.Is(err, errs.Timeout) {
 		t.Fatalf("Dial to a silent server: %v; want Timeout", err)
 	}
+}
+
+// firstInvalidKind is the smallest errs.Kind not (yet) defined.
+func firstInvalidKind() errs.Kind {
+	k := errs.Kind(1)
+	for k.Valid() {
+		k++
+	}
+	return k
 }

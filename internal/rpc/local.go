@@ -34,6 +34,9 @@ import (
 type localPeer struct {
 	srv *Server
 	obs Observer // the caller's, from DialOptions
+	// callTimeout bounds calls whose context has no deadline, as on a
+	// connection; 0 means none.
+	callTimeout time.Duration
 }
 
 // localAddr is the remote address a panicking in-process call is logged with.
@@ -51,6 +54,8 @@ func (l *localPeer) call(ctx context.Context, method uint16, req proto.Message, 
 	if ctxEnded(ctx) {
 		return nil, ctxError(ctx, name)
 	}
+	ctx, cancel := withCallTimeout(ctx, l.callTimeout)
+	defer cancel()
 	s := l.srv
 	maxFrame := s.maxFrame()
 	bp, err := marshalRequest(req, method, data, maxFrame)

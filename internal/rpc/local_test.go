@@ -129,8 +129,16 @@ func TestLocalDeadlineAndCancel(t *testing.T) {
 	if d, err := time.ParseDuration(resp.Target); err != nil || d <= 2*time.Second || d > 3*time.Second {
 		t.Fatalf("handler saw deadline %q; want about 3s", resp.Target)
 	}
-	if err := p.Call(context.Background(), mDeadline, &weftpb.Empty{}, &resp); err != nil || resp.Target != "none" {
-		t.Fatalf("no deadline: handler saw %q, %v", resp.Target, err)
+	// Without a deadline, the Peer's CallTimeout bounds the call.
+	if err := p.Call(context.Background(), mDeadline, &weftpb.Empty{}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := time.ParseDuration(resp.Target); err != nil || d <= DefaultCallTimeout-time.Second || d > DefaultCallTimeout {
+		t.Fatalf("no deadline: handler saw %q; want about %v", resp.Target, DefaultCallTimeout)
+	}
+	unbounded := localPeerFor(t, ts, DialOptions{CallTimeout: -1})
+	if err := unbounded.Call(context.Background(), mDeadline, &weftpb.Empty{}, &resp); err != nil || resp.Target != "none" {
+		t.Fatalf("no deadline, no CallTimeout: handler saw %q, %v", resp.Target, err)
 	}
 
 	// A caller that gives up cancels the handler.

@@ -103,6 +103,7 @@ var statusNames = [...]string{
 	errs.Protocol:     "protocol",
 	errs.WrongServer:  "wrong_server",
 	errs.ReadOnly:     "read_only",
+	errs.Lost:         "lost",
 }
 
 // StatusLabel is the metric label for a request's outcome: "ok", or a short

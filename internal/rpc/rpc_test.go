@@ -69,6 +69,8 @@ type testServer struct {
 	// released counts mData's response attachments given back after
 	// their write.
 	released atomic.Int64
+	// dataBlocked hears from mData's "block" once it runs.
+	dataBlocked chan struct{}
 }
 
 func (ts *testServer) gate(name string) chan struct{} {
@@ -132,6 +134,8 @@ func startTestServer(t testing.TB, opts ServerOptions) *testServer {
 		block: make(chan error, 10),
 		conns: make(chan *Conn, 10),
 		notes: make(chan string, 10),
+
+		dataBlocked: make(chan struct{}, 1),
 	}
 	if opts.Logger == nil {
 		opts.Logger = testLogger(ts.log)
@@ -299,9 +303,17 @@ func TestDeadlineReachesHandler(t *testing.T) {
 	ts := startTestServer(t, ServerOptions{})
 	c := dialTest(t, ts.addr, DialOptions{})
 
+	// Without a deadline, CallTimeout is the deadline.
 	var resp weftpb.ReadlinkReply
-	if err := c.Call(context.Background(), mDeadline, &weftpb.Empty{}, &resp); err != nil || resp.Target != "none" {
-		t.Fatalf("without deadline: %q, %v; want none", resp.Target, err)
+	if err := c.Call(context.Background(), mDeadline, &weftpb.Empty{}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := time.ParseDuration(resp.Target); err != nil || left <= DefaultCallTimeout-time.Second || left > DefaultCallTimeout {
+		t.Fatalf("without deadline: handler saw %q left; want about %v", resp.Target, DefaultCallTimeout)
+	}
+	unbounded := dialTest(t, ts.addr, DialOptions{CallTimeout: -1})
+	if err := unbounded.Call(context.Background(), mDeadline, &weftpb.Empty{}, &resp); err != nil || resp.Target != "none" {
+		t.Fatalf("without deadline or CallTimeout: %q, %v; want none", resp.Target, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

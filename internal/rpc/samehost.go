@@ -201,6 +201,10 @@ func receivedFDs(oob []byte) ([]int, error) {
 // SameHostConn is a client's connection to a same-host socket: one request
 // at a time.
 type SameHostConn struct {
+	// Timeout bounds a call whose context has no deadline (DialSameHost
+	// sets DefaultCallTimeout; 0 or negative: no bound).
+	Timeout time.Duration
+
 	c   *net.UnixConn
 	buf []byte // for replies
 }
@@ -226,7 +230,7 @@ func DialSameHost(ctx context.Context, addr string) (*SameHostConn, error) {
 		c.Close()
 		return nil, errs.WithPath(err, op, name)
 	}
-	return &SameHostConn{c: c, buf: make([]byte, maxSameHostMessage)}, nil
+	return &SameHostConn{Timeout: DefaultCallTimeout, c: c, buf: make([]byte, maxSameHostMessage)}, nil
 }
 
 // checkPeer accepts a server running as this process's user or as root.
@@ -252,7 +256,7 @@ func checkPeer(c *net.UnixConn) error {
 }
 
 // Call sends req with descriptor fd and decodes the reply into resp, within
-// ctx's deadline. After an error the connection must be closed: a late reply
+// ctx's deadline, or Timeout if it has none. After an error the connection must be closed: a late reply
 // could otherwise answer the next request.
 func (s *SameHostConn) Call(ctx context.Context, req proto.Message, fd uintptr, resp proto.Message) error {
 	const op = "same-host call"
@@ -263,6 +267,8 @@ func (s *SameHostConn) Call(ctx context.Context, req proto.Message, fd uintptr, 
 	if len(msg) > maxSameHostMessage {
 		return errs.New(errs.Invalid, op, "message of %d bytes, over %d", len(msg), maxSameHostMessage)
 	}
+	ctx, cancel := withCallTimeout(ctx, s.Timeout)
+	defer cancel()
 	deadline, _ := ctx.Deadline() // zero: none
 	if err := s.c.SetDeadline(deadline); err != nil {
 		return errs.Wrap(errs.Unavailable, op, "", err)

@@ -517,3 +517,23 @@ func TestSameHostEmptyMessages(t *testing.T) {
 		t.Fatalf("handler saw %d empty requests, want 3", got.Load())
 	}
 }
+
+// A same-host call whose context has no deadline is bounded by the
+// connection's Timeout (DefaultCallTimeout unless changed): a store
+// stopped in the middle of a request does not hang its client.
+func TestSameHostCallWithoutDeadlineIsBounded(t *testing.T) {
+	st, _ := blockingSameHost(t)
+	c := dialSameHostTest(t, st.addr)
+	if c.Timeout != DefaultCallTimeout {
+		t.Errorf("Timeout = %v; want DefaultCallTimeout", c.Timeout)
+	}
+	c.Timeout = 100 * time.Millisecond
+	f := tempFile(t, "f")
+	start := time.Now()
+	if _, err := sameHostCall(context.Background(), c, "block", f); !errs.Is(err, errs.Timeout) {
+		t.Fatalf("call that never ends: %v; want Timeout", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("returned after %v; want about 100ms", d)
+	}
+}

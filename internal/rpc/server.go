@@ -28,7 +28,27 @@ type ServerOptions struct {
 	// HandshakeTimeout bounds the TLS and protocol handshakes of an accepted
 	// connection; 0 means 10 seconds.
 	HandshakeTimeout time.Duration
+	// FrameTimeout bounds how long the body of a frame may take to arrive
+	// once its header has: a connection whose frame stops half-way is
+	// closed. 0 means DefaultFrameTimeout; negative, no bound.
+	FrameTimeout time.Duration
+	// MaxBodyInFlight is the budget of frame bodies the server allocates in
+	// full as soon as their headers arrive, over all its connections;
+	// bodies beyond it are allocated as their bytes arrive (budget.go).
+	// 0 means DefaultMaxBodyInFlight.
+	MaxBodyInFlight int
+	// PeerTimeout closes a connection when nothing at all has come from
+	// the client for that long (keepalive.go). 0 means
+	// DefaultPeerTimeout; negative, never.
+	PeerTimeout time.Duration
+	// CallTimeout bounds the server's calls back to its clients whose
+	// contexts have no deadline, as DialOptions.CallTimeout.
+	CallTimeout time.Duration
 }
+
+// DefaultFrameTimeout is the default FrameTimeout: ample for the largest
+// frame (65 MiB) on a slow link.
+const DefaultFrameTimeout = 30 * time.Second
 
 // Server accepts connections and serves a Mux on them.
 type Server struct {
@@ -41,7 +61,8 @@ type Server struct {
 	stopBase context.CancelFunc
 	// wg counts connection setups, read loops and handlers; Close waits for
 	// all of them.
-	wg sync.WaitGroup
+	wg     sync.WaitGroup
+	budget *bodyBudget
 
 	mu struct {
 		sync.Mutex
@@ -61,6 +82,13 @@ func NewServer(mux *Mux, opts ServerOptions) *Server {
 	if s.opts.HandshakeTimeout <= 0 {
 		s.opts.HandshakeTimeout = 10 * time.Second
 	}
+	if s.opts.FrameTimeout == 0 {
+		s.opts.FrameTimeout = DefaultFrameTimeout
+	}
+	if s.opts.MaxBodyInFlight <= 0 {
+		s.opts.MaxBodyInFlight = DefaultMaxBodyInFlight
+	}
+	s.budget = newBodyBudget(s.opts.MaxBodyInFlight)
 	s.base, s.stopBase = context.WithCancel(context.Background())
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.conns = make(map[*Conn]struct{})
@@ -128,7 +156,8 @@ func (s *Server) setup(nc net.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.HandshakeTimeout)
 	defer cancel()
 	raw := nc
-	err := func() error {
+	var features uint16
+	err := func() (err error) {
 		if s.opts.TLS != nil {
 			tc := tls.Server(nc, s.opts.TLS)
 			if err := tc.HandshakeContext(ctx); err != nil {
@@ -136,7 +165,8 @@ func (s *Server) setup(nc net.Conn) {
 			}
 			nc = tc
 		}
-		return handshake(ctx, nc)
+		features, err = handshake(ctx, nc)
+		return err
 	}()
 
 	s.mu.Lock()
@@ -157,6 +187,12 @@ func (s *Server) setup(nc net.Conn) {
 		maxFrame: s.opts.MaxFrameSize,
 		onClose:  s.connClosed,
 		handlers: &s.wg,
+		budget:   s.budget,
+		// A negative FrameTimeout means none; so does 0 here.
+		frameTimeout: max(s.opts.FrameTimeout, 0),
+		peerTimeout:  optTimeout(s.opts.PeerTimeout, DefaultPeerTimeout),
+		callTimeout:  optTimeout(s.opts.CallTimeout, DefaultCallTimeout),
+		peerFeatures: features,
 	})
 	s.mu.conns[c] = struct{}{}
 	s.wg.Add(1) // the read loop; we still hold our own count, so not from zero
@@ -379,7 +415,7 @@ func (c *Conn) reply(h *header, resp, data []byte, err error) {
 		}
 		resp, data = []byte(msg), nil
 	}
-	_ = c.writeFrame(&rh, resp, data) // a failure closes the connection; nobody to tell
+	_ = c.writeFrame(context.Background(), &rh, resp, data) // a failure closes the connection; nobody to tell
 }
 
 // wireKind is the kind sent for a handler's error. Context errors from a
@@ -402,3 +438,6 @@ func (c *Conn) observe(method uint16, d time.Duration, reqBytes, respBytes int, 
 		c.cfg.serveObs.Observe(method, d, reqBytes, respBytes, err)
 	}
 }
+
+// bodiesInProgress is how many frame bodies the server is reading.
+func (s *Server) bodiesInProgress() int64 { return s.budget.reading.Load() }
