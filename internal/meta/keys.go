@@ -16,14 +16,34 @@ import (
 //	"x" ino(8) name                           extended attribute value
 //	"s" dir(8)                                split in progress (SplitIntent)
 //	"I" txid(8)                               cross-server operation in progress (Intent)
+//	"r" ino(8) seq(8)                         chunks the stores still hold for nothing (ReclaimRecord)
 const (
-	tagSystem = 'S'
-	tagInode  = 'i'
-	tagEntry  = 'd'
-	tagXattr  = 'x'
-	tagSplit  = 's'
-	tagIntent = 'I'
+	tagSystem  = 'S'
+	tagInode   = 'i'
+	tagEntry   = 'd'
+	tagXattr   = 'x'
+	tagSplit   = 's'
+	tagIntent  = 'I'
+	tagReclaim = 'r'
 )
+
+// reclaimKey names one piece of reclaim work on ino; seq orders the records
+// of one inode and keeps them apart.
+func reclaimKey(ino core.Ino, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(reclaimPrefix(ino), seq)
+}
+
+func reclaimPrefix(ino core.Ino) []byte {
+	return binary.BigEndian.AppendUint64([]byte{tagReclaim}, uint64(ino))
+}
+
+// reclaimKeyIno returns the inode of a reclaim key.
+func reclaimKeyIno(key []byte) (core.Ino, bool) {
+	if len(key) != 17 || key[0] != tagReclaim {
+		return 0, false
+	}
+	return core.Ino(binary.BigEndian.Uint64(key[1:])), true
+}
 
 func splitKey(dir core.Ino) []byte {
 	return binary.BigEndian.AppendUint64([]byte{tagSplit}, uint64(dir))
