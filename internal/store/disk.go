@@ -32,7 +32,8 @@ type diskBackend struct {
 
 	mu struct {
 		sync.Mutex
-		dirty map[uint64]*dirtyIno // what SyncChunks must flush, per inode
+		dirty  map[uint64]*dirtyIno // what SyncChunks must flush, per inode
+		marker marker               // as in root/FORMAT
 	}
 }
 
@@ -53,11 +54,11 @@ const (
 
 var _ Backend = (*diskBackend)(nil)
 
-func openDiskBackend(root string, l layout, noFsync bool, log *slog.Logger) (*diskBackend, error) {
+func openDiskBackend(root string, l layout, replacement, noFsync bool, log *slog.Logger) (*diskBackend, error) {
 	d := &diskBackend{root: root, dir: filepath.Join(root, "chunks"), layout: l, noFsync: noFsync, log: log}
 	d.mu.dirty = make(map[uint64]*dirtyIno)
-	if err := os.MkdirAll(d.dir, 0o700); err != nil {
-		return nil, errs.Wrap(errs.IO, "open store", root, err)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, ioErr("open store", root, err)
 	}
 	lock, err := os.OpenFile(filepath.Join(root, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -68,6 +69,14 @@ func openDiskBackend(root string, l layout, noFsync bool, log *slog.Logger) (*di
 		return nil, errs.New(errs.Busy, "open store", "%s is in use by another store server: %v", root, err)
 	}
 	d.lock = lock
+	if d.mu.marker, err = d.openMarker(replacement); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	if err := os.Mkdir(d.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		lock.Close()
+		return nil, ioErr("open store", d.dir, err)
+	}
 	for _, p := range []string{d.dir, root} {
 		if err := d.syncDir(p); err != nil {
 			lock.Close()
@@ -126,8 +135,21 @@ func (d *diskBackend) chunkPath(k ChunkKey) string {
 }
 
 // open opens chunk k; a missing chunk gives nil, or with create a new empty
-// chunk file.
+// chunk file. A file shorter than its recorded size is errs.Lost.
 func (d *diskBackend) open(k ChunkKey, create bool) (*chunkFile, error) {
+	cf, err := d.openFile(k, create)
+	if cf == nil || err != nil {
+		return nil, err
+	}
+	if err := cf.checkLength(); err != nil {
+		cf.Close()
+		return nil, err
+	}
+	return cf, nil
+}
+
+// openFile is open without the length check.
+func (d *diskBackend) openFile(k ChunkKey, create bool) (*chunkFile, error) {
 	f, err := os.OpenFile(d.chunkPath(k), os.O_RDWR, 0)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && create:
@@ -138,7 +160,7 @@ func (d *diskBackend) open(k ChunkKey, create bool) (*chunkFile, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
 	case err != nil:
-		return nil, errs.Wrap(errs.IO, "open chunk", k.String(), err)
+		return nil, ioErr("open chunk", k.String(), err)
 	}
 	cf := &chunkFile{k: k, f: f}
 	if err := cf.load(); err != nil {
@@ -152,12 +174,12 @@ func (d *diskBackend) open(k ChunkKey, create bool) (*chunkFile, error) {
 // into place, so a crash never leaves a chunk file without its header.
 func (d *diskBackend) create(k ChunkKey) (*os.File, error) {
 	if err := d.makeInoDir(k.Ino); err != nil {
-		return nil, errs.Wrap(errs.IO, "create chunk", k.String(), err)
+		return nil, ioErr("create chunk", k.String(), err)
 	}
 	p := d.chunkPath(k)
 	f, err := os.OpenFile(p+".tmp", os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, errs.Wrap(errs.IO, "create chunk", k.String(), err)
+		return nil, ioErr("create chunk", k.String(), err)
 	}
 	_, err = f.WriteAt(d.layout.header(), 0)
 	if err == nil {
@@ -169,7 +191,7 @@ func (d *diskBackend) create(k ChunkKey) (*os.File, error) {
 	if err != nil {
 		f.Close()
 		os.Remove(p + ".tmp")
-		return nil, errs.Wrap(errs.IO, "create chunk", k.String(), err)
+		return nil, ioErr("create chunk", k.String(), err)
 	}
 	d.count.Add(1)
 	d.markDirty(k.Ino, dirtyInoDir)
@@ -243,7 +265,7 @@ func (d *diskBackend) Truncate(k ChunkKey, size int64) error {
 	d.markFile(k)
 	return cf.apply(truncateChange(cf.l.blockSize, cf.size, size), func() error {
 		if err := cf.f.Truncate(cf.l.dataOff + size); err != nil {
-			return errs.Wrap(errs.IO, "truncate chunk", k.String(), err)
+			return ioErr("truncate chunk", k.String(), err)
 		}
 		return nil
 	}, d.hook)
@@ -262,16 +284,18 @@ func (d *diskBackend) remove(k ChunkKey) error {
 	return nil
 }
 
-func (d *diskBackend) Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, error) {
+func (d *diskBackend) Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, ChunkInfo, bool, error) {
 	cf, err := d.open(k, false)
 	if cf == nil || err != nil {
-		return nil, err
+		return nil, ChunkInfo{}, false, err
 	}
 	defer cf.Close()
+	info := cf.info()
 	if off >= cf.size || n == 0 {
-		return nil, nil
+		return nil, info, true, nil
 	}
-	return cf.read(off, min(off+n, cf.size), alloc)
+	data, err := cf.read(off, min(off+n, cf.size), alloc)
+	return data, info, true, err
 }
 
 func (d *diskBackend) Delete(ino, from uint64) (uint64, error) {
@@ -318,6 +342,27 @@ func (d *diskBackend) Usage() (Usage, error) {
 }
 
 func (d *diskBackend) ChunkCount() int64 { return d.count.Load() }
+
+func (d *diskBackend) Identity() (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mu.marker.id, d.mu.marker.incomplete
+}
+
+func (d *diskBackend) MarkComplete() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.mu.marker.incomplete {
+		return nil
+	}
+	m := d.mu.marker
+	m.incomplete = false
+	if err := d.writeMarker(m); err != nil {
+		return err
+	}
+	d.mu.marker = m
+	return nil
+}
 
 func (d *diskBackend) Close() error {
 	return d.lock.Close() // releases the flock
