@@ -77,6 +77,7 @@ func NewRoot() *cobra.Command {
 		newClusterCommand,
 		newStatusCommand,
 		newFsckCommand,
+		newGCCommand,
 	} {
 		root.AddCommand(newCmd(a))
 	}

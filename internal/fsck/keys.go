@@ -10,12 +10,13 @@ import (
 // reads and writes it. The format is the contract; these mirror
 // internal/meta/keys.go.
 const (
-	tagSystem = 'S'
-	tagIntent = 'I'
-	tagEntry  = 'd'
-	tagInode  = 'i'
-	tagSplit  = 's'
-	tagXattr  = 'x'
+	tagSystem  = 'S'
+	tagIntent  = 'I'
+	tagEntry   = 'd'
+	tagInode   = 'i'
+	tagSplit   = 's'
+	tagXattr   = 'x'
+	tagReclaim = 'r'
 
 	entryKeyMin = 1 + 8 + 4 + 8 + 1 // tag, dir, partition, hash, a name of one byte
 )

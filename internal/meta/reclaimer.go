@@ -49,7 +49,12 @@ type retryState struct {
 	backoff time.Duration
 }
 
-const firstReclaimBackoff = 200 * time.Millisecond
+const (
+	firstReclaimBackoff = 200 * time.Millisecond
+	// reclaimIdleScan is how often the reclaimer looks for records nobody
+	// woke it for (written by weft gc --release-held, or a peer's apply).
+	reclaimIdleScan = 5 * time.Second
+)
 
 // initReclaim loads the pending truncates and starts the reclaimer when the
 // configuration lists the stores.
@@ -138,7 +143,7 @@ func (r *reclaimer) run() {
 // pass starts work on every due record and returns how long to wait before
 // the next pass.
 func (r *reclaimer) pass() time.Duration {
-	wait := r.s.cfg.ReclaimRetryMax
+	wait := min(r.s.cfg.ReclaimRetryMax, reclaimIdleScan)
 	now := time.Now()
 	var pending, held int64
 	type job struct {
