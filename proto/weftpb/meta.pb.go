@@ -531,8 +531,8 @@ func (x *SetAttrRequest) GetReplication() uint32 {
 type SetAttrReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Attr  *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
-	// Set when a size change shrank a chunked file: the client reclaims chunks
-	// past the new size (old_size is the size before the change).
+	// The size before the change (the meta server drops the bytes past a
+	// smaller new size itself).
 	OldSize       uint64 `protobuf:"varint,2,opt,name=old_size,json=oldSize,proto3" json:"old_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1129,8 +1129,8 @@ func (x *UnlinkRequest) GetOpen() []uint64 {
 	return nil
 }
 
-// UnlinkReply says what was removed. When the last link of a chunked file is
-// gone (freed), the client reclaims its chunks (chunks of size bytes).
+// UnlinkReply says what was removed. freed: the last link of a chunked file
+// is gone; the meta server reclaims its chunks (docs/format.md).
 type UnlinkReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
@@ -1336,7 +1336,7 @@ func (x *RenameRequest) GetOpen() []uint64 {
 }
 
 // RenameReply reports a file that the rename replaced and freed (last link),
-// whose chunks the client reclaims.
+// whose chunks the meta server reclaims.
 type RenameReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Replaced      *Attr                  `protobuf:"bytes,1,opt,name=replaced,proto3" json:"replaced,omitempty"`
@@ -1799,7 +1799,7 @@ type OpenReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
 	InlineData    []byte                 `protobuf:"bytes,2,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"`
-	OldSize       uint64                 `protobuf:"varint,3,opt,name=old_size,json=oldSize,proto3" json:"old_size,omitempty"` // size before O_TRUNC, for chunk reclaim
+	OldSize       uint64                 `protobuf:"varint,3,opt,name=old_size,json=oldSize,proto3" json:"old_size,omitempty"` // size before O_TRUNC
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
