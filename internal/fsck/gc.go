@@ -9,6 +9,7 @@ import (
 
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
 )
@@ -252,7 +253,7 @@ func deleteOn(ctx context.Context, addr string, timeout time.Duration, ino core.
 func readOwners(ctx context.Context, c *Cluster, want map[core.Ino]bool, rep *GCReport) (map[core.Ino]chunkOwner, error) {
 	out := map[core.Ino]chunkOwner{}
 	for srv, st := range c.Meta {
-		start, end := tagRange(tagEntry)
+		start, end := layout.TagRange(layout.TagEntry)
 		err := scanRange(ctx, st, start, end, 0, func(k, v []byte) error {
 			e, err := decodeEntry(v)
 			if err != nil || e.Attr == nil || !want[core.Ino(e.Ino)] {
@@ -264,21 +265,21 @@ func readOwners(ctx context.Context, c *Cluster, want map[core.Ino]bool, rep *GC
 		if err != nil {
 			return nil, err
 		}
-		start, end = tagRange(tagInode)
+		start, end = layout.TagRange(layout.TagInode)
 		err = scanRange(ctx, st, start, end, 0, func(k, v []byte) error {
-			if len(k) != 9 || !want[keyIno(k)] {
+			if len(k) != 9 || !want[layout.KeyIno(k)] {
 				return nil
 			}
 			r, err := decodeInode(v)
 			if err == nil && !r.Stub {
-				noteOwner(out, keyIno(k), r)
+				noteOwner(out, layout.KeyIno(k), r)
 			}
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		start, end = tagRange(tagReclaim)
+		start, end = layout.TagRange(layout.TagReclaim)
 		err = scanRange(ctx, st, start, end, 0, func(k, v []byte) error {
 			if len(k) < 9 {
 				return nil
@@ -292,7 +293,7 @@ func readOwners(ctx context.Context, c *Cluster, want map[core.Ino]bool, rep *GC
 				rep.HeldReclaims++
 				rep.held = append(rep.held, heldRecord{srv: srv, key: k, rec: rec})
 			}
-			ino := keyIno(k)
+			ino := layout.KeyIno(k)
 			o := out[ino]
 			o.reclaim = true
 			out[ino] = o
@@ -324,7 +325,7 @@ func releaseHeld(ctx context.Context, c *Cluster, rep *GCReport, cutoff int64) {
 			continue
 		}
 		h.rec.Held = false
-		l, err := c.Meta[h.srv].Lock(ctx, []core.Ino{keyIno(h.key)}, false)
+		l, err := c.Meta[h.srv].Lock(ctx, []core.Ino{layout.KeyIno(h.key)}, false)
 		if err == nil {
 			err = l.Apply(ctx, []*weftpb.KeyOp{{Key: h.key, Value: marshal(h.rec)}})
 			l.Unlock()

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
 	"google.golang.org/protobuf/proto"
@@ -69,7 +70,7 @@ func (s *Server) initReclaim() error {
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	seq := uint64(s.nowNs())
 	err := s.scanReclaims(func(key []byte, ino core.Ino, rec *weftpb.ReclaimRecord) {
-		if v := bytesSeq(key); v >= seq {
+		if _, v, _ := layout.ReclaimKeyParts(key); v >= seq {
 			seq = v + 1
 		}
 		if rec.Truncate {
@@ -104,17 +105,6 @@ func (r *reclaimer) close() {
 }
 
 func (r *reclaimer) nextSeq() uint64 { return r.seq.Add(1) }
-
-func bytesSeq(key []byte) uint64 {
-	if len(key) != 17 {
-		return 0
-	}
-	var v uint64
-	for _, b := range key[9:] {
-		v = v<<8 | uint64(b)
-	}
-	return v
-}
 
 // poke wakes the reclaimer for records just committed.
 func (r *reclaimer) poke() {
