@@ -34,7 +34,15 @@ import (
 // time the record stays and the truncate still succeeds (its size change is
 // committed); until the reclaimer finishes, commits and truncates that would
 // grow the file past the record's size are refused (Unavailable), so the old
-// bytes past it never reappear.
+// bytes past it never reappear. What this leaves open: after such a
+// truncate (one that answered with its drop pending), a client that writes
+// past the new size, has its bytes dropped by the late drop and commits only
+// after the drop finished loses those bytes. Closing it needs a version on
+// the chunks (the stores') or the writer's view of the record in its commit.
+//
+// A record is worked by one goroutine at a time and re-read after it is
+// claimed; its deletion is synced before anything is acknowledged that
+// depends on it, so a drop never runs again once its record is gone.
 
 // reclaimFreed records the chunks of n, whose last link this txn removed, for
 // the reclaimer. open lists the inodes the caller holds open.
