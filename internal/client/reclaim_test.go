@@ -296,3 +296,51 @@ func TestOpenUnlinkedFileKeepsChunks(t *testing.T) {
 		return rc.chunksOn(0) == 0 && rc.chunksOn(1) == 0
 	})
 }
+
+// TestReclaimAcrossMetaServers: with two meta servers and split
+// directories, files removed by unlinks and renames that run across servers
+// (hard links whose record lives on another server than the entry) leave no
+// chunk behind.
+func TestReclaimAcrossMetaServers(t *testing.T) {
+	c, cfg := newMultiClient(t, 2, 4, 0, reclaimChunk)
+	ctx := context.Background()
+	for _, d := range []string{"/a", "/b"} {
+		if err := c.Mkdir(ctx, d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(path string) {
+		f, err := c.Create(ctx, path, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(pattern(2*reclaimChunk+100, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 12 {
+		write(fmt.Sprintf("/a/f%d", i))
+		write(fmt.Sprintf("/b/g%d", i))
+		if i%3 == 0 {
+			if err := c.Link(ctx, fmt.Sprintf("/a/f%d", i), fmt.Sprintf("/b/l%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range 12 {
+		if err := c.Rename(ctx, fmt.Sprintf("/b/g%d", i), fmt.Sprintf("/a/f%d", i), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.RemoveAll(ctx, "/a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RemoveAll(ctx, "/b"); err != nil {
+		t.Fatal(err)
+	}
+	rc := &reclaimCluster{t: t, cfg: cfg}
+	waitFor(t, 30*time.Second, "chunks left after every file went", func() bool { return rc.chunksOn(0) == 0 })
+}
