@@ -29,7 +29,10 @@ import (
 // keeps written bytes uncommitted (a file open for writing without flush or
 // close). Deletion is DeleteChunks(ino, from), which removes every chunk of
 // ino at or past from on that store, so gc deletes only when every such
-// chunk it listed is old enough.
+// chunk is old enough, as it lists them again right before the deletion
+// (a chunk written in the moment between that listing and the deletion
+// would go: the grace protects writes, this check only narrows that
+// moment to one round trip).
 
 // DefaultGCGrace is how old a chunk must be before gc may delete it.
 const DefaultGCGrace = 10 * time.Minute
@@ -80,8 +83,8 @@ type heldRecord struct {
 	rec *weftpb.ReclaimRecord
 }
 
-// orphanSet is one store's orphan candidates: by inode, from which chunk
-// index on they go, and whether any chunk there is too young.
+// gcCand is an orphan candidate: the chunks of ino on one store from index
+// from on, which DeleteChunks(ino, from) would remove.
 type gcCand struct {
 	store int
 	ino   core.Ino
@@ -160,6 +163,16 @@ func GC(ctx context.Context, c *Cluster, opts GCOptions) (*GCReport, error) {
 		if opts.DryRun {
 			continue
 		}
+		// DeleteChunks removes every chunk from cd.from on, also those a
+		// writer added since the listing: look again right before.
+		if fresh, err := freshChunks(ctx, c.StoreAddrs[cd.store], c.Timeout, cd.ino, cd.from, cutoff); err != nil || fresh {
+			if err != nil {
+				rep.Errors = append(rep.Errors, fmt.Sprintf("store %d: inode %d: %v", cd.store, cd.ino, err))
+			}
+			rep.Orphans -= len(cd.infos)
+			rep.Young += len(cd.infos)
+			continue
+		}
 		if err := deleteOn(ctx, c.StoreAddrs[cd.store], c.Timeout, cd.ino, cd.from); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Sprintf("store %d: inode %d: %v", cd.store, cd.ino, err))
 			continue
@@ -234,6 +247,32 @@ func listChunks(ctx context.Context, addr string, timeout time.Duration) (map[co
 		}
 		if !r.More || len(r.Chunks) == 0 {
 			return out, nil
+		}
+		req.After = r.Chunks[len(r.Chunks)-1].Chunk
+	}
+}
+
+// freshChunks reports whether store addr now holds a chunk of ino at or
+// past from that changed after cutoff.
+func freshChunks(ctx context.Context, addr string, timeout time.Duration, ino core.Ino, from uint64, cutoff int64) (bool, error) {
+	p := rpc.NewPeer(addr, rpc.DialOptions{})
+	defer p.Close()
+	req := &weftpb.ListChunksRequest{Ino: uint64(ino), Limit: 1000}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		var r weftpb.ListChunksReply
+		err := p.Call(cctx, weftpb.MethodListChunks, req, &r)
+		cancel()
+		if err != nil {
+			return false, err
+		}
+		for _, ci := range r.Chunks {
+			if ci.GetChunk().GetIndex() >= from && ci.MtimeUnixNano > cutoff {
+				return true, nil
+			}
+		}
+		if !r.More || len(r.Chunks) == 0 {
+			return false, nil
 		}
 		req.After = r.Chunks[len(r.Chunks)-1].Chunk
 	}
