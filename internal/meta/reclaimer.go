@@ -305,11 +305,19 @@ func (r *reclaimer) dropTruncated(ctx context.Context, ino core.Ino) error {
 	return nil
 }
 
+// truncateFloor returns the smallest size of ino's pending truncates. The
+// map answers the common case (none) at once; a floor it holds is checked
+// against the records on disk, since a truncate notes its floor after its
+// commit and a failed one may have noted one for nothing. The caller holds
+// closeMu shared.
 func (r *reclaimer) truncateFloor(ino core.Ino) (uint64, bool) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	f, ok := r.mu.floors[ino]
-	return f, ok
+	_, ok := r.mu.floors[ino]
+	r.mu.Unlock()
+	if !ok {
+		return 0, false
+	}
+	return r.s.refreshFloor(ino)
 }
 
 func (r *reclaimer) lowerFloorLocked(ino core.Ino, size uint64) {
@@ -339,11 +347,17 @@ func (s *Server) scanReclaimsOf(ino core.Ino, fn func(key []byte, rec *weftpb.Re
 }
 
 func (s *Server) scanReclaimRange(lo, hi []byte, fn func(key []byte, rec *weftpb.ReclaimRecord)) error {
-	const op = "reclaim"
-	if err := s.enter(op); err != nil {
+	if err := s.enter("reclaim"); err != nil {
 		return err
 	}
 	defer s.closeMu.RUnlock()
+	return s.scanReclaimRangeLocked(lo, hi, fn)
+}
+
+// scanReclaimRangeLocked is scanReclaimRange for a caller that holds
+// closeMu shared (an operation in progress).
+func (s *Server) scanReclaimRangeLocked(lo, hi []byte, fn func(key []byte, rec *weftpb.ReclaimRecord)) error {
+	const op = "reclaim"
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return errs.Wrap(errs.IO, op, "", err)
@@ -378,28 +392,40 @@ func (s *Server) deleteReclaim(key []byte, ino core.Ino, rec *weftpb.ReclaimReco
 	if err := s.enter("reclaim"); err != nil {
 		return err
 	}
-	err := s.db.Delete(key, pebble.Sync)
-	s.closeMu.RUnlock()
-	if err != nil {
+	defer s.closeMu.RUnlock()
+	if err := s.db.Delete(key, pebble.Sync); err != nil {
 		return errs.Wrap(errs.IO, "reclaim", "", err)
 	}
-	if !rec.Truncate {
-		return nil
-	}
-	floor, ok := uint64(0), false
-	err = s.scanReclaimsOf(ino, func(_ []byte, r *weftpb.ReclaimRecord) {
-		if r.Truncate && (!ok || r.Size < floor) {
-			floor, ok = r.Size, true
-		}
-	})
-	s.reclaim.mu.Lock()
-	defer s.reclaim.mu.Unlock()
-	if err == nil && !ok {
-		delete(s.reclaim.mu.floors, ino)
-	} else if ok {
-		s.reclaim.mu.floors[ino] = floor
+	if rec.Truncate {
+		s.refreshFloor(ino)
 	}
 	return nil
+}
+
+// refreshFloor sets ino's truncate floor from the records on disk. The scan
+// and the update happen under reclaim.mu, and a truncate notes its floor
+// under it after its commit, so a refresh never erases the floor of a
+// record committed before it. The caller holds closeMu shared.
+func (s *Server) refreshFloor(ino core.Ino) (uint64, bool) {
+	r := &s.reclaim
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	floor, ok := uint64(0), false
+	p := reclaimPrefix(ino)
+	err := s.scanReclaimRangeLocked(p, prefixEnd(p), func(_ []byte, rec *weftpb.ReclaimRecord) {
+		if rec.Truncate && (!ok || rec.Size < floor) {
+			floor, ok = rec.Size, true
+		}
+	})
+	switch {
+	case err != nil:
+		floor, ok = r.mu.floors[ino] // keep the fence while in doubt
+	case ok:
+		r.mu.floors[ino] = floor
+	default:
+		delete(r.mu.floors, ino)
+	}
+	return floor, ok
 }
 
 // ReleaseReclaim lets the held reclaim records of an unlinked file go ahead:
