@@ -210,12 +210,12 @@ func (c *Client) Readlink(ctx context.Context, ref Ref) (string, error) {
 // this client's last close if it has the file open).
 func (c *Client) UnlinkAt(ctx context.Context, parent core.Ino, name string) error {
 	var r pb.UnlinkReply
+	open := c.openAt(parent, name)
 	err := c.callName(ctx, parent, name, pb.MethodUnlink, &pb.UnlinkRequest{
-		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name,
-		Open: c.openAt(parent, name),
+		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name, Open: open,
 	}, &r, false)
 	if err == nil {
-		c.dropped(core.Ino(r.Attr.GetIno()), r.Attr.GetNlink() == 0, parent, name)
+		c.dropped(core.Ino(r.Attr.GetIno()), r.Attr.GetNlink() == 0, parent, name, open)
 	}
 	return err
 }
@@ -236,15 +236,15 @@ const (
 // RenameAt moves srcName in srcParent to dstName in dstParent.
 func (c *Client) RenameAt(ctx context.Context, srcParent core.Ino, srcName string, dstParent core.Ino, dstName string, flags uint32) error {
 	var r pb.RenameReply
+	open := c.openAt(dstParent, dstName)
 	err := c.callName(ctx, srcParent, srcName, pb.MethodRename, &pb.RenameRequest{
 		Creds: credsPB(c.creds(ctx)), SrcParent: uint64(srcParent), SrcName: srcName,
-		DstParent: uint64(dstParent), DstName: dstName, Flags: flags,
-		Open: c.openAt(dstParent, dstName),
+		DstParent: uint64(dstParent), DstName: dstName, Flags: flags, Open: open,
 	}, &r, false)
 	if err == nil {
 		replaced := core.Ino(r.Replaced.GetIno())
 		if replaced != 0 {
-			c.dropped(replaced, r.Replaced.GetNlink() == 0, dstParent, dstName)
+			c.dropped(replaced, r.Replaced.GetNlink() == 0, dstParent, dstName, open)
 		}
 		c.renameOpen(srcParent, srcName, dstParent, dstName, flags&RenameExchange != 0, replaced)
 	}

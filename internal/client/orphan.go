@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/weftfs/weft/internal/core"
@@ -49,15 +50,17 @@ func (c *Client) RepointOpen(ref Ref) {
 // dropped handles the removal of name from parent, which held ino: gone
 // says ino has no link left. The meta server recorded its chunks for
 // reclaim in the same batch; a file gone while open here (the request listed
-// it: openAt) stays usable until its last release, which lets the held
-// record go (inode.go: releaseOpen). One that keeps other links is found by
-// inode from now on.
-func (c *Client) dropped(ino core.Ino, gone bool, parent core.Ino, name string) {
+// it in sent: openAt) stays usable until its last release, which lets the
+// held record go (inode.go: releaseOpen). A file listed but closed while the
+// request was on its way lets it go now. One that keeps other links is found
+// by inode from now on.
+func (c *Client) dropped(ino core.Ino, gone bool, parent core.Ino, name string, sent []uint64) {
 	switch {
 	case !gone:
 		c.forgetName(ino, parent, name)
-	default:
-		c.orphan(ino)
+	case c.orphan(ino):
+	case slices.Contains(sent, uint64(ino)):
+		c.releaseReclaim(ino)
 	}
 }
 
