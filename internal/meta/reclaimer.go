@@ -85,8 +85,8 @@ func (s *Server) initReclaim() error {
 		r.stores = append(r.stores, rpc.NewPeer(addr, rpc.DialOptions{Logger: s.log}))
 	}
 	if len(r.stores) == 0 {
+		// The reclaimer still runs, to count the records for the metrics.
 		s.log.Warn("meta: no store list configured; chunk reclaim records wait until one is")
-		return nil
 	}
 	r.wg.Add(1)
 	go r.run()
@@ -146,6 +146,9 @@ func (r *reclaimer) pass() time.Duration {
 		pending++
 		if rec.Held {
 			held++
+			return
+		}
+		if len(r.stores) == 0 {
 			return
 		}
 		r.mu.Lock()
