@@ -15,7 +15,7 @@ import (
 )
 
 // The import rules of DESIGN.md ("Layout"): imports point one way,
-// core/errs <- rpc <- repair <- meta, store, client <- fusefs, bench, cluster, fsck <- cli <- cmd.
+// core/errs <- rpc, layout <- repair <- meta, store, client <- fusefs, bench, cluster, fsck <- cli <- cmd.
 // Rules apply to the packages' own (non-test) dependencies, transitively, so
 // that a detour through a third package does not hide a violation. Tests may
 // assemble servers and clients as they like, except that they too must leave
@@ -33,6 +33,7 @@ var onlyDeps = map[string][]string{
 	"config": {"core", "errs"},
 	// repair restores chunks over the wire; stores run it for themselves.
 	"repair": {"core", "errs", "weftpb", "rpc"},
+	"layout": {"core", "errs"}, // the meta store's key layout, for meta and fsck
 }
 
 // upper are the components that assemble the system; nothing below them
@@ -47,8 +48,9 @@ var neverDeps = map[string][]string{
 	"fusefs":  {"meta", "store", "cluster", "bench", "cli"},
 	"bench":   {"cli"},
 	"cluster": {"cli"},
-	// fsck reads the meta servers' records (their key layout is meta's),
-	// never chunks or the client's view.
+	// fsck reads the meta servers' records (their key layout is in
+	// layout), never the client's view; it reaches the stores over the
+	// wire only (gc).
 	"fsck": {"store", "client", "fusefs", "bench", "cluster", "cli"},
 }
 

@@ -78,6 +78,7 @@ func NewRoot() *cobra.Command {
 		newStatusCommand,
 		newFsckCommand,
 		newRepairCommand,
+		newGCCommand,
 	} {
 		root.AddCommand(newCmd(a))
 	}

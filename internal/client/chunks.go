@@ -119,7 +119,9 @@ func allStores(n int) []int {
 }
 
 // shrinkChunks drops file bytes at and past size from the stores: whole
-// chunks past it, and the tail of the chunk it falls in.
+// chunks past it, and the tail of the chunk it falls in. Only for a file
+// with no name left (orphan.go): a named file's truncate has the meta
+// server drop them (meta/reclaim.go).
 func (c *Client) shrinkChunks(ctx context.Context, ino core.Ino, size uint64) error {
 	cs := uint64(c.cfg.ChunkSize)
 	from := core.ChunkCount(size, c.cfg.ChunkSize)
@@ -134,24 +136,6 @@ func (c *Client) shrinkChunks(ctx context.Context, ino core.Ino, size uint64) er
 	return c.onStores(replicas(ino, idx, len(c.stores), c.cfg.Replication), func(s int) error {
 		return call(ctx, c.stores[s], pb.MethodTruncateChunk, req, &pb.TruncateChunkReply{})
 	})
-}
-
-// reclaimChunks deletes every chunk of a freed file in the background. A
-// store that is down keeps the chunks until `weft gc` finds them; inode
-// numbers are never reused, so leftovers are garbage, never data.
-func (c *Client) reclaimChunks(ino core.Ino) {
-	c.bg.Add(1)
-	go func() {
-		defer c.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		err := c.onStores(allStores(len(c.stores)), func(s int) error {
-			return call(ctx, c.stores[s], pb.MethodDeleteChunks, &pb.DeleteChunksRequest{Ino: uint64(ino)}, &pb.DeleteChunksReply{})
-		})
-		if err != nil {
-			c.log.Warn("reclaiming chunks failed; weft gc will find them", "ino", ino, "err", err)
-		}
-	}()
 }
 
 // syncStores makes every chunk of ino durable on the given stores.

@@ -46,7 +46,8 @@ type File struct {
 // O_TRUNC, O_APPEND).
 func (c *Client) OpenRef(ctx context.Context, ref Ref, flags int) (*File, error) {
 	var r pb.OpenReply
-	req := &pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: uint32(flags)}
+	req := &pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: uint32(flags),
+		ChunkSize: c.cfg.ChunkSize, Replication: uint32(c.cfg.Replication)}
 	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodOpen, req, &r, false)
 	if err != nil {
 		return nil, err
@@ -55,8 +56,8 @@ func (c *Client) OpenRef(ctx context.Context, ref Ref, flags int) (*File, error)
 }
 
 // newFile wraps an open (or create) reply in a handle. truncated says the
-// server just cut the file to zero: this client drops what it buffered and
-// the stores drop the old chunks before anyone can write into the holes.
+// server just cut the file to zero (and had the stores drop the old chunks
+// before it answered): this client drops what it buffered.
 func (c *Client) newFile(ctx context.Context, ref Ref, r *pb.OpenReply, flags int, truncated bool) (*File, error) {
 	if core.IsDir(r.Attr.GetMode()) && flags&oACCMODE != oRDONLY {
 		return nil, errs.New(errs.IsDir, "open", "%s is a directory", ref.Name)
@@ -68,12 +69,6 @@ func (c *Client) newFile(ctx context.Context, ref Ref, r *pb.OpenReply, flags in
 		clear(n.mu.cache)
 		n.mu.size, n.mu.inline, n.mu.data = 0, r.Attr.GetInline(), nil
 		n.mu.Unlock()
-		if r.OldSize > 0 {
-			if err := c.shrinkChunks(ctx, ref.Ino, 0); err != nil {
-				c.releaseOpen(n)
-				return nil, err
-			}
-		}
 	}
 	f := &File{c: c, n: n, flags: flags}
 	return f, nil

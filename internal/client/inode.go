@@ -117,8 +117,8 @@ func (c *Client) releaseOpen(n *openInode) {
 	n.mu.refs--
 	if n.mu.refs == 0 && c.mu.open[n.ino] == n {
 		delete(c.mu.open, n.ino)
-		if n.mu.freed && !n.mu.inline {
-			c.reclaimChunks(n.ino)
+		if n.mu.freed {
+			c.releaseReclaim(n.ino)
 		}
 	}
 }

@@ -106,20 +106,14 @@ func (c *Client) setAttr(ctx context.Context, ref Ref, s SetAttr, byHandle bool)
 	req.Creds = credsPB(c.creds(ctx))
 	req.Node = ref.pb()
 	req.ByHandle = byHandle
+	req.ChunkSize, req.Replication = c.cfg.ChunkSize, uint32(c.cfg.Replication)
 	var r pb.SetAttrReply
 	if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodSetAttr, req, &r, false); err != nil {
 		return core.Attr{}, err
 	}
 	a := attrFromPB(r.Attr)
-	if s.Size != nil && r.OldSize > a.Size {
-		// Bytes past the new size must read as zeros if the file grows
-		// again, so the stores drop them before the call returns. (A
-		// truncate to zero makes the file inline again: its old chunks
-		// must go all the same.)
-		if err := c.shrinkChunks(ctx, a.Ino, a.Size); err != nil {
-			return a, err
-		}
-	}
+	// Bytes past a new smaller size are dropped from the stores by the meta
+	// server, recorded in the truncate's batch (meta/reclaim.go).
 	return a, nil
 }
 
@@ -212,14 +206,16 @@ func (c *Client) Readlink(ctx context.Context, ref Ref) (string, error) {
 }
 
 // UnlinkAt removes name, not a directory, from parent. When that was the
-// last link of a chunked file, its chunks are reclaimed in the background.
+// last link of a chunked file, the meta server reclaims its chunks (after
+// this client's last close if it has the file open).
 func (c *Client) UnlinkAt(ctx context.Context, parent core.Ino, name string) error {
 	var r pb.UnlinkReply
+	open := c.openAt(parent, name)
 	err := c.callName(ctx, parent, name, pb.MethodUnlink, &pb.UnlinkRequest{
-		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name,
+		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name, Open: open,
 	}, &r, false)
 	if err == nil {
-		c.dropped(core.Ino(r.Attr.GetIno()), r.Attr.GetNlink() == 0, r.Freed, parent, name)
+		c.dropped(core.Ino(r.Attr.GetIno()), r.Attr.GetNlink() == 0, parent, name, open)
 	}
 	return err
 }
@@ -240,14 +236,15 @@ const (
 // RenameAt moves srcName in srcParent to dstName in dstParent.
 func (c *Client) RenameAt(ctx context.Context, srcParent core.Ino, srcName string, dstParent core.Ino, dstName string, flags uint32) error {
 	var r pb.RenameReply
+	open := c.openAt(dstParent, dstName)
 	err := c.callName(ctx, srcParent, srcName, pb.MethodRename, &pb.RenameRequest{
 		Creds: credsPB(c.creds(ctx)), SrcParent: uint64(srcParent), SrcName: srcName,
-		DstParent: uint64(dstParent), DstName: dstName, Flags: flags,
+		DstParent: uint64(dstParent), DstName: dstName, Flags: flags, Open: open,
 	}, &r, false)
 	if err == nil {
 		replaced := core.Ino(r.Replaced.GetIno())
 		if replaced != 0 {
-			c.dropped(replaced, r.Replaced.GetNlink() == 0, r.Freed, dstParent, dstName)
+			c.dropped(replaced, r.Replaced.GetNlink() == 0, dstParent, dstName, open)
 		}
 		c.renameOpen(srcParent, srcName, dstParent, dstName, flags&RenameExchange != 0, replaced)
 	}

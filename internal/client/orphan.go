@@ -2,9 +2,11 @@ package client
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/weftfs/weft/internal/core"
+	pb "github.com/weftfs/weft/proto/weftpb"
 )
 
 // This file keeps files that this client has open usable when their names
@@ -46,18 +48,57 @@ func (c *Client) RepointOpen(ref Ref) {
 }
 
 // dropped handles the removal of name from parent, which held ino: gone
-// says ino has no link left, chunked that it has chunks to reclaim. A file
-// gone while open here stays usable until its last release, which reclaims
-// its chunks then (inode.go: releaseOpen); one that keeps other links is
-// found by inode from now on.
-func (c *Client) dropped(ino core.Ino, gone, chunked bool, parent core.Ino, name string) {
+// says ino has no link left. The meta server recorded its chunks for
+// reclaim in the same batch; a file gone while open here (the request listed
+// it in sent: openAt) stays usable until its last release, which lets the
+// held record go (inode.go: releaseOpen). A file listed but closed while the
+// request was on its way lets it go now. One that keeps other links is found
+// by inode from now on.
+func (c *Client) dropped(ino core.Ino, gone bool, parent core.Ino, name string, sent []uint64) {
 	switch {
 	case !gone:
 		c.forgetName(ino, parent, name)
 	case c.orphan(ino):
-	case chunked:
-		c.reclaimChunks(ino)
+	case slices.Contains(sent, uint64(ino)):
+		c.releaseReclaim(ino)
 	}
+}
+
+// openAt lists the inodes open here that (parent, name) may name: those
+// opened by that name and those known by inode only (hard-linked files). An
+// unlink or rename sends them so that the meta server holds the reclaim of
+// a file that stays open here.
+func (c *Client) openAt(parent core.Ino, name string) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []uint64
+	for ino, n := range c.mu.open {
+		n.mu.Lock()
+		r := n.mu.ref
+		n.mu.Unlock()
+		if r.Parent == parent && r.Name == name || r.Name == "" {
+			out = append(out, uint64(ino))
+		}
+	}
+	return out
+}
+
+// releaseReclaim tells every meta server that the last handle of unlinked
+// file ino closed, so its held reclaim record goes ahead. It runs in the
+// background with a bound; a record it misses stays held (weft fsck reports
+// it, weft gc --release-held releases it).
+func (c *Client) releaseReclaim(ino core.Ino) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for i, m := range c.metas {
+			if err := m.Call(ctx, pb.MethodReleaseReclaim, &pb.ReleaseReclaimRequest{Ino: uint64(ino)}, &pb.Empty{}); err != nil {
+				c.log.Warn("releasing the reclaim of an unlinked file failed", "ino", ino, "meta", i, "err", err)
+			}
+		}
+	}()
 }
 
 // orphan marks ino's open state freed, and reports whether the file is

@@ -92,6 +92,10 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 			peers = append(peers, m.Addr)
 		}
 	}
+	var stores []string
+	for _, st := range cfg.Store {
+		stores = append(stores, st.Addr)
+	}
 	return start(ctx, "meta", id, entry.Addr, pick(opts.MetricsAddr, entry.MetricsAddr), opts,
 		func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux, _ string) (io.Closer, error) {
 			s, err := meta.Open(meta.Config{
@@ -105,6 +109,9 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 				Peers:          peers,
 				SplitThreshold: cfg.SplitThreshold,
 				SplitBits:      cfg.SplitBits,
+				Stores:         stores,
+				ChunkSize:      int64(cfg.ChunkSize),
+				Replication:    cfg.Replication,
 			})
 			if err != nil {
 				return nil, err

@@ -2,24 +2,24 @@ package core
 
 import "sort"
 
-// Replicas returns the stores that hold chunk (ino, index), best first, by
-// rendezvous (highest random weight) hashing: each of the stores scores the
-// chunk and the r highest win. Adding or removing a store moves only the
-// chunks whose winners change, and no table of placements is kept anywhere.
-// The client writes and reads by it; repair restores it.
-func Replicas(ino Ino, index uint64, stores, r int) []int {
+// ChunkReplicas returns the stores (indexes 0..stores-1) that hold chunk
+// (ino, index), best first, by rendezvous (highest random weight) hashing:
+// each store scores the chunk and the r highest win. Adding or removing a
+// store moves only the chunks whose winners change, and no table of
+// placements is kept anywhere. The client places chunks with it and the meta
+// server's reclaimer finds them with it.
+func ChunkReplicas(ino Ino, index uint64, stores, r int) []int {
 	type scored struct {
 		store int
 		score uint64
 	}
-	r = min(r, stores)
 	all := make([]scored, stores)
 	key := mix64(uint64(ino)) ^ mix64(index+0x9e3779b97f4a7c15)
 	for i := range all {
 		all[i] = scored{i, mix64(key ^ mix64(uint64(i)+1))}
 	}
 	sort.Slice(all, func(a, b int) bool { return all[a].score > all[b].score })
-	out := make([]int, r)
+	out := make([]int, min(r, stores))
 	for i := range out {
 		out[i] = all[i].store
 	}

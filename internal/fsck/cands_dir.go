@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -31,8 +32,8 @@ func (c *countCand) check(ctx context.Context, rc *rechecker) (verdict, error) {
 	}
 	var entries uint64
 	var subdirs uint32
-	p := partPrefix(c.dir, r.Partition)
-	err = scanRange(ctx, rc.p.c.Meta[c.srv], p, prefixEnd(p), 0, func(_, v []byte) error {
+	p := layout.PartPrefix(c.dir, r.Partition)
+	err = scanRange(ctx, rc.p.c.Meta[c.srv], p, layout.PrefixEnd(p), 0, func(_, v []byte) error {
 		entries++
 		if e, err := parseEntry(v); err == nil && core.IsDir(e.mode) {
 			subdirs++
@@ -50,7 +51,7 @@ func (c *countCand) check(ctx context.Context, rc *rechecker) (verdict, error) {
 			r.Partition, c.dir, r.Entries, r.Nlink, entries, subdirs, 2+subdirs)}
 	r.Entries, r.Nlink = entries, 2+subdirs
 	pl := &plan{what: "set the counts to what the partition holds"}
-	pl.add(c.srv, &weftpb.KeyOp{Key: inodeKey(c.dir), Value: marshal(r)})
+	pl.add(c.srv, &weftpb.KeyOp{Key: layout.InodeKey(c.dir), Value: marshal(r)})
 	return verdict{finding: f, plan: pl}, nil
 }
 
@@ -91,8 +92,8 @@ func (c *partitionCand) check(ctx context.Context, rc *rechecker) (verdict, erro
 		if c.strayCount == 0 {
 			return verdict{}, nil
 		}
-		p := dirPrefix(c.dir)
-		has, err := anyKey(ctx, rc.p.c.Meta[c.strayOn], p, prefixEnd(p))
+		p := layout.DirPrefix(c.dir)
+		has, err := anyKey(ctx, rc.p.c.Meta[c.strayOn], p, layout.PrefixEnd(p))
 		if err != nil || !has {
 			return verdict{}, err
 		}
@@ -121,7 +122,7 @@ func (c *partitionCand) check(ctx context.Context, rc *rechecker) (verdict, erro
 			for _, q := range children {
 				r.Bitmap = core.BitmapSet(r.Bitmap, q)
 			}
-			pl.add(srv, &weftpb.KeyOp{Key: inodeKey(c.dir), Value: marshal(r)})
+			pl.add(srv, &weftpb.KeyOp{Key: layout.InodeKey(c.dir), Value: marshal(r)})
 		}
 		return verdict{finding: f, plan: pl}, nil
 	}
@@ -131,8 +132,8 @@ func (c *partitionCand) check(ctx context.Context, rc *rechecker) (verdict, erro
 	// Stubs of a directory that is gone: removable if nothing is in them.
 	pl := &plan{what: "delete the empty partition stubs"}
 	for _, pr := range l.parts {
-		p := dirPrefix(c.dir)
-		has, err := anyKey(ctx, rc.p.c.Meta[pr.srv], p, prefixEnd(p))
+		p := layout.DirPrefix(c.dir)
+		has, err := anyKey(ctx, rc.p.c.Meta[pr.srv], p, layout.PrefixEnd(p))
 		if err != nil {
 			return verdict{}, err
 		}
@@ -140,7 +141,7 @@ func (c *partitionCand) check(ctx context.Context, rc *rechecker) (verdict, erro
 			f.Repair = fmt.Sprintf("meta %d holds entries of it; fsck does not delete what they hold", pr.srv)
 			return verdict{finding: f}, nil
 		}
-		pl.add(pr.srv, &weftpb.KeyOp{Key: inodeKey(c.dir), Delete: true})
+		pl.add(pr.srv, &weftpb.KeyOp{Key: layout.InodeKey(c.dir), Delete: true})
 	}
 	f.Repair = ""
 	return verdict{finding: f, plan: pl}, nil

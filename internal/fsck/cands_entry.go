@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -75,10 +76,10 @@ func (c *entryCand) checkPlace(ctx context.Context, rc *rechecker) (verdict, err
 		return verdict{finding: &Finding{Kind: KindPartition, Server: -1, Dir: c.dir, Detail: l.bad,
 			Repair: "fsck does not rebuild a directory's partitions"}}, nil
 	}
-	_, partition, hash, _, _ := entryKeyParts(c.key)
+	_, partition, hash, _, _ := layout.EntryKeyParts(c.key)
 	h := core.NameHash(c.name)
 	right := l.place(h)
-	rightKey := entryKey(c.dir, right.partition, c.name)
+	rightKey := layout.EntryKey(c.dir, right.partition, c.name)
 	if right.srv == c.srv && bytes.Equal(rightKey, c.key) {
 		return verdict{}, nil
 	}
@@ -164,9 +165,9 @@ func (c *entryCand) checkPlace(ctx context.Context, rc *rechecker) (verdict, err
 // planXattrMove adds to pl the copy of ino's extended attributes from
 // server from to server to (those to lacks) and their delete on from.
 func (rc *rechecker) planXattrMove(ctx context.Context, pl *plan, from, to int, ino core.Ino) error {
-	p := xattrPrefix(ino)
+	p := layout.XattrPrefix(ino)
 	var copies []*weftpb.KeyOp
-	err := scanRange(ctx, rc.p.c.Meta[from], p, prefixEnd(p), 0, func(k, v []byte) error {
+	err := scanRange(ctx, rc.p.c.Meta[from], p, layout.PrefixEnd(p), 0, func(k, v []byte) error {
 		_, found, err := rc.get(ctx, to, k)
 		if err == nil && !found {
 			copies = append(copies, &weftpb.KeyOp{Key: k, Value: v})
@@ -205,7 +206,7 @@ func (c *entryCand) checkTarget(ctx context.Context, rc *rechecker) (verdict, er
 			return verdict{}, err
 		}
 	}
-	_, partition, _, _, _ := entryKeyParts(c.key)
+	_, partition, _, _, _ := layout.EntryKeyParts(c.key)
 	f := &Finding{Kind: KindDangling, Server: c.srv, Dir: c.dir, Name: c.name, Ino: c.ino}
 	if ok {
 		f.Detail = fmt.Sprintf("entry %q of directory %d (partition %d) points to inode %d, which has no record on its owner meta %d", c.name, c.dir, partition, c.ino, own)
@@ -247,6 +248,6 @@ func (c *entryCand) checkParent(ctx context.Context, rc *rechecker) (verdict, er
 		Detail: fmt.Sprintf("directory %d is entry %q of directory %d, but its parent pointer names directory %d", c.ino, c.name, c.dir, r.Parent)}
 	r.Parent = uint64(c.dir)
 	pl := &plan{what: fmt.Sprintf("set its parent pointer to %d", c.dir)}
-	pl.add(own, &weftpb.KeyOp{Key: inodeKey(c.ino), Value: marshal(r)})
+	pl.add(own, &weftpb.KeyOp{Key: layout.InodeKey(c.ino), Value: marshal(r)})
 	return verdict{finding: f, plan: pl}, nil
 }

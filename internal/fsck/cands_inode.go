@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
 )
@@ -66,8 +67,8 @@ func (c *orphanCand) checkDir(ctx context.Context, rc *rechecker, r *weftpb.Inod
 		Detail: fmt.Sprintf("directory %d (parent %d) is named by no entry", c.ino, r.Parent)}
 	var stubs []int
 	for srv, s := range rc.p.c.Meta {
-		p := dirPrefix(c.ino)
-		has, err := anyKey(ctx, s, p, prefixEnd(p))
+		p := layout.DirPrefix(c.ino)
+		has, err := anyKey(ctx, s, p, layout.PrefixEnd(p))
 		if err != nil {
 			return verdict{}, err
 		}
@@ -86,9 +87,9 @@ func (c *orphanCand) checkDir(ctx context.Context, rc *rechecker, r *weftpb.Inod
 	}
 	pl := &plan{what: "reclaim the empty directory: its record, extended attributes and partition stubs"}
 	for _, srv := range stubs {
-		pl.add(srv, &weftpb.KeyOp{Key: inodeKey(c.ino), Delete: true})
+		pl.add(srv, &weftpb.KeyOp{Key: layout.InodeKey(c.ino), Delete: true})
 	}
-	pl.add(c.srv, &weftpb.KeyOp{Key: inodeKey(c.ino), Delete: true, DeleteXattrsOf: uint64(c.ino), InodeDelta: -1, DirDelta: -1})
+	pl.add(c.srv, &weftpb.KeyOp{Key: layout.InodeKey(c.ino), Delete: true, DeleteXattrsOf: uint64(c.ino), InodeDelta: -1, DirDelta: -1})
 	return verdict{finding: f, plan: pl}, nil
 }
 
@@ -106,7 +107,7 @@ func (c *orphanCand) checkFile(ctx context.Context, rc *rechecker, r *weftpb.Ino
 	f := &Finding{Kind: KindOrphan, Server: c.srv, Ino: c.ino,
 		Detail: fmt.Sprintf("file %d (nlink %d, %d names listed) is named by no entry", c.ino, r.Nlink, len(r.Links))}
 	pl := &plan{what: "reclaim its record and extended attributes"}
-	pl.add(c.srv, &weftpb.KeyOp{Key: inodeKey(c.ino), Delete: true, DeleteXattrsOf: uint64(c.ino), InodeDelta: -1})
+	pl.add(c.srv, &weftpb.KeyOp{Key: layout.InodeKey(c.ino), Delete: true, DeleteXattrsOf: uint64(c.ino), InodeDelta: -1})
 	if core.IsRegular(r.Mode) && !r.Inline {
 		pl.what += ", and its chunks"
 		addrs, timeout, ino := rc.p.c.StoreAddrs, rc.p.c.Timeout, c.ino
@@ -135,10 +136,10 @@ func deleteChunks(ctx context.Context, addrs []string, timeout time.Duration, in
 // names reports whether an entry of dir, in any partition, points to ino.
 // It reads every entry of dir.
 func (rc *rechecker) names(ctx context.Context, dir, ino core.Ino) (bool, error) {
-	p := dirPrefix(dir)
+	p := layout.DirPrefix(dir)
 	found := false
 	for _, s := range rc.p.c.Meta {
-		err := scanRange(ctx, s, p, prefixEnd(p), 0, func(_, v []byte) error {
+		err := scanRange(ctx, s, p, layout.PrefixEnd(p), 0, func(_, v []byte) error {
 			if e, err := parseEntry(v); err == nil && e.ino == ino && !e.embedded {
 				found = true
 				return errStop
@@ -166,7 +167,7 @@ func (rc *rechecker) named(ctx context.Context, dir core.Ino, name string, ino c
 		return false, err
 	}
 	right := l.place(core.NameHash(name))
-	e, _, found, err := rc.entry(ctx, right.srv, entryKey(dir, right.partition, name))
+	e, _, found, err := rc.entry(ctx, right.srv, layout.EntryKey(dir, right.partition, name))
 	if err != nil || !found {
 		return false, err
 	}
@@ -228,7 +229,7 @@ func (c *linksCand) check(ctx context.Context, rc *rechecker) (verdict, error) {
 	}
 	r.Links, r.Nlink = exist, uint32(len(exist))
 	pl := &plan{what: fmt.Sprintf("set nlink to %d and list only the names that exist", len(exist))}
-	pl.add(c.srv, &weftpb.KeyOp{Key: inodeKey(c.ino), Value: marshal(r)})
+	pl.add(c.srv, &weftpb.KeyOp{Key: layout.InodeKey(c.ino), Value: marshal(r)})
 	return verdict{finding: f, plan: pl}, nil
 }
 
@@ -362,8 +363,8 @@ func (c *xattrCand) check(ctx context.Context, rc *rechecker) (verdict, error) {
 	if v, ok := rc.waiting(c.ino); ok {
 		return v, nil
 	}
-	p := xattrPrefix(c.ino)
-	has, err := anyKey(ctx, rc.p.c.Meta[c.srv], p, prefixEnd(p))
+	p := layout.XattrPrefix(c.ino)
+	has, err := anyKey(ctx, rc.p.c.Meta[c.srv], p, layout.PrefixEnd(p))
 	if err != nil || !has {
 		return verdict{}, err
 	}

@@ -96,7 +96,7 @@ type pass struct {
 	rep  *Report
 
 	mu       sync.Mutex // guards the maps while the servers are read in parallel
-	layouts  map[core.Ino]*layout
+	layouts  map[core.Ino]*dirLayout
 	inodes   map[core.Ino]*inodeInfo
 	pending  []pendingRec
 	badFinds []Finding
@@ -135,7 +135,7 @@ func newPass(c *Cluster, opts Options) *pass {
 	return &pass{
 		c: c, n: len(c.Meta), opts: opts, log: opts.Log,
 		rep:      &Report{Servers: len(c.Meta), Running: c.Running, Omitted: map[Kind]int{}},
-		layouts:  map[core.Ino]*layout{},
+		layouts:  map[core.Ino]*dirLayout{},
 		inodes:   map[core.Ino]*inodeInfo{},
 		embedded: make([][]uint64, len(c.Meta)),
 		dupInos:  map[core.Ino]bool{},

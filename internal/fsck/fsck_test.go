@@ -7,6 +7,7 @@ import (
 
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -105,7 +106,7 @@ func TestDamage(t *testing.T) {
 		inject: func(t *testing.T, ss stores, tr *tree) {
 			srv, key, val := ss.entry(t, tr.d, "f5")
 			to, p := ss.otherPartition(t, tr.d, srv)
-			ss.apply(t, to, &weftpb.KeyOp{Key: entryKey(tr.d, p, "f5"), Value: val}, ss.count(t, to, tr.d, 1, 0))
+			ss.apply(t, to, &weftpb.KeyOp{Key: layout.EntryKey(tr.d, p, "f5"), Value: val}, ss.count(t, to, tr.d, 1, 0))
 			ss.apply(t, srv, &weftpb.KeyOp{Key: key, Delete: true}, ss.count(t, srv, tr.d, -1, 0))
 		},
 		want:  KindMisplaced,
@@ -115,7 +116,7 @@ func TestDamage(t *testing.T) {
 		inject: func(t *testing.T, ss stores, tr *tree) {
 			srv, _, val := ss.entry(t, tr.d, "f6")
 			to, p := ss.otherPartition(t, tr.d, srv)
-			ss.apply(t, to, &weftpb.KeyOp{Key: entryKey(tr.d, p, "f6"), Value: val}, ss.count(t, to, tr.d, 1, 0))
+			ss.apply(t, to, &weftpb.KeyOp{Key: layout.EntryKey(tr.d, p, "f6"), Value: val}, ss.count(t, to, tr.d, 1, 0))
 		},
 		want:  KindDuplicate,
 		after: listedOnce("/d", "f6", 43),
@@ -133,9 +134,9 @@ func TestDamage(t *testing.T) {
 		name: "entry pointing to a missing record",
 		inject: func(t *testing.T, ss stores, tr *tree) {
 			srv, key, _ := ss.entry(t, tr.d, "f8")
-			_, p, _, _, _ := entryKeyParts(key)
+			_, p, _, _, _ := layout.EntryKeyParts(key)
 			e := &weftpb.EntryRecord{Ino: uint64(core.MakeIno(1, 1<<40)), Mode: core.ModeFile | 0o644}
-			ss.apply(t, srv, &weftpb.KeyOp{Key: entryKey(tr.d, p, "f8"), Value: marshal(e)})
+			ss.apply(t, srv, &weftpb.KeyOp{Key: layout.EntryKey(tr.d, p, "f8"), Value: marshal(e)})
 		},
 		want: KindDangling,
 		after: func(t *testing.T, tc *testCluster, tr *tree) {
@@ -154,7 +155,7 @@ func TestDamage(t *testing.T) {
 		after: func(t *testing.T, tc *testCluster, tr *tree) {
 			ss := tc.open()
 			defer ss.close()
-			if _, found := ss.get(t, tr.sub.Server(), inodeKey(tr.sub)); found {
+			if _, found := ss.get(t, tr.sub.Server(), layout.InodeKey(tr.sub)); found {
 				t.Error("the orphan directory's record is still there")
 			}
 		},
@@ -179,17 +180,17 @@ func TestDamage(t *testing.T) {
 			ss := tc.open()
 			defer ss.close()
 			srv := tr.f0.Server()
-			if _, found := ss.get(t, srv, inodeKey(tr.f0)); found {
+			if _, found := ss.get(t, srv, layout.InodeKey(tr.f0)); found {
 				t.Error("the orphan file's record is still there")
 			}
-			if _, found := ss.get(t, srv, append(xattrPrefix(tr.f0), "user.a"...)); found {
+			if _, found := ss.get(t, srv, append(layout.XattrPrefix(tr.f0), "user.a"...)); found {
 				t.Error("the orphan file's extended attribute is still there")
 			}
 		},
 	}, {
 		name: "extended attributes of nothing",
 		inject: func(t *testing.T, ss stores, tr *tree) {
-			ss.apply(t, 1, &weftpb.KeyOp{Key: append(xattrPrefix(core.MakeIno(2, 1<<40)), "user.z"...), Value: []byte("z")})
+			ss.apply(t, 1, &weftpb.KeyOp{Key: append(layout.XattrPrefix(core.MakeIno(2, 1<<40)), "user.z"...), Value: []byte("z")})
 		},
 		want: KindXattr,
 	}, {
@@ -203,7 +204,7 @@ func TestDamage(t *testing.T) {
 		inject: func(t *testing.T, ss stores, tr *tree) {
 			gone := core.MakeIno(0, 1<<40)
 			stub := &weftpb.InodeRecord{Mode: core.ModeDir | 0o755, Nlink: 2, Stub: true, Partition: 1, Radix: 1, Bitmap: []byte{3}}
-			ss.apply(t, core.PartitionServer(gone, 1, 3), &weftpb.KeyOp{Key: inodeKey(gone), Value: marshal(stub)})
+			ss.apply(t, core.PartitionServer(gone, 1, 3), &weftpb.KeyOp{Key: layout.InodeKey(gone), Value: marshal(stub)})
 		},
 		want: KindPartition,
 	}, {
@@ -211,7 +212,7 @@ func TestDamage(t *testing.T) {
 		inject: func(t *testing.T, ss stores, tr *tree) {
 			r := ss.partition(t, tr.d.Server(), tr.d)
 			r.Bitmap = []byte{r.Bitmap[0] &^ (1 << 2)}
-			ss.apply(t, tr.d.Server(), &weftpb.KeyOp{Key: inodeKey(tr.d), Value: marshal(r)})
+			ss.apply(t, tr.d.Server(), &weftpb.KeyOp{Key: layout.InodeKey(tr.d), Value: marshal(r)})
 		},
 		want: KindPartition,
 		after: func(t *testing.T, tc *testCluster, tr *tree) {
@@ -230,15 +231,15 @@ func TestDamage(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.Ino = uint64(core.MakeIno(1, 1<<40+1))
-			ss.apply(t, 1, &weftpb.KeyOp{Key: entryKey(core.MakeIno(1, 1<<40), 0, "f10"), Value: marshal(e)})
+			ss.apply(t, 1, &weftpb.KeyOp{Key: layout.EntryKey(core.MakeIno(1, 1<<40), 0, "f10"), Value: marshal(e)})
 		},
 		want:      KindPartition,
 		unfixable: true,
 	}, {
 		name: "standalone record on a server that does not own it",
 		inject: func(t *testing.T, ss stores, tr *tree) {
-			v, _ := ss.get(t, tr.f0.Server(), inodeKey(tr.f0))
-			ss.apply(t, tr.f0.Server()+1, &weftpb.KeyOp{Key: inodeKey(tr.f0), Value: v})
+			v, _ := ss.get(t, tr.f0.Server(), layout.InodeKey(tr.f0))
+			ss.apply(t, tr.f0.Server()+1, &weftpb.KeyOp{Key: layout.InodeKey(tr.f0), Value: v})
 		},
 		want:      KindInode,
 		unfixable: true,
@@ -247,7 +248,7 @@ func TestDamage(t *testing.T) {
 		inject: func(t *testing.T, ss stores, tr *tree) {
 			r := ss.partition(t, tr.sub.Server(), tr.sub)
 			r.Parent = uint64(tr.e)
-			ss.apply(t, tr.sub.Server(), &weftpb.KeyOp{Key: inodeKey(tr.sub), Value: marshal(r)})
+			ss.apply(t, tr.sub.Server(), &weftpb.KeyOp{Key: layout.InodeKey(tr.sub), Value: marshal(r)})
 		},
 		want: KindLinks,
 		after: func(t *testing.T, tc *testCluster, tr *tree) {
@@ -263,7 +264,7 @@ func TestDamage(t *testing.T) {
 		inject: func(t *testing.T, ss stores, tr *tree) {
 			_, _, val := ss.entry(t, tr.d, "f9")
 			srv := tr.e.Server() // /e has one partition, on its owner
-			ss.apply(t, srv, &weftpb.KeyOp{Key: entryKey(tr.e, 0, "f9"), Value: val}, ss.count(t, srv, tr.e, 1, 0))
+			ss.apply(t, srv, &weftpb.KeyOp{Key: layout.EntryKey(tr.e, 0, "f9"), Value: val}, ss.count(t, srv, tr.e, 1, 0))
 		},
 		want:      KindInode,
 		unfixable: true,

@@ -13,6 +13,7 @@ import (
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/internal/meta"
 	"github.com/weftfs/weft/proto/weftpb"
 )
@@ -169,14 +170,14 @@ func (ss stores) apply(t *testing.T, srv int, ops ...*weftpb.KeyOp) {
 // entry finds name in dir on whichever server holds it.
 func (ss stores) entry(t *testing.T, dir core.Ino, name string) (srv int, key, val []byte) {
 	t.Helper()
-	p := dirPrefix(dir)
+	p := layout.DirPrefix(dir)
 	for srv := range ss {
-		r, err := ss[srv].Scan(&weftpb.ScanRequest{Start: p, End: prefixEnd(p), Limit: 4096})
+		r, err := ss[srv].Scan(&weftpb.ScanRequest{Start: p, End: layout.PrefixEnd(p), Limit: 4096})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, kv := range r.Pairs {
-			if _, _, _, n, ok := entryKeyParts(kv.Key); ok && n == name {
+			if _, _, _, n, ok := layout.EntryKeyParts(kv.Key); ok && n == name {
 				return srv, kv.Key, kv.Value
 			}
 		}
@@ -188,7 +189,7 @@ func (ss stores) entry(t *testing.T, dir core.Ino, name string) (srv int, key, v
 // partition returns the partition record of dir on srv.
 func (ss stores) partition(t *testing.T, srv int, dir core.Ino) *weftpb.InodeRecord {
 	t.Helper()
-	v, found := ss.get(t, srv, inodeKey(dir))
+	v, found := ss.get(t, srv, layout.InodeKey(dir))
 	if !found {
 		t.Fatalf("no partition of %d on meta %d", dir, srv)
 	}
@@ -204,7 +205,7 @@ func (ss stores) place(t *testing.T, dir core.Ino, name string) (int, uint32) {
 	t.Helper()
 	h := core.NameHash(name)
 	for srv := range ss {
-		if v, found := ss.get(t, srv, inodeKey(dir)); found {
+		if v, found := ss.get(t, srv, layout.InodeKey(dir)); found {
 			r, _ := decodeInode(v)
 			if holds(r.Partition, r.Radix, h) {
 				return srv, r.Partition
@@ -223,7 +224,7 @@ func (ss stores) otherPartition(t *testing.T, dir core.Ino, srv int) (int, uint3
 		if other == srv {
 			continue
 		}
-		if v, found := ss.get(t, other, inodeKey(dir)); found {
+		if v, found := ss.get(t, other, layout.InodeKey(dir)); found {
 			r, _ := decodeInode(v)
 			return other, r.Partition
 		}
@@ -239,7 +240,7 @@ func (ss stores) count(t *testing.T, srv int, dir core.Ino, entries, subdirs int
 	r := ss.partition(t, srv, dir)
 	r.Entries = uint64(int64(r.Entries) + int64(entries))
 	r.Nlink = uint32(int64(r.Nlink) + int64(subdirs))
-	return &weftpb.KeyOp{Key: inodeKey(dir), Value: marshal(r)}
+	return &weftpb.KeyOp{Key: layout.InodeKey(dir), Value: marshal(r)}
 }
 
 // kinds lists the kinds of a report's findings, each once.

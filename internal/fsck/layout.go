@@ -31,8 +31,8 @@ func newPart(srv int, r *weftpb.InodeRecord) *part {
 	return &part{srv: srv, partition: r.Partition, radix: r.Radix, stub: r.Stub, entries: r.Entries, nlink: r.Nlink, bitmap: r.Bitmap}
 }
 
-// layout is every partition record of one directory, on every server.
-type layout struct {
+// dirLayout is every partition record of one directory, on every server.
+type dirLayout struct {
 	dir   core.Ino
 	owner bool // the owner's record (partition 0, with the attributes) exists
 	parts []*part
@@ -42,13 +42,13 @@ type layout struct {
 }
 
 // judge sorts the partitions by server and keeps what problem says.
-func (l *layout) judge(n int) {
+func (l *dirLayout) judge(n int) {
 	slices.SortFunc(l.parts, func(a, b *part) int { return a.srv - b.srv })
 	l.bad = l.problem(n)
 }
 
 // on returns the partition record held by server srv, or nil.
-func (l *layout) on(srv int) *part {
+func (l *dirLayout) on(srv int) *part {
 	for _, p := range l.parts {
 		if p.srv == srv {
 			return p
@@ -60,7 +60,7 @@ func (l *layout) on(srv int) *part {
 // place returns the partition record that holds names with hash h, or nil
 // if none does (a layout with a problem may have none or several: the
 // first is returned).
-func (l *layout) place(h uint64) *part {
+func (l *dirLayout) place(h uint64) *part {
 	for _, p := range l.parts {
 		if holds(p.partition, p.radix, h) {
 			return p
@@ -72,7 +72,7 @@ func (l *layout) place(h uint64) *part {
 // problem says why the partition records of the directory do not place
 // every name in exactly one partition on the server GIGA+ puts it on, or
 // why a request cannot find them all, or "" if all is well.
-func (l *layout) problem(n int) string {
+func (l *dirLayout) problem(n int) string {
 	if p := l.structure(n); p != "" {
 		return p
 	}
@@ -83,7 +83,7 @@ func (l *layout) problem(n int) string {
 }
 
 // structure is problem without the bitmaps.
-func (l *layout) structure(n int) string {
+func (l *dirLayout) structure(n int) string {
 	if !l.owner {
 		srvs := make([]int, 0, len(l.parts))
 		for _, p := range l.parts {
@@ -139,7 +139,7 @@ type missingBit struct {
 
 // missingBits lists the partitions whose parent's bitmap lacks them.
 // Partition q split from q without its highest bit (GIGA+).
-func (l *layout) missingBits() []missingBit {
+func (l *dirLayout) missingBits() []missingBit {
 	var out []missingBit
 	for _, q := range l.parts {
 		if q.partition == 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -23,14 +24,14 @@ func TestUnfinishedIntentIsPending(t *testing.T) {
 	ghost := core.MakeIno(1, 1<<40)
 	ss := tc.open()
 	srv, p := ss.place(t, tr.d, "ghost")
-	ss.apply(t, srv, &weftpb.KeyOp{Key: entryKey(tr.d, p, "ghost"), Value: marshal(&weftpb.EntryRecord{Ino: uint64(ghost), Mode: core.ModeFile | 0o644})},
+	ss.apply(t, srv, &weftpb.KeyOp{Key: layout.EntryKey(tr.d, p, "ghost"), Value: marshal(&weftpb.EntryRecord{Ino: uint64(ghost), Mode: core.ModeFile | 0o644})},
 		ss.count(t, srv, tr.d, 1, 0))
 	ss.close()
 	rec := &weftpb.InodeRecord{Mode: core.ModeFile | 0o644, Nlink: 1, Inline: true,
 		Links: []*weftpb.LinkRef{{Parent: uint64(tr.d), Name: []byte("ghost")}}}
 	intent := &weftpb.Intent{Op: "link", Servers: []*weftpb.ServerOps{{Server: 1, Ops: []*weftpb.KeyOp{
-		{Key: inodeKey(ghost), Value: marshal(rec), InodeDelta: 1}}}}}
-	writeRaw(t, tc.cfg.Meta[0].Dir, binary.BigEndian.AppendUint64([]byte{tagIntent}, 1<<48|7), marshal(intent))
+		{Key: layout.InodeKey(ghost), Value: marshal(rec), InodeDelta: 1}}}}}
+	writeRaw(t, tc.cfg.Meta[0].Dir, binary.BigEndian.AppendUint64([]byte{layout.TagIntent}, 1<<48|7), marshal(intent))
 
 	for _, repair := range []bool{false, true} {
 		r := tc.check(repair)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/internal/meta"
 	"github.com/weftfs/weft/proto/weftpb"
 	"google.golang.org/protobuf/proto"
@@ -80,7 +81,7 @@ type rechecker struct {
 	p    *pass
 	ls   *lockSet
 	busy map[core.Ino]*pendingRec // inodes and directories unfinished work will write
-	lays map[core.Ino]*layout     // layouts read under these locks
+	lays map[core.Ino]*dirLayout  // layouts read under these locks
 }
 
 // readBusy reads every server's intents and splits. It comes first: reads
@@ -89,13 +90,13 @@ type rechecker struct {
 func (rc *rechecker) readBusy(ctx context.Context) error {
 	rc.busy = map[core.Ino]*pendingRec{}
 	for srv, s := range rc.p.c.Meta {
-		for _, tag := range []byte{tagIntent, tagSplit} {
-			start, end := tagRange(tag)
+		for _, tag := range []byte{layout.TagIntent, layout.TagSplit} {
+			start, end := layout.TagRange(tag)
 			err := scanRange(ctx, s, start, end, 0, func(k, v []byte) error {
 				ref := &pendingRec{srv: srv, key: k, val: v}
-				if tag == tagSplit {
+				if tag == layout.TagSplit {
 					if len(k) == 9 {
-						rc.busy[keyIno(k)] = ref
+						rc.busy[layout.KeyIno(k)] = ref
 					}
 					return nil
 				}
@@ -108,7 +109,7 @@ func (rc *rechecker) readBusy(ctx context.Context) error {
 						rc.busy[core.Ino(o.DeleteXattrsOf)] = ref
 					}
 					if len(o.Key) >= 9 {
-						rc.busy[keyIno(o.Key)] = ref
+						rc.busy[layout.KeyIno(o.Key)] = ref
 					}
 				}
 				return nil
@@ -152,7 +153,7 @@ func (rc *rechecker) entry(ctx context.Context, srv int, key []byte) (*weftpb.En
 // inode reads the record under "i" ino on srv (a standalone record or a
 // partition stub).
 func (rc *rechecker) inode(ctx context.Context, srv int, ino core.Ino) (*weftpb.InodeRecord, bool, error) {
-	v, found, err := rc.get(ctx, srv, inodeKey(ino))
+	v, found, err := rc.get(ctx, srv, layout.InodeKey(ino))
 	if err != nil || !found {
 		return nil, false, err
 	}
@@ -164,11 +165,11 @@ func (rc *rechecker) inode(ctx context.Context, srv int, ino core.Ino) (*weftpb.
 }
 
 // layout reads dir's partition records on every server.
-func (rc *rechecker) layout(ctx context.Context, dir core.Ino) (*layout, error) {
+func (rc *rechecker) layout(ctx context.Context, dir core.Ino) (*dirLayout, error) {
 	if l, ok := rc.lays[dir]; ok {
 		return l, nil
 	}
-	l := &layout{dir: dir}
+	l := &dirLayout{dir: dir}
 	for srv := range rc.p.c.Meta {
 		r, found, err := rc.inode(ctx, srv, dir)
 		if err != nil {
@@ -187,7 +188,7 @@ func (rc *rechecker) layout(ctx context.Context, dir core.Ino) (*layout, error) 
 	}
 	l.judge(rc.p.n)
 	if rc.lays == nil {
-		rc.lays = map[core.Ino]*layout{}
+		rc.lays = map[core.Ino]*dirLayout{}
 	}
 	rc.lays[dir] = l
 	return l, nil
@@ -206,7 +207,7 @@ func (rc *rechecker) countOp(ctx context.Context, srv int, dir core.Ino, partiti
 	}
 	r.Entries = uint64(max(0, int64(r.Entries)+int64(entries)))
 	r.Nlink = uint32(max(2, int64(r.Nlink)+int64(subdirs)))
-	return &weftpb.KeyOp{Key: inodeKey(dir), Value: marshal(r)}, nil
+	return &weftpb.KeyOp{Key: layout.InodeKey(dir), Value: marshal(r)}, nil
 }
 
 // carryOut applies a plan's steps in order.
@@ -234,33 +235,33 @@ func describePending(k, v []byte) string {
 	if len(k) != 9 {
 		return fmt.Sprintf("record %x of unfinished work", k)
 	}
-	if k[0] == tagSplit {
+	if k[0] == layout.TagSplit {
 		s := &weftpb.SplitIntent{}
 		if err := proto.Unmarshal(v, s); err != nil {
-			return fmt.Sprintf("split of directory %d (unreadable: %v)", keyIno(k), err)
+			return fmt.Sprintf("split of directory %d (unreadable: %v)", layout.KeyIno(k), err)
 		}
-		return fmt.Sprintf("split of partition %d (radix %d) of directory %d", s.Partition, s.Radix, keyIno(k))
+		return fmt.Sprintf("split of partition %d (radix %d) of directory %d", s.Partition, s.Radix, layout.KeyIno(k))
 	}
 	in := &weftpb.Intent{}
 	if err := proto.Unmarshal(v, in); err != nil {
-		return fmt.Sprintf("cross-server operation %#x (unreadable: %v)", uint64(keyIno(k)), err)
+		return fmt.Sprintf("cross-server operation %#x (unreadable: %v)", uint64(layout.KeyIno(k)), err)
 	}
 	var srvs []int
 	for _, so := range in.Servers {
 		srvs = append(srvs, int(so.Server))
 	}
 	if len(srvs) == 0 {
-		return fmt.Sprintf("cross-server %s %#x, to finish on its coordinator", in.Op, uint64(keyIno(k)))
+		return fmt.Sprintf("cross-server %s %#x, to finish on its coordinator", in.Op, uint64(layout.KeyIno(k)))
 	}
-	return fmt.Sprintf("cross-server %s %#x, to apply on meta %s", in.Op, uint64(keyIno(k)), idList(srvs))
+	return fmt.Sprintf("cross-server %s %#x, to apply on meta %s", in.Op, uint64(layout.KeyIno(k)), idList(srvs))
 }
 
 // readPending reads every server's intents and splits.
 func (p *pass) readPending(ctx context.Context) ([]pendingRec, error) {
 	var recs []pendingRec
 	for srv, s := range p.c.Meta {
-		for _, tag := range []byte{tagIntent, tagSplit} {
-			start, end := tagRange(tag)
+		for _, tag := range []byte{layout.TagIntent, layout.TagSplit} {
+			start, end := layout.TagRange(tag)
 			err := scanRange(ctx, s, start, end, 0, func(k, v []byte) error {
 				recs = append(recs, pendingRec{srv: srv, key: k, val: v})
 				return nil

@@ -81,3 +81,11 @@ func marshal(m proto.Message) []byte {
 	}
 	return b
 }
+
+func decodeReclaim(v []byte) (*weftpb.ReclaimRecord, error) {
+	r := &weftpb.ReclaimRecord{}
+	if err := proto.Unmarshal(v, r); err != nil {
+		return nil, errs.Wrap(errs.Corrupt, "fsck", "reclaim record", err)
+	}
+	return r, nil
+}

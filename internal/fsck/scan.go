@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -18,8 +19,8 @@ import (
 
 // scanRecords reads server srv's intents, splits and inode records.
 func (p *pass) scanRecords(ctx context.Context, srv int) error {
-	for _, tag := range []byte{tagIntent, tagSplit} {
-		start, end := tagRange(tag)
+	for _, tag := range []byte{layout.TagIntent, layout.TagSplit} {
+		start, end := layout.TagRange(tag)
 		err := scanRange(ctx, p.c.Meta[srv], start, end, 0, func(k, v []byte) error {
 			p.mu.Lock()
 			defer p.mu.Unlock()
@@ -30,13 +31,13 @@ func (p *pass) scanRecords(ctx context.Context, srv int) error {
 			return err
 		}
 	}
-	start, end := tagRange(tagInode)
+	start, end := layout.TagRange(layout.TagInode)
 	return scanRange(ctx, p.c.Meta[srv], start, end, 0, func(k, v []byte) error {
 		if len(k) != 9 {
 			p.bad(srv, fmt.Sprintf("inode key %x has %d bytes, not 9", k, len(k)))
 			return nil
 		}
-		ino := keyIno(k)
+		ino := layout.KeyIno(k)
 		r, err := decodeInode(v)
 		if err != nil {
 			p.bad(srv, fmt.Sprintf("record of inode %d: %v", ino, err))
@@ -68,7 +69,7 @@ func (p *pass) addRecordLocked(srv int, ino core.Ino, r *weftpb.InodeRecord) {
 	if r.Stub || isDir {
 		l := p.layouts[ino]
 		if l == nil {
-			l = &layout{dir: ino}
+			l = &dirLayout{dir: ino}
 			p.layouts[ino] = l
 		}
 		p.rep.Partitions++
@@ -127,11 +128,11 @@ type entryScan struct {
 func (p *pass) scanEntries(ctx context.Context, srv int) error {
 	es := &entryScan{srv: srv, stray: map[core.Ino]uint64{}}
 	var entries uint64
-	start, end := tagRange(tagEntry)
-	var cur *layout
+	start, end := layout.TagRange(layout.TagEntry)
+	var cur *dirLayout
 	var curDir core.Ino
 	err := scanRange(ctx, p.c.Meta[srv], start, end, 0, func(k, v []byte) error {
-		dir, partition, hash, name, ok := entryKeyParts(k)
+		dir, partition, hash, name, ok := layout.EntryKeyParts(k)
 		if !ok {
 			p.bad(srv, fmt.Sprintf("entry key %x is too short", k))
 			return nil
@@ -172,7 +173,7 @@ func (p *pass) scanEntries(ctx context.Context, srv int) error {
 // target's record, as the records scan saw them; anything odd becomes a
 // suspicion. The scan's only writes are its own entryScan and the counts
 // of srv's partition records.
-func (p *pass) judgeEntry(es *entryScan, l *layout, k []byte, dir core.Ino, partition uint32, hash uint64, name string, e entryInfo) {
+func (p *pass) judgeEntry(es *entryScan, l *dirLayout, k []byte, dir core.Ino, partition uint32, hash uint64, name string, e entryInfo) {
 	srv := es.srv
 	if l == nil {
 		es.stray[dir]++
@@ -260,14 +261,14 @@ func (p *pass) afterEntries() {
 
 // locate finds, on server srv, the entries that name the inodes in dupInos.
 func (p *pass) locate(ctx context.Context, srv int) error {
-	start, end := tagRange(tagEntry)
+	start, end := layout.TagRange(layout.TagEntry)
 	found := map[core.Ino][]place{}
 	err := scanRange(ctx, p.c.Meta[srv], start, end, 0, func(k, v []byte) error {
 		e, err := parseEntry(v)
 		if err != nil || !p.dupInos[e.ino] {
 			return nil
 		}
-		dir, _, _, name, ok := entryKeyParts(k)
+		dir, _, _, name, ok := layout.EntryKeyParts(k)
 		if ok {
 			found[e.ino] = append(found[e.ino], place{srv: srv, key: k, dir: dir, name: name})
 		}
@@ -301,7 +302,7 @@ func (p *pass) locate(ctx context.Context, srv int) error {
 // servers while they are read, and the lock that guards an embedded file's
 // attributes is its directory's, which the attribute key does not name.)
 func (p *pass) scanXattrs(ctx context.Context, srv int) error {
-	start, end := tagRange(tagXattr)
+	start, end := layout.TagRange(layout.TagXattr)
 	var n uint64
 	var last core.Ino
 	var stray []core.Ino
@@ -311,7 +312,7 @@ func (p *pass) scanXattrs(ctx context.Context, srv int) error {
 			return nil
 		}
 		n++
-		ino := keyIno(k)
+		ino := layout.KeyIno(k)
 		if ino == last || p.c.Running {
 			return nil
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/internal/meta"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
@@ -172,12 +173,12 @@ func checkIdentity(ctx context.Context, s Store, id, n int) error {
 		key  []byte
 		val  uint64
 		what string
-	}{{keyServerID, uint64(id), "meta server id"}, {keyServers, uint64(n), "number of meta servers"}} {
+	}{{[]byte(layout.KeyServerID), uint64(id), "meta server id"}, {[]byte(layout.KeyServers), uint64(n), "number of meta servers"}} {
 		v, found, err := get(ctx, s, want.key)
 		if err != nil {
 			return err
 		}
-		if !found && bytes.Equal(want.key, keyServers) {
+		if !found && bytes.Equal(want.key, []byte(layout.KeyServers)) {
 			continue // a store from before the key existed: one server
 		}
 		if !found || len(v) != 8 || binary.BigEndian.Uint64(v) != want.val {

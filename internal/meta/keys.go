@@ -1,107 +1,58 @@
 package meta
 
 import (
-	"encoding/binary"
-
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/layout"
 )
 
-// Key layout (docs/format.md). Every key starts with a one-byte tag; integers
-// are big-endian so that byte order is numeric order.
-//
-//	"S" name                                  server metadata (format version, ino high-water mark, counters)
-//	"i" ino(8)                                standalone inode record (directories, hard-linked files)
-//	"d" dir(8) partition(4) hash(8) name      directory entry
-//	"x" ino(8) name                           extended attribute value
-//	"s" dir(8)                                split in progress (SplitIntent)
-//	"I" txid(8)                               cross-server operation in progress (Intent)
+// The key layout is internal/layout's (docs/format.md, "Keys"); fsck reads
+// the same package. These short names keep meta's code readable.
 const (
-	tagSystem = 'S'
-	tagInode  = 'i'
-	tagEntry  = 'd'
-	tagXattr  = 'x'
-	tagSplit  = 's'
-	tagIntent = 'I'
+	tagInode   = layout.TagInode
+	tagEntry   = layout.TagEntry
+	tagXattr   = layout.TagXattr
+	tagSplit   = layout.TagSplit
+	tagIntent  = layout.TagIntent
+	tagReclaim = layout.TagReclaim
 )
-
-func splitKey(dir core.Ino) []byte {
-	return binary.BigEndian.AppendUint64([]byte{tagSplit}, uint64(dir))
-}
-
-func intentKey(txid uint64) []byte {
-	return binary.BigEndian.AppendUint64([]byte{tagIntent}, txid)
-}
 
 // System keys.
 var (
-	keyFormat   = []byte("Sformat")    // uint64: on-disk format version
-	keyInoHWM   = []byte("Sino-hwm")   // uint64: no sequence number at or above it has been handed out
-	keyInodes   = []byte("Sinodes")    // int64 counter (merge operand): inodes in use
-	keyDirs     = []byte("Sdirs")      // int64 counter (merge operand): directories
-	keyServerID = []byte("Sserver-id") // uint64: the meta server id this store belongs to
-	keyServers  = []byte("Sservers")   // uint64: meta servers in the cluster (GIGA+ placement depends on it)
+	keyFormat   = []byte(layout.KeyFormat)
+	keyInoHWM   = []byte(layout.KeyInoHWM)
+	keyInodes   = []byte(layout.KeyInodes)
+	keyDirs     = []byte(layout.KeyDirs)
+	keyServerID = []byte(layout.KeyServerID)
+	keyServers  = []byte(layout.KeyServers)
 )
 
 // formatVersion is the on-disk format this code writes and reads.
-const formatVersion = 1
+const formatVersion = layout.FormatVersion
 
-func inodeKey(ino core.Ino) []byte {
-	k := make([]byte, 9)
-	k[0] = tagInode
-	binary.BigEndian.PutUint64(k[1:], uint64(ino))
-	return k
-}
+func splitKey(dir core.Ino) []byte                           { return layout.SplitKey(dir) }
+func intentKey(txid uint64) []byte                           { return layout.IntentKey(txid) }
+func reclaimKey(ino core.Ino, seq uint64) []byte             { return layout.ReclaimKey(ino, seq) }
+func reclaimPrefix(ino core.Ino) []byte                      { return layout.ReclaimPrefix(ino) }
+func inodeKey(ino core.Ino) []byte                           { return layout.InodeKey(ino) }
+func dirPrefix(dir core.Ino) []byte                          { return layout.DirPrefix(dir) }
+func partPrefix(dir core.Ino, part uint32) []byte            { return layout.PartPrefix(dir, part) }
+func entryKey(dir core.Ino, part uint32, name string) []byte { return layout.EntryKey(dir, part, name) }
+func xattrPrefix(ino core.Ino) []byte                        { return layout.XattrPrefix(ino) }
+func xattrKey(ino core.Ino, name string) []byte              { return layout.XattrKey(ino, name) }
+func prefixEnd(p []byte) []byte                              { return layout.PrefixEnd(p) }
 
-// dirPrefix is the prefix of every entry key of dir, in all its partitions.
-func dirPrefix(dir core.Ino) []byte {
-	k := make([]byte, 9, 9+4+8+core.MaxNameLen)
-	k[0] = tagEntry
-	binary.BigEndian.PutUint64(k[1:], uint64(dir))
-	return k
-}
-
-// partPrefix is the prefix of every entry key of partition part of dir.
-func partPrefix(dir core.Ino, part uint32) []byte {
-	return binary.BigEndian.AppendUint32(dirPrefix(dir), part)
-}
-
-func entryKey(dir core.Ino, part uint32, name string) []byte {
-	k := partPrefix(dir, part)
-	k = binary.BigEndian.AppendUint64(k, core.NameHash(name))
-	return append(k, name...)
+// reclaimKeyIno returns the inode of a reclaim key.
+func reclaimKeyIno(key []byte) (core.Ino, bool) {
+	ino, _, ok := layout.ReclaimKeyParts(key)
+	return ino, ok
 }
 
 // entrySuffix returns the partition, hash and name of an entry key of dir's,
 // which the caller found under dirPrefix(dir).
 func entrySuffix(key []byte) (part uint32, hash uint64, name string, ok bool) {
-	if len(key) < 9+4+8+1 {
-		return 0, 0, "", false
-	}
-	return binary.BigEndian.Uint32(key[9:]), binary.BigEndian.Uint64(key[13:]), string(key[21:]), true
-}
-
-func xattrPrefix(ino core.Ino) []byte {
-	k := make([]byte, 9, 9+core.MaxNameLen)
-	k[0] = tagXattr
-	binary.BigEndian.PutUint64(k[1:], uint64(ino))
-	return k
-}
-
-func xattrKey(ino core.Ino, name string) []byte { return append(xattrPrefix(ino), name...) }
-
-// prefixEnd returns the smallest key greater than every key with prefix p
-// (p never ends in 0xff here: it ends with an ino we do not let overflow, or a
-// tag).
-func prefixEnd(p []byte) []byte {
-	end := append([]byte(nil), p...)
-	for i := len(end) - 1; i >= 0; i-- {
-		end[i]++
-		if end[i] != 0 {
-			return end[:i+1]
-		}
-	}
-	return nil
+	_, part, hash, name, ok = layout.EntryKeyParts(key)
+	return part, hash, name, ok
 }
 
 // Readdir cookies are opaque to clients: a version byte and the name hash and

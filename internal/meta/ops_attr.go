@@ -117,7 +117,7 @@ func has(valid uint32, bit weftpb.SetAttrBits) bool { return valid&uint32(bit) !
 // SetAttr changes the attributes named by req.Valid, with Linux's rules for
 // chmod, chown, truncate and utimensat. Every check passes before anything
 // changes; ctime moves with every change.
-func (s *Server) SetAttr(_ context.Context, req *weftpb.SetAttrRequest) (*weftpb.SetAttrReply, error) {
+func (s *Server) SetAttr(ctx context.Context, req *weftpb.SetAttrRequest) (*weftpb.SetAttrReply, error) {
 	const op = "setattr"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
@@ -128,11 +128,17 @@ func (s *Server) SetAttr(_ context.Context, req *weftpb.SetAttrRequest) (*weftpb
 	}
 	reply := &weftpb.SetAttrReply{}
 	var spread *weftpb.PeerSetPermRequest
+	var truncated []core.Ino
 	err = s.update(op, refLock(req.Node), func(t *txn) error {
-		spread = nil
+		spread, truncated = nil, nil
 		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
+		}
+		if has(req.Valid, weftpb.SetAttrBits_SETATTR_SIZE) && req.Size > n.attr.Size {
+			if err := s.checkGrowth(op, n.ino, req.Size); err != nil {
+				return err
+			}
 		}
 		if err := s.checkSetAttr(op, c, n.attr, req); err != nil {
 			return err
@@ -142,9 +148,14 @@ func (s *Server) SetAttr(_ context.Context, req *weftpb.SetAttrRequest) (*weftpb
 			return nil
 		}
 		reply.OldSize = n.attr.Size
+		wasChunked := !n.attr.Inline && core.IsRegular(n.attr.Mode)
 		if err := s.applySetAttr(t, c, n.attr, req); err != nil {
 			return err
 		}
+		if has(req.Valid, weftpb.SetAttrBits_SETATTR_SIZE) {
+			t.reclaimTruncated(n.ino, wasChunked, reply.OldSize, req.Size, req.ChunkSize, req.Replication)
+		}
+		truncated = t.truncated
 		t.putNode(n)
 		reply.Attr = n.wireAttr()
 		if n.isDir() && n.attr.Radix > 0 && req.Valid&uint32(weftpb.SetAttrBits_SETATTR_MODE|weftpb.SetAttrBits_SETATTR_UID|weftpb.SetAttrBits_SETATTR_GID) != 0 {
@@ -155,6 +166,7 @@ func (s *Server) SetAttr(_ context.Context, req *weftpb.SetAttrRequest) (*weftpb
 	if err != nil {
 		return nil, err
 	}
+	s.afterTruncate(ctx, truncated, req.Size)
 	if spread != nil {
 		s.spreadPerm(spread)
 	}

@@ -13,7 +13,7 @@ import (
 // of req.Mode; no type bits means a regular file). Without O_EXCL an existing
 // file is opened instead, with req.OpenFlags, and the reply says existed.
 // A new regular file is inline and empty; its attributes live in its entry.
-func (s *Server) Create(_ context.Context, req *weftpb.CreateRequest) (*weftpb.CreateReply, error) {
+func (s *Server) Create(ctx context.Context, req *weftpb.CreateRequest) (*weftpb.CreateReply, error) {
 	const op = "create"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
@@ -36,7 +36,10 @@ func (s *Server) Create(_ context.Context, req *weftpb.CreateRequest) (*weftpb.C
 	}
 	parent := core.Ino(req.Parent)
 	reply := &weftpb.CreateReply{}
+	var truncated []core.Ino
 	err = s.update(op, []core.Ino{parent}, func(t *txn) error {
+		truncated = nil
+		defer func() { truncated = t.truncated }()
 		t.route(parent, req.Name)
 		d, err := t.dirFor(parent, req.Name)
 		if err != nil {
@@ -77,6 +80,7 @@ func (s *Server) Create(_ context.Context, req *weftpb.CreateRequest) (*weftpb.C
 	if err != nil {
 		return nil, err
 	}
+	s.afterTruncate(ctx, truncated, 0)
 	return reply, nil
 }
 

@@ -20,19 +20,25 @@ const (
 
 // Open checks permission to open a node with flags and applies O_TRUNC.
 // Directories open read-only only. The reply carries an inline file's content.
-func (s *Server) Open(_ context.Context, req *weftpb.OpenRequest) (*weftpb.OpenReply, error) {
+func (s *Server) Open(ctx context.Context, req *weftpb.OpenRequest) (*weftpb.OpenReply, error) {
 	const op = "open"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}
 	reply := &weftpb.OpenReply{}
+	var truncated []core.Ino
 	fn := func(t *txn) error {
+		truncated = nil
 		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
 		}
-		return openNode(t, c, n, req.Flags, s.cfg.InlineLimit, reply)
+		if err := openNode(t, c, n, req.Flags, s.cfg.InlineLimit, reply); err != nil {
+			return err
+		}
+		truncated = t.truncated
+		return nil
 	}
 	if req.Flags&oTrunc != 0 {
 		err = s.update(op, refLock(req.Node), fn)
@@ -43,6 +49,7 @@ func (s *Server) Open(_ context.Context, req *weftpb.OpenRequest) (*weftpb.OpenR
 	if err != nil {
 		return nil, err
 	}
+	s.afterTruncate(ctx, truncated, 0)
 	return reply, nil
 }
 
@@ -82,9 +89,12 @@ func openNode(t *txn, c core.Creds, n *node, flags uint32, inlineLimit int, repl
 	}
 	reply.OldSize = r.Size
 	if trunc && core.IsRegular(r.Mode) {
+		wasChunked := !r.Inline
 		if err := truncate(t.op, r, 0, inlineLimit); err != nil {
 			return err
 		}
+		// Size 0 drops every chunk: the chunk layout does not matter.
+		t.reclaimTruncated(n.ino, wasChunked, reply.OldSize, 0, 0, 0)
 		r.MtimeNs, r.CtimeNs = t.now, t.now
 		dropPrivileges(c, r)
 		t.putNode(n)
@@ -108,7 +118,7 @@ func checkTruncate(op string, r *weftpb.InodeRecord, size uint64, limit int) err
 
 // truncate sets r's size. An inline file stays inline within the limit (its
 // content cut or zero-extended); a file truncated to zero becomes inline and
-// empty again (the client reclaims its chunks from old_size).
+// empty again (its old chunks are recorded for the reclaimer: reclaim.go).
 func truncate(op string, r *weftpb.InodeRecord, size uint64, limit int) error {
 	if err := checkTruncate(op, r, size, limit); err != nil {
 		return err
@@ -163,6 +173,11 @@ func (s *Server) Commit(_ context.Context, req *weftpb.CommitRequest) (*weftpb.C
 			return errs.E(errs.Permission, op)
 		case req.Inline && !r.Inline:
 			return errs.New(errs.Invalid, op, "a chunked file cannot become inline (truncate it to 0 first)")
+		}
+		if !req.Inline {
+			if err := s.checkGrowth(op, n.ino, req.Size); err != nil {
+				return err
+			}
 		}
 		r.Size = req.Size
 		if req.Inline {

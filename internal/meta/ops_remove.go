@@ -11,7 +11,8 @@ import (
 )
 
 // Unlink removes a name of a non-directory. The reply says freed when the
-// last link of a chunked file went (the client then reclaims its chunks).
+// last link of a chunked file went; its chunks are recorded for the
+// reclaimer in the same batch (reclaim.go).
 func (s *Server) Unlink(_ context.Context, req *weftpb.UnlinkRequest) (*weftpb.UnlinkReply, error) {
 	const op = "unlink"
 	c, err := credsOf(op, req.GetCreds())
@@ -39,6 +40,7 @@ func (s *Server) Unlink(_ context.Context, req *weftpb.UnlinkRequest) (*weftpb.U
 		if err != nil {
 			return err
 		}
+		t.reclaimFreed(n, freed, req.Open)
 		d.Entries--
 		t.touchDir(parent, d)
 		reply.Attr, reply.Freed = n.wireAttr(), freed
@@ -46,6 +48,9 @@ func (s *Server) Unlink(_ context.Context, req *weftpb.UnlinkRequest) (*weftpb.U
 	})
 	if err != nil {
 		return nil, err
+	}
+	if reply.Freed {
+		s.reclaim.poke()
 	}
 	return reply, nil
 }
@@ -157,7 +162,8 @@ func (t *txn) removeDir(n *node) {
 
 // dropLink accounts for the removal of n's entry (n.parent, n.name), which
 // the caller deletes or overwrites. The last link deletes the inode (and its
-// xattrs); freed reports a chunked file whose chunks the client reclaims. A
+// xattrs); freed reports a chunked file whose chunks must go (the caller
+// records them: reclaimFreed). A
 // hard-linked file that is left with one link moves its attributes back into
 // that entry.
 func (t *txn) dropLink(n *node) (freed bool, err error) {

@@ -48,6 +48,9 @@ func (s *Server) Rename(_ context.Context, req *weftpb.RenameRequest) (*weftpb.R
 	if err != nil {
 		return nil, err
 	}
+	if reply.Freed {
+		s.reclaim.poke()
+	}
 	return reply, nil
 }
 
@@ -121,6 +124,8 @@ func (s *Server) rename(t *txn, c core.Creds, req *weftpb.RenameRequest, reply *
 				dd.Nlink--
 			} else if reply.Freed, err = t.dropLink(dst); err != nil {
 				return err
+			} else {
+				t.reclaimFreed(dst, reply.Freed, req.Open)
 			}
 			reply.Replaced = dst.wireAttr()
 			dd.Entries--

@@ -168,6 +168,13 @@ func (s *Server) applyKeyOp(b *pebble.Batch, o *weftpb.KeyOp) error {
 			}
 		}
 	case o.Key[0] == tagXattr && len(o.Key) > 9:
+	case o.Key[0] == tagReclaim && len(o.Key) == 17:
+		// weft gc --release-held rewrites a held reclaim record.
+		if !o.Delete {
+			if err := proto.Unmarshal(o.Value, &weftpb.ReclaimRecord{}); err != nil {
+				return errs.Wrap(errs.Protocol, op, "reclaim record", err)
+			}
+		}
 	default:
 		return errs.New(errs.Invalid, op, "key %q is not one another server may write", o.Key)
 	}

@@ -53,6 +53,23 @@ type Config struct {
 
 	// lockLease replaces the participant lock lease (dist.go); tests only.
 	lockLease time.Duration
+
+	// Stores lists every store server's address, in the cluster file's
+	// order (chunk placement depends on it). The reclaimer (reclaimer.go)
+	// drops freed chunks there; empty leaves reclaim records pending.
+	Stores []string
+	// ChunkSize and Replication are the cluster's chunk layout, used for
+	// records whose client did not say its own; defaults 4 MiB and 1.
+	ChunkSize   int64
+	Replication int
+	// ReclaimTimeout bounds each reclaim call to a store; default 5s. A
+	// truncate waits up to about this long for its drop before it answers.
+	ReclaimTimeout time.Duration
+	// ReclaimRetryMax caps the backoff between attempts of a failed
+	// reclaim; default 30s.
+	ReclaimRetryMax time.Duration
+	// ReclaimConcurrency bounds the records worked at once; default 4.
+	ReclaimConcurrency int
 }
 
 const (
@@ -66,6 +83,11 @@ const (
 	defaultSplitBits      = 3
 	// maxSplitBits bounds a split to 64 partitions.
 	maxSplitBits = 6
+
+	defaultChunkSize          = 4 << 20
+	defaultReclaimTimeout     = 5 * time.Second
+	defaultReclaimRetryMax    = 30 * time.Second
+	defaultReclaimConcurrency = 4
 )
 
 // Validate fills in defaults and checks the configuration.
@@ -126,6 +148,35 @@ func (c *Config) Validate() error {
 	if c.SplitBits < 1 || c.SplitBits > maxSplitBits {
 		return errs.New(errs.Invalid, op, "split bits %d not in 1..%d", c.SplitBits, maxSplitBits)
 	}
+	return c.validateReclaim()
+}
+
+// validateReclaim fills in and checks the store list and reclaim settings.
+func (c *Config) validateReclaim() error {
+	const op = "meta config"
+	if c.ChunkSize == 0 {
+		c.ChunkSize = defaultChunkSize
+	}
+	if c.Replication == 0 {
+		c.Replication = 1
+	}
+	if c.ReclaimTimeout == 0 {
+		c.ReclaimTimeout = defaultReclaimTimeout
+	}
+	if c.ReclaimRetryMax == 0 {
+		c.ReclaimRetryMax = defaultReclaimRetryMax
+	}
+	if c.ReclaimConcurrency == 0 {
+		c.ReclaimConcurrency = defaultReclaimConcurrency
+	}
+	switch {
+	case c.ChunkSize < 0:
+		return errs.New(errs.Invalid, op, "negative chunk size")
+	case c.Replication < 0 || len(c.Stores) > 0 && c.Replication > len(c.Stores):
+		return errs.New(errs.Invalid, op, "replication %d with %d stores", c.Replication, len(c.Stores))
+	case c.ReclaimTimeout < 0 || c.ReclaimRetryMax < 0 || c.ReclaimConcurrency < 0:
+		return errs.New(errs.Invalid, op, "negative reclaim setting")
+	}
 	return nil
 }
 
@@ -151,6 +202,8 @@ type Server struct {
 	n     int         // meta servers in the cluster
 	peers []*rpc.Peer // the other meta servers, by id (nil for this one)
 	giga  gigaState   // splits and cross-server operations (split.go, dist.go)
+
+	reclaim reclaimer // drops freed chunks on the stores (reclaimer.go)
 
 	syncStop, syncDone chan struct{}
 
@@ -194,6 +247,10 @@ func Open(cfg Config) (*Server, error) {
 	if f := s.failed.Load(); f != nil {
 		s.abandonOrClose()
 		return nil, errs.Wrap(f.kind, "meta open", cfg.Dir, f.cause)
+	}
+	if err := s.initReclaim(); err != nil {
+		s.abandonOrClose()
+		return nil, err
 	}
 	s.initGiga()
 	s.registerMetrics()
@@ -305,6 +362,7 @@ func (s *Server) initStore() error {
 // WAL and closes the store.
 func (s *Server) Close() error {
 	s.closeGiga() // background splits and replays first: they enter like operations
+	s.reclaim.close()
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closed {
@@ -363,6 +421,7 @@ func (s *Server) registerMetrics() {
 		return
 	}
 	labels := prometheus.Labels{"server": itoa(s.cfg.ID)}
+	s.reclaim.registerMetrics(reg, labels)
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "weft", Subsystem: "meta", Name: "inodes",

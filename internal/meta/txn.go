@@ -69,6 +69,8 @@ type txn struct {
 	// grown lists directories whose partition here went over the split
 	// threshold in this txn.
 	grown []core.Ino
+	// truncated lists inodes whose truncate this txn recorded for reclaim.
+	truncated []core.Ino
 	// routeDir and routeName are the name the client routed the request by:
 	// if this server's partition does not hold it, the answer is
 	// WrongServer rather than a cross-server operation.

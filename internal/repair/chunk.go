@@ -27,7 +27,7 @@ func (p *pass) repairChunk(ctx context.Context, id *weftpb.ChunkID, holders []*w
 			newest = h
 		}
 	}
-	placed := core.Replicas(core.Ino(id.GetIno()), id.GetIndex(), len(p.cfg.Stores), p.cfg.Replication)
+	placed := core.ChunkReplicas(core.Ino(id.GetIno()), id.GetIndex(), len(p.cfg.Stores), p.cfg.Replication)
 	var targets []target
 	bad := map[int]bool{}
 	for _, s := range placed {
@@ -120,7 +120,7 @@ func (p *pass) readNewest(ctx context.Context, id *weftpb.ChunkID, holders []*we
 
 // sourceOrder lists the holders, placed replicas first.
 func (p *pass) sourceOrder(id *weftpb.ChunkID, holders []*weftpb.ChunkInfo) []int {
-	placed := core.Replicas(core.Ino(id.GetIno()), id.GetIndex(), len(p.cfg.Stores), p.cfg.Replication)
+	placed := core.ChunkReplicas(core.Ino(id.GetIno()), id.GetIndex(), len(p.cfg.Stores), p.cfg.Replication)
 	seen := map[int]bool{}
 	var out []int
 	for _, s := range placed {

@@ -1,5 +1,5 @@
 // Package repair restores every chunk to its R replicas: the ones rendezvous
-// placement names (core.Replicas), each holding the chunk's newest version.
+// placement names (core.ChunkReplicas), each holding the chunk's newest version.
 //
 // A pass lists every store's chunks (ListChunks, in (ino, index) order) and
 // merges the listings as sorted streams, so its memory is a page per store,

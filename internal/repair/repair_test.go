@@ -123,7 +123,7 @@ func cluster(t *testing.T, stores, r, n int) ([]*fakeStore, []Store) {
 		all[i] = fakes[i]
 	}
 	for idx := range uint64(n) {
-		for _, s := range core.Replicas(7, idx, stores, r) {
+		for _, s := range core.ChunkReplicas(7, idx, stores, r) {
 			fakes[s].put(7, idx, content(idx, 3), 3)
 		}
 	}
@@ -139,7 +139,7 @@ func content(idx, version uint64) []byte {
 func checkPlaced(t *testing.T, fakes []*fakeStore, r, n int, version uint64) {
 	t.Helper()
 	for idx := range uint64(n) {
-		for _, s := range core.Replicas(7, idx, len(fakes), r) {
+		for _, s := range core.ChunkReplicas(7, idx, len(fakes), r) {
 			c, ok := fakes[s].get(7, idx)
 			if !ok || c.version != version || !bytes.Equal(c.data, content(idx, version)) {
 				t.Fatalf("chunk %d on store %d: present %v version %d, want version %d", idx, s, ok, c.version, version)
@@ -178,7 +178,7 @@ func TestRepairReplacesStaleCopiesWithTheNewestVersion(t *testing.T) {
 	fakes, stores := cluster(t, 3, 2, 20)
 	// Chunk 5 took a write on one replica only (the other was down): the
 	// newer version wins wherever it is.
-	placed := core.Replicas(7, 5, 3, 2)
+	placed := core.ChunkReplicas(7, 5, 3, 2)
 	fakes[placed[1]].put(7, 5, content(5, 4), 4)
 	rep, err := Run(context.Background(), Config{Stores: stores, Replication: 2, Only: -1})
 	if err != nil {
@@ -224,7 +224,7 @@ func TestRepairReportsAnUnreachableStore(t *testing.T) {
 	}
 	// Store 2 got back every chunk placed on it that store 1 holds.
 	for idx := range uint64(50) {
-		placed := core.Replicas(7, idx, 3, 2)
+		placed := core.ChunkReplicas(7, idx, 3, 2)
 		if placed[0] != 0 && placed[1] != 0 {
 			if _, ok := fakes[2].get(7, idx); !ok {
 				t.Fatalf("chunk %d not restored on store 2", idx)

@@ -405,7 +405,11 @@ type SetAttrRequest struct {
 	MtimeNs int64                  `protobuf:"varint,9,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
 	// The caller holds the file open for writing (ftruncate): skip the write
 	// permission check on size changes, as the kernel does for an open fd.
-	ByHandle      bool `protobuf:"varint,10,opt,name=by_handle,json=byHandle,proto3" json:"by_handle,omitempty"`
+	ByHandle bool `protobuf:"varint,10,opt,name=by_handle,json=byHandle,proto3" json:"by_handle,omitempty"`
+	// The chunk layout the client writes with: a shrink drops the chunks
+	// past the new size by it (0: the meta server's configured layout).
+	ChunkSize     int64  `protobuf:"varint,11,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	Replication   uint32 `protobuf:"varint,12,opt,name=replication,proto3" json:"replication,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -510,11 +514,25 @@ func (x *SetAttrRequest) GetByHandle() bool {
 	return false
 }
 
+func (x *SetAttrRequest) GetChunkSize() int64 {
+	if x != nil {
+		return x.ChunkSize
+	}
+	return 0
+}
+
+func (x *SetAttrRequest) GetReplication() uint32 {
+	if x != nil {
+		return x.Replication
+	}
+	return 0
+}
+
 type SetAttrReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Attr  *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
-	// Set when a size change shrank a chunked file: the client reclaims chunks
-	// past the new size (old_size is the size before the change).
+	// The size before the change (the meta server drops the bytes past a
+	// smaller new size itself).
 	OldSize       uint64 `protobuf:"varint,2,opt,name=old_size,json=oldSize,proto3" json:"old_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1041,10 +1059,14 @@ func (x *ReadlinkReply) GetTarget() string {
 }
 
 type UnlinkRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Creds         *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
-	Parent        uint64                 `protobuf:"varint,2,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Creds  *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
+	Parent uint64                 `protobuf:"varint,2,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name   string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// open: inodes the caller holds open that the name may point to. When the
+	// name's last link goes and its inode is listed, the reclaim record is
+	// held until the caller's ReleaseReclaim (POSIX open-unlinked files).
+	Open          []uint64 `protobuf:"varint,4,rep,packed,name=open,proto3" json:"open,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1100,8 +1122,15 @@ func (x *UnlinkRequest) GetName() string {
 	return ""
 }
 
-// UnlinkReply says what was removed. When the last link of a chunked file is
-// gone (freed), the client reclaims its chunks (chunks of size bytes).
+func (x *UnlinkRequest) GetOpen() []uint64 {
+	if x != nil {
+		return x.Open
+	}
+	return nil
+}
+
+// UnlinkReply says what was removed. freed: the last link of a chunked file
+// is gone; the meta server reclaims its chunks (docs/format.md).
 type UnlinkReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
@@ -1222,6 +1251,7 @@ type RenameRequest struct {
 	DstParent     uint64                 `protobuf:"varint,4,opt,name=dst_parent,json=dstParent,proto3" json:"dst_parent,omitempty"`
 	DstName       string                 `protobuf:"bytes,5,opt,name=dst_name,json=dstName,proto3" json:"dst_name,omitempty"`
 	Flags         uint32                 `protobuf:"varint,6,opt,name=flags,proto3" json:"flags,omitempty"`
+	Open          []uint64               `protobuf:"varint,7,rep,packed,name=open,proto3" json:"open,omitempty"` // as in UnlinkRequest, for a replaced file
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1298,8 +1328,15 @@ func (x *RenameRequest) GetFlags() uint32 {
 	return 0
 }
 
+func (x *RenameRequest) GetOpen() []uint64 {
+	if x != nil {
+		return x.Open
+	}
+	return nil
+}
+
 // RenameReply reports a file that the rename replaced and freed (last link),
-// whose chunks the client reclaims.
+// whose chunks the meta server reclaims.
 type RenameReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Replaced      *Attr                  `protobuf:"bytes,1,opt,name=replaced,proto3" json:"replaced,omitempty"`
@@ -1687,6 +1724,8 @@ type OpenRequest struct {
 	Creds         *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
 	Node          *NodeRef               `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
 	Flags         uint32                 `protobuf:"varint,3,opt,name=flags,proto3" json:"flags,omitempty"`
+	ChunkSize     int64                  `protobuf:"varint,4,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"` // as in SetAttrRequest, for O_TRUNC
+	Replication   uint32                 `protobuf:"varint,5,opt,name=replication,proto3" json:"replication,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1742,11 +1781,25 @@ func (x *OpenRequest) GetFlags() uint32 {
 	return 0
 }
 
+func (x *OpenRequest) GetChunkSize() int64 {
+	if x != nil {
+		return x.ChunkSize
+	}
+	return 0
+}
+
+func (x *OpenRequest) GetReplication() uint32 {
+	if x != nil {
+		return x.Replication
+	}
+	return 0
+}
+
 type OpenReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
 	InlineData    []byte                 `protobuf:"bytes,2,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"`
-	OldSize       uint64                 `protobuf:"varint,3,opt,name=old_size,json=oldSize,proto3" json:"old_size,omitempty"` // size before O_TRUNC, for chunk reclaim
+	OldSize       uint64                 `protobuf:"varint,3,opt,name=old_size,json=oldSize,proto3" json:"old_size,omitempty"` // size before O_TRUNC
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2665,6 +2718,52 @@ func (x *PartitionStatus) GetEntries() uint64 {
 	return 0
 }
 
+// ReleaseReclaimRequest tells a meta server that the caller closed the last
+// handle of unlinked file ino: its held reclaim record may go ahead.
+type ReleaseReclaimRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseReclaimRequest) Reset() {
+	*x = ReleaseReclaimRequest{}
+	mi := &file_meta_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseReclaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseReclaimRequest) ProtoMessage() {}
+
+func (x *ReleaseReclaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseReclaimRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseReclaimRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ReleaseReclaimRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
 var File_meta_proto protoreflect.FileDescriptor
 
 const file_meta_proto_rawDesc = "" +
@@ -2681,7 +2780,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n" +
 	"\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\"1\n" +
 	"\fGetAttrReply\x12!\n" +
-	"\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\"\x91\x02\n" +
+	"\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\"\xd2\x02\n" +
 	"\x0eSetAttrRequest\x12$\n" +
 	"\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n" +
 	"\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x14\n" +
@@ -2693,7 +2792,10 @@ const file_meta_proto_rawDesc = "" +
 	"\batime_ns\x18\b \x01(\x03R\aatimeNs\x12\x19\n" +
 	"\bmtime_ns\x18\t \x01(\x03R\amtimeNs\x12\x1b\n" +
 	"\tby_handle\x18\n" +
-	" \x01(\bR\bbyHandle\"L\n" +
+	" \x01(\bR\bbyHandle\x12\x1d\n" +
+	"\n" +
+	"chunk_size\x18\v \x01(\x03R\tchunkSize\x12 \n" +
+	"\vreplication\x18\f \x01(\rR\vreplication\"L\n" +
 	"\fSetAttrReply\x12!\n" +
 	"\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\x12\x19\n" +
 	"\bold_size\x18\x02 \x01(\x04R\aoldSize\"\xc6\x01\n" +
@@ -2730,18 +2832,19 @@ const file_meta_proto_rawDesc = "" +
 	"\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n" +
 	"\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\"'\n" +
 	"\rReadlinkReply\x12\x16\n" +
-	"\x06target\x18\x01 \x01(\tR\x06target\"a\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\"u\n" +
 	"\rUnlinkRequest\x12$\n" +
 	"\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12\x16\n" +
 	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"F\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x12\n" +
+	"\x04open\x18\x04 \x03(\x04R\x04open\"F\n" +
 	"\vUnlinkReply\x12!\n" +
 	"\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\x12\x14\n" +
 	"\x05freed\x18\x02 \x01(\bR\x05freed\"`\n" +
 	"\fRmdirRequest\x12$\n" +
 	"\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12\x16\n" +
 	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\xbf\x01\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\xd3\x01\n" +
 	"\rRenameRequest\x12$\n" +
 	"\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12\x1d\n" +
 	"\n" +
@@ -2750,7 +2853,8 @@ const file_meta_proto_rawDesc = "" +
 	"\n" +
 	"dst_parent\x18\x04 \x01(\x04R\tdstParent\x12\x19\n" +
 	"\bdst_name\x18\x05 \x01(\tR\adstName\x12\x14\n" +
-	"\x05flags\x18\x06 \x01(\rR\x05flags\"N\n" +
+	"\x05flags\x18\x06 \x01(\rR\x05flags\x12\x12\n" +
+	"\x04open\x18\a \x03(\x04R\x04open\"N\n" +
 	"\vRenameReply\x12)\n" +
 	"\breplaced\x18\x01 \x01(\v2\r.weft.v1.AttrR\breplaced\x12\x14\n" +
 	"\x05freed\x18\x02 \x01(\bR\x05freed\"\x93\x01\n" +
@@ -2777,11 +2881,14 @@ const file_meta_proto_rawDesc = "" +
 	"\aentries\x18\x01 \x03(\v2\x14.weft.v1.DirEntryMsgR\aentries\x12\x16\n" +
 	"\x06cookie\x18\x02 \x01(\fR\x06cookie\x12\x10\n" +
 	"\x03eof\x18\x03 \x01(\bR\x03eof\x12\x16\n" +
-	"\x06bitmap\x18\x04 \x01(\fR\x06bitmap\"o\n" +
+	"\x06bitmap\x18\x04 \x01(\fR\x06bitmap\"\xb0\x01\n" +
 	"\vOpenRequest\x12$\n" +
 	"\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n" +
 	"\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x14\n" +
-	"\x05flags\x18\x03 \x01(\rR\x05flags\"j\n" +
+	"\x05flags\x18\x03 \x01(\rR\x05flags\x12\x1d\n" +
+	"\n" +
+	"chunk_size\x18\x04 \x01(\x03R\tchunkSize\x12 \n" +
+	"\vreplication\x18\x05 \x01(\rR\vreplication\"j\n" +
 	"\tOpenReply\x12!\n" +
 	"\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\x12\x1f\n" +
 	"\vinline_data\x18\x02 \x01(\fR\n" +
@@ -2852,7 +2959,9 @@ const file_meta_proto_rawDesc = "" +
 	"\x03dir\x18\x01 \x01(\x04R\x03dir\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x14\n" +
 	"\x05radix\x18\x03 \x01(\rR\x05radix\x12\x18\n" +
-	"\aentries\x18\x04 \x01(\x04R\aentries*\xba\x01\n" +
+	"\aentries\x18\x04 \x01(\x04R\aentries\")\n" +
+	"\x15ReleaseReclaimRequest\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino*\xba\x01\n" +
 	"\vSetAttrBits\x12\x10\n" +
 	"\fSETATTR_NONE\x10\x00\x12\x10\n" +
 	"\fSETATTR_MODE\x10\x01\x12\x0f\n" +
@@ -2887,99 +2996,100 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_meta_proto_goTypes = []any{
-	(SetAttrBits)(0),           // 0: weft.v1.SetAttrBits
-	(RenameFlags)(0),           // 1: weft.v1.RenameFlags
-	(XattrFlags)(0),            // 2: weft.v1.XattrFlags
-	(*LookupRequest)(nil),      // 3: weft.v1.LookupRequest
-	(*LookupReply)(nil),        // 4: weft.v1.LookupReply
-	(*GetAttrRequest)(nil),     // 5: weft.v1.GetAttrRequest
-	(*GetAttrReply)(nil),       // 6: weft.v1.GetAttrReply
-	(*SetAttrRequest)(nil),     // 7: weft.v1.SetAttrRequest
-	(*SetAttrReply)(nil),       // 8: weft.v1.SetAttrReply
-	(*CreateRequest)(nil),      // 9: weft.v1.CreateRequest
-	(*CreateReply)(nil),        // 10: weft.v1.CreateReply
-	(*MkdirRequest)(nil),       // 11: weft.v1.MkdirRequest
-	(*MkdirReply)(nil),         // 12: weft.v1.MkdirReply
-	(*SymlinkRequest)(nil),     // 13: weft.v1.SymlinkRequest
-	(*SymlinkReply)(nil),       // 14: weft.v1.SymlinkReply
-	(*ReadlinkRequest)(nil),    // 15: weft.v1.ReadlinkRequest
-	(*ReadlinkReply)(nil),      // 16: weft.v1.ReadlinkReply
-	(*UnlinkRequest)(nil),      // 17: weft.v1.UnlinkRequest
-	(*UnlinkReply)(nil),        // 18: weft.v1.UnlinkReply
-	(*RmdirRequest)(nil),       // 19: weft.v1.RmdirRequest
-	(*RenameRequest)(nil),      // 20: weft.v1.RenameRequest
-	(*RenameReply)(nil),        // 21: weft.v1.RenameReply
-	(*LinkRequest)(nil),        // 22: weft.v1.LinkRequest
-	(*LinkReply)(nil),          // 23: weft.v1.LinkReply
-	(*ReadDirRequest)(nil),     // 24: weft.v1.ReadDirRequest
-	(*DirEntryMsg)(nil),        // 25: weft.v1.DirEntryMsg
-	(*ReadDirReply)(nil),       // 26: weft.v1.ReadDirReply
-	(*OpenRequest)(nil),        // 27: weft.v1.OpenRequest
-	(*OpenReply)(nil),          // 28: weft.v1.OpenReply
-	(*CommitRequest)(nil),      // 29: weft.v1.CommitRequest
-	(*CommitReply)(nil),        // 30: weft.v1.CommitReply
-	(*AccessRequest)(nil),      // 31: weft.v1.AccessRequest
-	(*StatFSRequest)(nil),      // 32: weft.v1.StatFSRequest
-	(*StatFSReply)(nil),        // 33: weft.v1.StatFSReply
-	(*GetXattrRequest)(nil),    // 34: weft.v1.GetXattrRequest
-	(*GetXattrReply)(nil),      // 35: weft.v1.GetXattrReply
-	(*SetXattrRequest)(nil),    // 36: weft.v1.SetXattrRequest
-	(*ListXattrRequest)(nil),   // 37: weft.v1.ListXattrRequest
-	(*ListXattrReply)(nil),     // 38: weft.v1.ListXattrReply
-	(*RemoveXattrRequest)(nil), // 39: weft.v1.RemoveXattrRequest
-	(*StatusRequest)(nil),      // 40: weft.v1.StatusRequest
-	(*StatusReply)(nil),        // 41: weft.v1.StatusReply
-	(*PartitionStatus)(nil),    // 42: weft.v1.PartitionStatus
-	(*Creds)(nil),              // 43: weft.v1.Creds
-	(*Attr)(nil),               // 44: weft.v1.Attr
-	(*NodeRef)(nil),            // 45: weft.v1.NodeRef
+	(SetAttrBits)(0),              // 0: weft.v1.SetAttrBits
+	(RenameFlags)(0),              // 1: weft.v1.RenameFlags
+	(XattrFlags)(0),               // 2: weft.v1.XattrFlags
+	(*LookupRequest)(nil),         // 3: weft.v1.LookupRequest
+	(*LookupReply)(nil),           // 4: weft.v1.LookupReply
+	(*GetAttrRequest)(nil),        // 5: weft.v1.GetAttrRequest
+	(*GetAttrReply)(nil),          // 6: weft.v1.GetAttrReply
+	(*SetAttrRequest)(nil),        // 7: weft.v1.SetAttrRequest
+	(*SetAttrReply)(nil),          // 8: weft.v1.SetAttrReply
+	(*CreateRequest)(nil),         // 9: weft.v1.CreateRequest
+	(*CreateReply)(nil),           // 10: weft.v1.CreateReply
+	(*MkdirRequest)(nil),          // 11: weft.v1.MkdirRequest
+	(*MkdirReply)(nil),            // 12: weft.v1.MkdirReply
+	(*SymlinkRequest)(nil),        // 13: weft.v1.SymlinkRequest
+	(*SymlinkReply)(nil),          // 14: weft.v1.SymlinkReply
+	(*ReadlinkRequest)(nil),       // 15: weft.v1.ReadlinkRequest
+	(*ReadlinkReply)(nil),         // 16: weft.v1.ReadlinkReply
+	(*UnlinkRequest)(nil),         // 17: weft.v1.UnlinkRequest
+	(*UnlinkReply)(nil),           // 18: weft.v1.UnlinkReply
+	(*RmdirRequest)(nil),          // 19: weft.v1.RmdirRequest
+	(*RenameRequest)(nil),         // 20: weft.v1.RenameRequest
+	(*RenameReply)(nil),           // 21: weft.v1.RenameReply
+	(*LinkRequest)(nil),           // 22: weft.v1.LinkRequest
+	(*LinkReply)(nil),             // 23: weft.v1.LinkReply
+	(*ReadDirRequest)(nil),        // 24: weft.v1.ReadDirRequest
+	(*DirEntryMsg)(nil),           // 25: weft.v1.DirEntryMsg
+	(*ReadDirReply)(nil),          // 26: weft.v1.ReadDirReply
+	(*OpenRequest)(nil),           // 27: weft.v1.OpenRequest
+	(*OpenReply)(nil),             // 28: weft.v1.OpenReply
+	(*CommitRequest)(nil),         // 29: weft.v1.CommitRequest
+	(*CommitReply)(nil),           // 30: weft.v1.CommitReply
+	(*AccessRequest)(nil),         // 31: weft.v1.AccessRequest
+	(*StatFSRequest)(nil),         // 32: weft.v1.StatFSRequest
+	(*StatFSReply)(nil),           // 33: weft.v1.StatFSReply
+	(*GetXattrRequest)(nil),       // 34: weft.v1.GetXattrRequest
+	(*GetXattrReply)(nil),         // 35: weft.v1.GetXattrReply
+	(*SetXattrRequest)(nil),       // 36: weft.v1.SetXattrRequest
+	(*ListXattrRequest)(nil),      // 37: weft.v1.ListXattrRequest
+	(*ListXattrReply)(nil),        // 38: weft.v1.ListXattrReply
+	(*RemoveXattrRequest)(nil),    // 39: weft.v1.RemoveXattrRequest
+	(*StatusRequest)(nil),         // 40: weft.v1.StatusRequest
+	(*StatusReply)(nil),           // 41: weft.v1.StatusReply
+	(*PartitionStatus)(nil),       // 42: weft.v1.PartitionStatus
+	(*ReleaseReclaimRequest)(nil), // 43: weft.v1.ReleaseReclaimRequest
+	(*Creds)(nil),                 // 44: weft.v1.Creds
+	(*Attr)(nil),                  // 45: weft.v1.Attr
+	(*NodeRef)(nil),               // 46: weft.v1.NodeRef
 }
 var file_meta_proto_depIdxs = []int32{
-	43, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
-	44, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
-	43, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
-	45, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
-	44, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
-	43, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
-	45, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
-	44, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
-	43, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
-	44, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
-	43, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
-	44, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
-	43, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
-	44, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
-	43, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
-	45, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
-	43, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
-	44, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
-	43, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
-	43, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
-	44, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
-	43, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
-	45, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
-	44, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
-	43, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
-	44, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
+	44, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
+	45, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
+	44, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
+	46, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
+	45, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
+	44, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
+	46, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
+	45, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
+	44, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
+	45, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
+	44, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
+	45, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
+	44, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
+	45, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
+	44, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
+	46, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
+	44, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
+	45, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
+	44, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
+	44, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
+	45, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
+	44, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
+	46, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
+	45, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
+	44, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
+	45, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
 	25, // 26: weft.v1.ReadDirReply.entries:type_name -> weft.v1.DirEntryMsg
-	43, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
-	45, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
-	44, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
-	43, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
-	45, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
-	44, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
-	43, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
-	45, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
-	43, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
-	45, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
-	43, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
-	45, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
-	43, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
-	45, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
-	43, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
-	45, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
+	44, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
+	46, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
+	45, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
+	44, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
+	46, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
+	45, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
+	44, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
+	46, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
+	44, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
+	46, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
+	44, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
+	46, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
+	44, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
+	46, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
+	44, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
+	46, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
 	42, // 43: weft.v1.StatusReply.top:type_name -> weft.v1.PartitionStatus
 	44, // [44:44] is the sub-list for method output_type
 	44, // [44:44] is the sub-list for method input_type
@@ -3000,7 +3110,7 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

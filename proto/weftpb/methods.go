@@ -4,28 +4,29 @@ package weftpb
 // format: add, never renumber. Numbers 1-99 are the meta server's, 100-199 the
 // store server's, 200+ callbacks from a server to a client.
 const (
-	MethodLookup      = 1
-	MethodGetAttr     = 2
-	MethodSetAttr     = 3
-	MethodCreate      = 4
-	MethodMkdir       = 5
-	MethodSymlink     = 6
-	MethodReadlink    = 7
-	MethodUnlink      = 8
-	MethodRmdir       = 9
-	MethodRename      = 10
-	MethodLink        = 11
-	MethodReadDir     = 12
-	MethodOpen        = 13
-	MethodCommit      = 14
-	MethodAccess      = 15
-	MethodStatFS      = 16
-	MethodGetXattr    = 17
-	MethodSetXattr    = 18
-	MethodListXattr   = 19
-	MethodRemoveXattr = 20
-	MethodStatus      = 21 // weft status: what a meta server holds
-	MethodScan        = 22 // weft fsck: read raw keys
+	MethodLookup         = 1
+	MethodGetAttr        = 2
+	MethodSetAttr        = 3
+	MethodCreate         = 4
+	MethodMkdir          = 5
+	MethodSymlink        = 6
+	MethodReadlink       = 7
+	MethodUnlink         = 8
+	MethodRmdir          = 9
+	MethodRename         = 10
+	MethodLink           = 11
+	MethodReadDir        = 12
+	MethodOpen           = 13
+	MethodCommit         = 14
+	MethodAccess         = 15
+	MethodStatFS         = 16
+	MethodGetXattr       = 17
+	MethodSetXattr       = 18
+	MethodListXattr      = 19
+	MethodRemoveXattr    = 20
+	MethodStatus         = 21 // weft status: what a meta server holds
+	MethodScan           = 22 // weft fsck: read raw keys
+	MethodReleaseReclaim = 23 // last close of an unlinked file: reclaim its chunks
 	// 30-39: byte-range and flock locks (lock.proto).
 	MethodSetLock        = 30
 	MethodGetLock        = 31
@@ -60,7 +61,7 @@ var methodNames = map[uint16]string{
 	MethodOpen: "open", MethodCommit: "commit", MethodAccess: "access",
 	MethodStatFS: "statfs", MethodGetXattr: "getxattr", MethodSetXattr: "setxattr",
 	MethodListXattr: "listxattr", MethodRemoveXattr: "removexattr", MethodStatus: "status",
-	MethodScan:    "scan",
+	MethodScan: "scan", MethodReleaseReclaim: "release_reclaim",
 	MethodSetLock: "setlock", MethodGetLock: "getlock",
 	MethodLockKeepAlive: "lock_keepalive", MethodEndLockSession: "end_lock_session",
 	MethodPeerLock: "peer_lock", MethodPeerUnlock: "peer_unlock", MethodPeerGet: "peer_get",

@@ -604,6 +604,98 @@ func (x *KeyOp) GetDirDelta() int64 {
 	return 0
 }
 
+// ReclaimRecord (key "r" + ino + seq) is chunk work that a meta server owes
+// the stores: every byte of ino at and past size must go (size 0: the whole
+// file). It is written in the batch of the unlink, rename, truncate or
+// O_TRUNC that freed the bytes, and deleted once every store confirmed the
+// drop (meta/reclaim.go).
+type ReclaimRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Size  uint64                 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	// held: an unlinked file still open in the client that removed it; the
+	// reclaimer leaves it until that client's last close (ReleaseReclaim).
+	Held bool `protobuf:"varint,2,opt,name=held,proto3" json:"held,omitempty"`
+	// truncate: the file lives on at size; commits past size wait for the drop.
+	Truncate      bool   `protobuf:"varint,3,opt,name=truncate,proto3" json:"truncate,omitempty"`
+	ChunkSize     int64  `protobuf:"varint,4,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"` // the layout the client wrote the chunks with
+	Replication   uint32 `protobuf:"varint,5,opt,name=replication,proto3" json:"replication,omitempty"`
+	CreatedNs     int64  `protobuf:"varint,6,opt,name=created_ns,json=createdNs,proto3" json:"created_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReclaimRecord) Reset() {
+	*x = ReclaimRecord{}
+	mi := &file_record_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReclaimRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReclaimRecord) ProtoMessage() {}
+
+func (x *ReclaimRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_record_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReclaimRecord.ProtoReflect.Descriptor instead.
+func (*ReclaimRecord) Descriptor() ([]byte, []int) {
+	return file_record_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReclaimRecord) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ReclaimRecord) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
+func (x *ReclaimRecord) GetTruncate() bool {
+	if x != nil {
+		return x.Truncate
+	}
+	return false
+}
+
+func (x *ReclaimRecord) GetChunkSize() int64 {
+	if x != nil {
+		return x.ChunkSize
+	}
+	return 0
+}
+
+func (x *ReclaimRecord) GetReplication() uint32 {
+	if x != nil {
+		return x.Replication
+	}
+	return 0
+}
+
+func (x *ReclaimRecord) GetCreatedNs() int64 {
+	if x != nil {
+		return x.CreatedNs
+	}
+	return 0
+}
+
 var File_record_proto protoreflect.FileDescriptor
 
 const file_record_proto_rawDesc = "" +
@@ -657,7 +749,16 @@ const file_record_proto_rawDesc = "" +
 	"\x10delete_xattrs_of\x18\x04 \x01(\x04R\x0edeleteXattrsOf\x12\x1f\n" +
 	"\vinode_delta\x18\x05 \x01(\x03R\n" +
 	"inodeDelta\x12\x1b\n" +
-	"\tdir_delta\x18\x06 \x01(\x03R\bdirDeltaB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
+	"\tdir_delta\x18\x06 \x01(\x03R\bdirDelta\"\xb3\x01\n" +
+	"\rReclaimRecord\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x12\n" +
+	"\x04held\x18\x02 \x01(\bR\x04held\x12\x1a\n" +
+	"\btruncate\x18\x03 \x01(\bR\btruncate\x12\x1d\n" +
+	"\n" +
+	"chunk_size\x18\x04 \x01(\x03R\tchunkSize\x12 \n" +
+	"\vreplication\x18\x05 \x01(\rR\vreplication\x12\x1d\n" +
+	"\n" +
+	"created_ns\x18\x06 \x01(\x03R\tcreatedNsB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
 
 var (
 	file_record_proto_rawDescOnce sync.Once
@@ -671,15 +772,16 @@ func file_record_proto_rawDescGZIP() []byte {
 	return file_record_proto_rawDescData
 }
 
-var file_record_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_record_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_record_proto_goTypes = []any{
-	(*InodeRecord)(nil), // 0: weft.v1.InodeRecord
-	(*LinkRef)(nil),     // 1: weft.v1.LinkRef
-	(*EntryRecord)(nil), // 2: weft.v1.EntryRecord
-	(*SplitIntent)(nil), // 3: weft.v1.SplitIntent
-	(*Intent)(nil),      // 4: weft.v1.Intent
-	(*ServerOps)(nil),   // 5: weft.v1.ServerOps
-	(*KeyOp)(nil),       // 6: weft.v1.KeyOp
+	(*InodeRecord)(nil),   // 0: weft.v1.InodeRecord
+	(*LinkRef)(nil),       // 1: weft.v1.LinkRef
+	(*EntryRecord)(nil),   // 2: weft.v1.EntryRecord
+	(*SplitIntent)(nil),   // 3: weft.v1.SplitIntent
+	(*Intent)(nil),        // 4: weft.v1.Intent
+	(*ServerOps)(nil),     // 5: weft.v1.ServerOps
+	(*KeyOp)(nil),         // 6: weft.v1.KeyOp
+	(*ReclaimRecord)(nil), // 7: weft.v1.ReclaimRecord
 }
 var file_record_proto_depIdxs = []int32{
 	1, // 0: weft.v1.InodeRecord.links:type_name -> weft.v1.LinkRef
@@ -704,7 +806,7 @@ func file_record_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_record_proto_rawDesc), len(file_record_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
