@@ -210,7 +210,10 @@ func (c *testCluster) keysWithTag(id int, tag byte) int {
 // few entries).
 func (c *testCluster) dirOn(id int, prefix string) *weftpb.Attr {
 	c.t.Helper()
-	for i := range 200 {
+	// The root splits in the background: make directories until one lands
+	// on server id, for up to 10 s.
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
 		var a *weftpb.Attr
 		err := c.on(func(s *Server) error {
 			r, err := s.Mkdir(ctx, &weftpb.MkdirRequest{Creds: rootCreds(), Parent: root, Name: fmt.Sprintf("%s%d", prefix, i), Mode: 0o777})
@@ -226,7 +229,7 @@ func (c *testCluster) dirOn(id int, prefix string) *weftpb.Attr {
 			return a
 		}
 	}
-	c.t.Fatalf("no directory on meta %d after 200 mkdirs", id)
+	c.t.Fatalf("no directory on meta %d after 10 s of mkdirs", id)
 	return nil
 }
 
