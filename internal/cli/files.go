@@ -25,9 +25,9 @@ import (
 func addFileCommands(root *cobra.Command, a *app) {
 	for _, newCmd := range []func(*app) *cobra.Command{
 		newPutCommand, newGetCommand, newLsCommand, newStatCommand,
-		newMkdirCommand, newRmCommand, newMvCommand, newBenchCommand,
+		newMkdirCommand, newRmCommand, newMvCommand,
 	} {
-		root.AddCommand(newCmd(a))
+		root.AddCommand(a.addClusterFlag(newCmd(a)))
 	}
 }
 

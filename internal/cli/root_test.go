@@ -171,3 +171,42 @@ func TestShellQuote(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterFlagInHelp: --cluster is listed by the commands that read the
+// cluster file and by no other, yet accepted before any command.
+func TestClusterFlagInHelp(t *testing.T) {
+	for cmd, want := range map[string]bool{
+		"ls": true, "put": true, "mount": true, "status": true, "fsck": true, "meta": true,
+		"version": false, "up": false, "down": false, "cluster start": false, "umount": false, "bench": false,
+	} {
+		out, _, err := run(context.Background(), append(strings.Fields(cmd), "--help")...)
+		if err != nil {
+			t.Fatalf("weft %s --help: %v", cmd, err)
+		}
+		if got := strings.Contains(out, "--cluster"); got != want {
+			t.Errorf("weft %s --help lists --cluster: %v, want %v\n%s", cmd, got, want, out)
+		}
+	}
+	if _, _, err := run(context.Background(), "--cluster", "x.toml", "version"); err != nil {
+		t.Errorf("weft --cluster F version: %v", err)
+	}
+}
+
+func TestInvokedAs(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "weft")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", "/nonexistent")
+	if got := invokedAs(bin); got != bin {
+		t.Errorf("invokedAs(%q) off $PATH = %q, want the path", bin, got)
+	}
+	if got := invokedAs("weft"); got != "weft" {
+		t.Errorf("invokedAs(weft) = %q", got)
+	}
+	t.Setenv("PATH", dir)
+	if got := invokedAs(bin); got != "weft" {
+		t.Errorf("invokedAs(%q) on $PATH = %q, want weft", bin, got)
+	}
+}
