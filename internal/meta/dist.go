@@ -357,8 +357,7 @@ func (s *Server) distCommit(t *txn) error {
 	}
 	err := t.b.Commit(pebble.Sync)
 	if err == nil {
-		s.inodes.Add(t.inodeDelta)
-		s.dirs.Add(t.dirDelta)
+		s.addCounts(t)
 	}
 	s.releaseLocal(t)
 	if err == nil {

@@ -179,7 +179,7 @@ func (s *Server) SyncChunks(ctx context.Context, req *weftpb.SyncChunksRequest) 
 }
 
 // StatFS reports the backend's capacity, use and chunk count.
-func (s *Server) StatFS(ctx context.Context, _ *weftpb.StoreStatFSRequest) (*weftpb.StoreStatFSReply, error) {
+func (s *Server) StatFS(ctx context.Context, req *weftpb.StoreStatFSRequest) (*weftpb.StoreStatFSReply, error) {
 	const op = "statfs"
 	done, err := s.begin(ctx, op)
 	if err != nil {
@@ -190,5 +190,14 @@ func (s *Server) StatFS(ctx context.Context, _ *weftpb.StoreStatFSRequest) (*wef
 	if err != nil {
 		return nil, err
 	}
-	return &weftpb.StoreStatFSReply{Capacity: u.Capacity, Used: u.Used, Chunks: u.Chunks}, nil
+	reply := &weftpb.StoreStatFSReply{Capacity: u.Capacity, Used: u.Used, Chunks: u.Chunks}
+	if req.GetWantStored() {
+		reply.Stored = u.Used // a backend that holds nothing else (mem)
+		if r, ok := s.backend.(storedBytesReporter); ok {
+			if reply.Stored, err = r.StoredBytes(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return reply, nil
 }

@@ -605,7 +605,10 @@ func (*SyncChunksReply) Descriptor() ([]byte, []int) {
 }
 
 type StoreStatFSRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also report stored: the space this store's chunks take, by walking
+	// them (weft status; too slow for every statfs).
+	WantStored    bool `protobuf:"varint,1,opt,name=want_stored,json=wantStored,proto3" json:"want_stored,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -640,11 +643,19 @@ func (*StoreStatFSRequest) Descriptor() ([]byte, []int) {
 	return file_store_proto_rawDescGZIP(), []int{11}
 }
 
+func (x *StoreStatFSRequest) GetWantStored() bool {
+	if x != nil {
+		return x.WantStored
+	}
+	return false
+}
+
 type StoreStatFSReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Capacity      uint64                 `protobuf:"varint,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
-	Used          uint64                 `protobuf:"varint,2,opt,name=used,proto3" json:"used,omitempty"`
+	Used          uint64                 `protobuf:"varint,2,opt,name=used,proto3" json:"used,omitempty"` // bytes in use on the backend: for a disk, the whole file system's
 	Chunks        uint64                 `protobuf:"varint,3,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	Stored        uint64                 `protobuf:"varint,4,opt,name=stored,proto3" json:"stored,omitempty"` // with want_stored: bytes this store's chunks take
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -696,6 +707,13 @@ func (x *StoreStatFSReply) GetUsed() uint64 {
 func (x *StoreStatFSReply) GetChunks() uint64 {
 	if x != nil {
 		return x.Chunks
+	}
+	return 0
+}
+
+func (x *StoreStatFSReply) GetStored() uint64 {
+	if x != nil {
+		return x.Stored
 	}
 	return 0
 }
@@ -1110,12 +1128,15 @@ const file_store_proto_rawDesc = "" +
 	"\adeleted\x18\x01 \x01(\x04R\adeleted\"%\n" +
 	"\x11SyncChunksRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\"\x11\n" +
-	"\x0fSyncChunksReply\"\x14\n" +
-	"\x12StoreStatFSRequest\"Z\n" +
+	"\x0fSyncChunksReply\"5\n" +
+	"\x12StoreStatFSRequest\x12\x1f\n" +
+	"\vwant_stored\x18\x01 \x01(\bR\n" +
+	"wantStored\"r\n" +
 	"\x10StoreStatFSReply\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x02 \x01(\x04R\x04used\x12\x16\n" +
-	"\x06chunks\x18\x03 \x01(\x04R\x06chunks\"\xd6\x01\n" +
+	"\x06chunks\x18\x03 \x01(\x04R\x06chunks\x12\x16\n" +
+	"\x06stored\x18\x04 \x01(\x04R\x06stored\"\xd6\x01\n" +
 	"\x0eLocalIORequest\x12\x14\n" +
 	"\x05write\x18\x01 \x01(\bR\x05write\x12&\n" +
 	"\x05chunk\x18\x02 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
