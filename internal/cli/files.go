@@ -37,6 +37,9 @@ func (a *app) newClient(cmd *cobra.Command) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := probeMeta(cmd.Context(), cfg); err != nil {
+		return nil, err
+	}
 	groups, _ := os.Getgroups()
 	creds := core.Creds{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
 	for _, g := range groups {
@@ -52,7 +55,7 @@ func (a *app) withClient(cmd *cobra.Command, fn func(ctx context.Context, c *cli
 		return err
 	}
 	defer c.Close()
-	return fn(cmd.Context(), c)
+	return explainRefused(fn(cmd.Context(), c))
 }
 
 // progress returns what draws a byte progress bar on stderr when it is a

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -99,4 +101,42 @@ func TestFileCommands(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRefusedConnectionFailsFast: a cluster file whose meta server is not
+// running gets an answer at once (it took the client's 10 s retry time),
+// saying so, with exit code 4.
+func TestRefusedConnectionFailsFast(t *testing.T) {
+	var addrs []string
+	var lns []net.Listener
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, ln.Addr().String())
+		lns = append(lns, ln)
+	}
+	file := filepath.Join(t.TempDir(), "weft.toml")
+	toml := fmt.Sprintf("[[meta]]\naddr = %q\n[[store]]\naddr = %q\n", addrs[0], addrs[1])
+	if err := os.WriteFile(file, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Closed only now, so that the two ports differ: nothing listens
+	// there, and connections are refused.
+	for _, ln := range lns {
+		ln.Close()
+	}
+	for _, args := range [][]string{{"ls", "/"}, {"get", "/a", "-"}, {"mount", t.TempDir()}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		start := time.Now()
+		_, _, err := run(ctx, append([]string{"--cluster", file}, args...)...)
+		cancel()
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("weft %v took %v to report a refused connection", args, took)
+		}
+		if ExitCode(err) != ExitUnavailable || err == nil || !strings.Contains(err.Error(), "is not running") {
+			t.Errorf("weft %v: exit code %d, %v; want %d saying the server is not running", args, ExitCode(err), err, ExitUnavailable)
+		}
+	}
 }

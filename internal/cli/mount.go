@@ -125,6 +125,9 @@ func (a *app) runMount(cmd *cobra.Command, mnt string, f mountFlags) error {
 			fmt.Fprintf(w, "Unmount it with: %s umount %s\n", a.self, shellQuote(mnt))
 		})
 	}
+	if err := probeMeta(cmd.Context(), cfg); err != nil {
+		return err
+	}
 	log := a.cliLogger(cmd.ErrOrStderr())
 	c, err := client.New(cluster.ClientConfig(cfg, core.Root, log))
 	if err != nil {
@@ -147,7 +150,11 @@ func checkReachable(ctx context.Context, c *client.Client) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := c.GetAttr(ctx, client.Ref{Ino: core.RootIno}); err != nil {
-		return errs.Wrap(errs.KindOf(err), "mount", "", fmt.Errorf("the cluster does not answer: %w", err))
+		kind := errs.KindOf(err)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			kind = errs.Timeout // this wait ran out, not the user's patience (exit code 4, not 130)
+		}
+		return errs.Wrap(kind, "mount", "", fmt.Errorf("the cluster does not answer: %w", err))
 	}
 	return nil
 }
