@@ -10,7 +10,7 @@ import (
 // Key layout (docs/format.md). Every key starts with a one-byte tag; integers
 // are big-endian so that byte order is numeric order.
 //
-//	"S" name                                  server metadata (format version, ino high-water mark, counters)
+//	"S" name                                  server metadata (format version, identity, ino high-water mark, counters)
 //	"i" ino(8)                                standalone inode record (directories, hard-linked files)
 //	"d" dir(8) partition(4) hash(8) name      directory entry
 //	"x" ino(8) name                           extended attribute value
