@@ -14,6 +14,7 @@ import (
 
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/errs"
 )
 
 type upFlags struct {
@@ -88,6 +89,13 @@ func (a *app) runUp(cmd *cobra.Command, f upFlags) error {
 		data, err := filepath.Abs(f.data)
 		if err != nil {
 			return usageError(cmd, err)
+		}
+		if f.logFile == "" {
+			// Beside the data it is about, one log per cluster.
+			if err := os.MkdirAll(data, 0o755); err != nil {
+				return errs.Wrap(errs.IO, "up", data, err)
+			}
+			f.logFile = filepath.Join(data, "up.log")
 		}
 		return daemonize(cmd, f.logFile, f.mount, upReady(f.logFile, f.mount), func(w io.Writer) {
 			file := filepath.Join(data, cluster.ClusterFileName)
