@@ -20,11 +20,15 @@ import (
 func upBackground(t *testing.T, data string, args ...string) string {
 	t.Helper()
 	t.Cleanup(func() {
-		if rec, err := cluster.ReadUpRecord(data); err == nil && rec.Alive() {
+		rec, err := cluster.ReadUpRecord(data)
+		if err != nil {
+			return
+		}
+		if rec.Alive() {
 			_ = syscall.Kill(rec.Pid, syscall.SIGKILL)
-			if rec.Mount != "" && fusefs.Mounted(rec.Mount) {
-				_ = fusefs.Unmount(rec.Mount)
-			}
+		}
+		if rec.Mount != "" && fusefs.Mounted(rec.Mount) {
+			_ = fusefs.Unmount(rec.Mount)
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
