@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -208,5 +209,46 @@ func TestInvokedAs(t *testing.T) {
 	t.Setenv("PATH", dir)
 	if got := invokedAs(bin); got != "weft" {
 		t.Errorf("invokedAs(%q) on $PATH = %q, want weft", bin, got)
+	}
+}
+
+// TestUpOnTakenPortExits1: a server that cannot listen because its address
+// is taken is no unreachable server (exit code 4) but a failure (1).
+func TestUpOnTakenPortExits1(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		root := NewRoot()
+		root.SetArgs([]string{"up", "--data", dir, "--backend", "mem", "--mem-limit", "64MiB"})
+		root.SetOut(&stdout)
+		root.SetErr(&syncBuffer{})
+		done <- root.ExecuteContext(ctx)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stdout.String(), "Press Ctrl-C") {
+		if time.Now().After(deadline) {
+			t.Fatalf("weft up did not come up:\n%s", stdout.String())
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("weft up returned early: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// A second weft up of the same directory wants the same ports.
+	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer rcancel()
+	_, _, err := run(rctx, "up", "--data", dir)
+	if ExitCode(err) != ExitFailure || !strings.Contains(fmt.Sprint(err), "another weft up") {
+		t.Errorf("second weft up: exit code %d (%v), want %d", ExitCode(err), err, ExitFailure)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("weft up did not stop after cancel")
 	}
 }
