@@ -193,13 +193,15 @@ func (st *clusterStatus) sumCounts(replies []*weftpb.StatusReply) {
 			st.Meta[i].Inodes += r.GetInodes()
 			st.Meta[i].Dirs += r.GetDirs()
 		default:
+			// A down server's row shows no counts: the shares of it
+			// that others hold are no count of their own.
 			for owner, n := range r.GetInodesByOwner() {
-				if owner < len(st.Meta) {
+				if owner < len(st.Meta) && st.Meta[owner].Up {
 					st.Meta[owner].Inodes += n
 				}
 			}
 			for owner, n := range r.GetDirsByOwner() {
-				if owner < len(st.Meta) {
+				if owner < len(st.Meta) && st.Meta[owner].Up {
 					st.Meta[owner].Dirs += n
 				}
 			}
