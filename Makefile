@@ -27,8 +27,12 @@ build: check-go
 	$(GO) build -o $(BIN)/weft ./cmd/weft
 
 ## up: build and run a single-machine cluster with its data in $(DATA), mounted on $(MOUNT)
+# A weft mount left by a killed weft up fails every access, mkdir -p
+# included ("Transport endpoint is not connected"): it is left to weft up,
+# which detaches it and says so.
 up: build $(if $(MOUNT),fuse-deps)
-	$(if $(MOUNT),mkdir -p "$(MOUNT)" &&) $(BIN)/weft up --data "$(DATA)" $(if $(MOUNT),--mount "$(MOUNT)")
+	$(if $(MOUNT),grep -qs ' $(abspath $(MOUNT)) fuse.weft ' /proc/mounts || mkdir -p "$(MOUNT)";) \
+	$(BIN)/weft up --data "$(DATA)" $(if $(MOUNT),--mount "$(MOUNT)")
 
 ## test: formatting, vet, staticcheck, then every test with the race detector
 test: check-go fuse-deps lint

@@ -55,6 +55,9 @@ type Options struct {
 	Weft string
 	// Progress, if set, receives progress bars (a terminal).
 	Progress io.Writer
+	// ProgressEvery is how often a run without Progress logs which
+	// benchmark still runs (default 30s).
+	ProgressEvery time.Duration
 	// MdtestFiles is mdtest's K, the files of one run (0: 20,000; 2,000
 	// with Quick).
 	MdtestFiles int
@@ -217,8 +220,19 @@ func Run(ctx context.Context, names []string, opts Options) (*Report, error) {
 	if len(rep.Targets) == 0 {
 		rep.Targets = defaultTargets
 	}
-	for _, b := range chosen {
-		opts.Log.Info("running", "bench", b.Name)
+	beat, stopBeat := context.WithCancel(ctx)
+	beatDone := make(chan struct{})
+	go func() {
+		defer close(beatDone)
+		st.heartbeat(beat)
+	}()
+	defer func() {
+		stopBeat()
+		<-beatDone
+	}()
+	for i, b := range chosen {
+		opts.Log.Info("running", "bench", b.Name, "of", fmt.Sprintf("%d/%d", i+1, len(chosen)))
+		st.startBench(b.Name)
 		dir := filepath.Join(scratch, b.Name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err

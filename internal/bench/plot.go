@@ -12,10 +12,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
+	plottext "gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
@@ -144,15 +146,43 @@ func drawWithLegend(p *plot.Plot, names []string, c draw.Canvas) {
 	for _, n := range names {
 		widest = max(widest, l.TextStyle.Width(n))
 	}
+	title := p.Title.Text
+	defer func() { p.Title.Text = title }()
 	if widest == 0 {
+		p.Title.Text = wrapText(p.Title.TextStyle, title, c.Max.X-c.Min.X-2*vg.Millimeter)
 		p.Draw(c)
 		return
 	}
 	col := widest + l.ThumbnailWidth + 3*vg.Millimeter
+	// The title is centred over the plot, left of the legend: wrapped to
+	// that width, or its ends would be cut off.
+	p.Title.Text = wrapText(p.Title.TextStyle, title, c.Max.X-c.Min.X-col-2*vg.Millimeter)
 	p.Draw(draw.Crop(c, 0, -col, 0, 0))
 	l.Top, l.Left = true, true
 	l.YOffs = -vg.Millimeter * 8
 	l.Draw(draw.Crop(c, c.Max.X-c.Min.X-col+2*vg.Millimeter, 0, 0, 0))
+}
+
+// wrapText breaks txt into lines at spaces so that each is at most width
+// wide in sty (a single word wider than that stays whole).
+func wrapText(sty plottext.Style, txt string, width vg.Length) string {
+	var lines []string
+	for _, para := range strings.Split(txt, "\n") {
+		line := ""
+		for _, w := range strings.Fields(para) {
+			switch {
+			case line == "":
+				line = w
+			case sty.Width(line+" "+w) <= width:
+				line += " " + w
+			default:
+				lines = append(lines, line)
+				line = w
+			}
+		}
+		lines = append(lines, line)
+	}
+	return strings.Join(lines, "\n")
 }
 
 func (f Figure) seriesNames() []string {

@@ -28,6 +28,7 @@ type runState struct {
 		versions map[string]string
 		notes    []string
 		bar      *progressbar.ProgressBar
+		current  benchProgress // progress.go
 	}
 }
 
@@ -155,6 +156,7 @@ func (e *Env) step(what string) {
 	st := e.run
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.mu.current.step = what
 	if st.mu.bar == nil {
 		return
 	}
@@ -169,6 +171,7 @@ func (st *runState) endProgress() {
 		st.mu.bar.Finish()
 		st.mu.bar = nil
 	}
+	st.mu.current = benchProgress{}
 }
 
 // skip records that target could not take part in this benchmark.

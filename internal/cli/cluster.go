@@ -94,7 +94,7 @@ func (a *app) runClusterStart(cmd *cobra.Command, f clusterStartFlags) error {
 	if err != nil {
 		return err
 	}
-	printClusterBanner(cmd.OutOrStdout(), p, restart, opts.MetaCPU)
+	printClusterBanner(cmd.OutOrStdout(), a.self, p, restart, opts.MetaCPU)
 	return nil
 }
 
@@ -155,7 +155,7 @@ func (f clusterStartFlags) options(cmd *cobra.Command) (cluster.ProcsOptions, er
 	return opts, nil
 }
 
-func printClusterBanner(w io.Writer, p *cluster.Procs, restart bool, metaCPU float64) {
+func printClusterBanner(w io.Writer, self string, p *cluster.Procs, restart bool, metaCPU float64) {
 	cfg := p.Config()
 	verb := "is up"
 	if restart {
@@ -175,9 +175,9 @@ func printClusterBanner(w io.Writer, p *cluster.Procs, restart bool, metaCPU flo
 	fmt.Fprintf(w, "\ncluster file: %s\n\n", p.ClusterFile())
 	fmt.Fprintf(w, "Use it from any shell:\n\n")
 	fmt.Fprintf(w, "    export %s=%s\n", ClusterEnv, shellQuote(p.ClusterFile()))
-	fmt.Fprintf(w, "    weft status\n")
-	fmt.Fprintf(w, "    weft ls /\n\n")
-	fmt.Fprintf(w, "Stop it with: weft cluster stop --dir %s\n", shellQuote(p.Dir()))
+	fmt.Fprintf(w, "    %s status\n", self)
+	fmt.Fprintf(w, "    %s ls /\n\n", self)
+	fmt.Fprintf(w, "Stop it with: %s cluster stop --dir %s\n", self, shellQuote(p.Dir()))
 }
 
 func newClusterStopCommand(a *app) *cobra.Command {

@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -42,7 +45,7 @@ func ExitCode(err error) int {
 	if errors.As(err, &se) {
 		return ExitStorage
 	}
-	switch errs.KindOf(err) {
+	switch kindForExit(err) {
 	case errs.Unavailable, errs.Timeout:
 		return ExitUnavailable
 	case errs.NotExist:
@@ -55,6 +58,30 @@ func ExitCode(err error) int {
 		return ExitInterrupted
 	}
 	return ExitFailure
+}
+
+// kindForExit is the kind of err, also for errors that carry none: those of
+// the local file system (a missing local file is "no such file" as much as a
+// missing weft path) and of the context.
+func kindForExit(err error) errs.Kind {
+	if k := errs.KindOf(err); k != errs.Other {
+		return k
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return errs.NotExist
+	case errors.Is(err, fs.ErrPermission):
+		return errs.Permission
+	case errors.Is(err, fs.ErrExist):
+		return errs.Exist
+	case errors.Is(err, context.Canceled):
+		return errs.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return errs.Timeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return errs.Unavailable
+	}
+	return errs.Other
 }
 
 // usageErr is a mistake in how weft was invoked.

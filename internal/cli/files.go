@@ -10,7 +10,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -26,9 +25,9 @@ import (
 func addFileCommands(root *cobra.Command, a *app) {
 	for _, newCmd := range []func(*app) *cobra.Command{
 		newPutCommand, newGetCommand, newLsCommand, newStatCommand,
-		newMkdirCommand, newRmCommand, newMvCommand, newBenchCommand,
+		newMkdirCommand, newRmCommand, newMvCommand,
 	} {
-		root.AddCommand(newCmd(a))
+		root.AddCommand(a.addClusterFlag(newCmd(a)))
 	}
 }
 
@@ -36,6 +35,9 @@ func addFileCommands(root *cobra.Command, a *app) {
 func (a *app) newClient(cmd *cobra.Command) (*client.Client, error) {
 	cfg, err := a.loadCluster("")
 	if err != nil {
+		return nil, err
+	}
+	if err := probeMeta(cmd.Context(), cfg); err != nil {
 		return nil, err
 	}
 	groups, _ := os.Getgroups()
@@ -53,7 +55,7 @@ func (a *app) withClient(cmd *cobra.Command, fn func(ctx context.Context, c *cli
 		return err
 	}
 	defer c.Close()
-	return fn(cmd.Context(), c)
+	return explainRefused(fn(cmd.Context(), c))
 }
 
 // progress returns what draws a byte progress bar on stderr when it is a
@@ -96,6 +98,11 @@ func put(ctx context.Context, cmd *cobra.Command, c *client.Client, local, dst s
 	st, err := src.Stat()
 	if err != nil {
 		return err
+	}
+	// Refused before anything exists in weft: a directory's read fails
+	// only after the destination was created.
+	if st.IsDir() {
+		return &errs.Error{Kind: errs.IsDir, Op: "put", Path: local, Msg: "put copies one file; a directory is not supported"}
 	}
 	if a, err := c.Stat(ctx, dst); err == nil && a.IsDir() {
 		dst = path.Join(dst, filepath.Base(local))
@@ -145,112 +152,6 @@ func get(ctx context.Context, cmd *cobra.Command, c *client.Client, src, local s
 	return err
 }
 
-func newLsCommand(a *app) *cobra.Command {
-	var long bool
-	cmd := &cobra.Command{
-		Use:   "ls [-l] [PATH]",
-		Short: "List a directory",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			p := "/"
-			if len(args) == 1 {
-				p = args[0]
-			}
-			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
-				return ls(ctx, cmd.OutOrStdout(), c, p, long)
-			})
-		},
-	}
-	cmd.Flags().BoolVarP(&long, "long", "l", false, "long listing: mode, links, owner, size, mtime")
-	return cmd
-}
-
-func ls(ctx context.Context, out io.Writer, c *client.Client, p string, long bool) error {
-	a, err := c.Stat(ctx, p)
-	if err != nil {
-		return err
-	}
-	if !a.IsDir() {
-		return printEntry(out, path.Base(p), a, long)
-	}
-	// The listing streams in the directory's own order (unsorted, as
-	// ls -U), so a directory of millions of names needs no more memory
-	// than a page of them; long listings align their columns per block.
-	const block = 1024
-	tw := tabwriter.NewWriter(out, 0, 4, 1, ' ', tabwriter.AlignRight)
-	n := 0
-	err = c.ReadDirAt(ctx, a.Ino, long, func(e core.DirEntry) error {
-		attr := core.Attr{Ino: e.Ino, Mode: e.Mode}
-		if e.Attr != nil {
-			attr = *e.Attr
-		}
-		if err := printEntry(tw, e.Name, attr, long); err != nil {
-			return err
-		}
-		if n++; n%block == 0 {
-			return tw.Flush()
-		}
-		return nil
-	})
-	if err != nil {
-		return errs.WithPath(err, "ls", p)
-	}
-	return tw.Flush()
-}
-
-func printEntry(out io.Writer, name string, a core.Attr, long bool) error {
-	if !long {
-		_, err := fmt.Fprintln(out, name)
-		return err
-	}
-	_, err := fmt.Fprintf(out, "%s\t%d\t%d\t%d\t%d\t %s\t %s\n", modeString(a.Mode), a.Nlink, a.UID, a.GID,
-		a.Size, a.Mtime.Format("2006-01-02 15:04"), name)
-	return err
-}
-
-// modeString renders a mode as ls -l does (drwxr-xr-x).
-func modeString(mode uint32) string {
-	b := []byte("?rwxrwxrwx")
-	switch mode & core.ModeType {
-	case core.ModeDir:
-		b[0] = 'd'
-	case core.ModeFile:
-		b[0] = '-'
-	case core.ModeLink:
-		b[0] = 'l'
-	case core.ModeFIFO:
-		b[0] = 'p'
-	case core.ModeSocket:
-		b[0] = 's'
-	case core.ModeChar:
-		b[0] = 'c'
-	case core.ModeBlock:
-		b[0] = 'b'
-	}
-	for i := range 9 {
-		if mode&(1<<(8-i)) == 0 {
-			b[i+1] = '-'
-		}
-	}
-	if mode&core.ModeSetuid != 0 {
-		b[3] = "Ss"[boolInt(mode&0o100 != 0)]
-	}
-	if mode&core.ModeSetgid != 0 {
-		b[6] = "Ss"[boolInt(mode&0o010 != 0)]
-	}
-	if mode&core.ModeSticky != 0 {
-		b[9] = "Tt"[boolInt(mode&0o001 != 0)]
-	}
-	return string(b)
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 func newStatCommand(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "stat PATH",
@@ -265,7 +166,9 @@ func newStatCommand(a *app) *cobra.Command {
 				out := cmd.OutOrStdout()
 				fmt.Fprintf(out, "  File: %s\n", args[0])
 				fmt.Fprintf(out, "  Size: %d\tBlocks: %d\tInode: %d\tLinks: %d\n", st.Size, st.Blocks(), st.Ino, st.Nlink)
-				fmt.Fprintf(out, "Access: (%04o/%s)\tUid: %d\tGid: %d\n", st.Mode&core.ModeBits, modeString(st.Mode), st.UID, st.GID)
+				names := newOwnerNames()
+				fmt.Fprintf(out, "Access: (%04o/%s)\tUid: (%d/%s)\tGid: (%d/%s)\n", st.Mode&core.ModeBits, modeString(st.Mode),
+					st.UID, names.user(st.UID), st.GID, names.group(st.GID))
 				for _, t := range []struct {
 					n string
 					v time.Time

@@ -117,11 +117,16 @@ func (a *app) runMount(cmd *cobra.Command, mnt string, f mountFlags) error {
 	if err != nil {
 		return usageError(cmd, err)
 	}
-	if err := fusefs.CheckMountPoint(mnt); err != nil {
+	if err := a.prepareMountPoint(cmd, mnt); err != nil {
 		return err
 	}
 	if f.background {
-		return daemonize(cmd, f.logFile, mnt, mountReady(mnt))
+		return daemonize(cmd, f.logFile, mnt, mountReady(mnt), func(w io.Writer) {
+			fmt.Fprintf(w, "Unmount it with: %s umount %s\n", a.self, shellQuote(mnt))
+		})
+	}
+	if err := probeMeta(cmd.Context(), cfg); err != nil {
+		return err
 	}
 	log := a.cliLogger(cmd.ErrOrStderr())
 	c, err := client.New(cluster.ClientConfig(cfg, core.Root, log))
@@ -136,7 +141,7 @@ func (a *app) runMount(cmd *cobra.Command, mnt string, f mountFlags) error {
 	if p, err := filepath.Abs(a.clusterPath); err == nil && a.clusterPath != "" {
 		fsName = "weft:" + p
 	}
-	return serveMount(cmd, f.options(c, log, fsName), mnt, log)
+	return a.serveMount(cmd, f.options(c, log, fsName), mnt, log)
 }
 
 // checkReachable fails early, with a clear error, when the cluster does not
@@ -145,7 +150,11 @@ func checkReachable(ctx context.Context, c *client.Client) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := c.GetAttr(ctx, client.Ref{Ino: core.RootIno}); err != nil {
-		return errs.Wrap(errs.KindOf(err), "mount", "", fmt.Errorf("the cluster does not answer: %w", err))
+		kind := errs.KindOf(err)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			kind = errs.Timeout // this wait ran out, not the user's patience (exit code 4, not 130)
+		}
+		return errs.Wrap(kind, "mount", "", fmt.Errorf("the cluster does not answer: %w", err))
 	}
 	return nil
 }
@@ -154,12 +163,12 @@ func checkReachable(ctx context.Context, c *client.Client) error {
 // or someone unmounts the file system. A mount still in use when the signal
 // comes is detached lazily and served until its last file is closed; a
 // second signal stops at once (the default action of cmd/weft).
-func serveMount(cmd *cobra.Command, opts fusefs.Options, mnt string, log *slog.Logger) error {
+func (a *app) serveMount(cmd *cobra.Command, opts fusefs.Options, mnt string, log *slog.Logger) error {
 	m, err := fusefs.New(mnt, opts)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "weft: mounted at %s (Ctrl-C or 'weft umount %s' to stop)\n", mnt, shellQuote(mnt))
+	fmt.Fprintf(cmd.OutOrStdout(), "weft: mounted at %s (Ctrl-C or '%s umount %s' to stop)\n", mnt, a.self, shellQuote(mnt))
 	done := make(chan struct{})
 	go func() {
 		m.Wait()
@@ -193,8 +202,9 @@ func mountReady(mnt string) func() bool {
 
 // daemonize runs this command again without -d, detached (new session,
 // output to a log file), and returns once ready reports true, or with the
-// child's log when it exits first.
-func daemonize(cmd *cobra.Command, logFile, mnt string, ready func() bool) error {
+// child's log when it exits first. Once ready, it prints where things are,
+// then what hints adds.
+func daemonize(cmd *cobra.Command, logFile, mnt string, ready func() bool, hints func(io.Writer)) error {
 	const op = "background"
 	exe, err := os.Executable()
 	if err != nil {
@@ -236,6 +246,7 @@ func daemonize(cmd *cobra.Command, logFile, mnt string, ready func() bool) error
 					where = ", mounted at " + mnt
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "weft: running in the background (pid %d)%s, log %s\n", child.Process.Pid, where, logFile)
+				hints(cmd.OutOrStdout())
 				return nil
 			}
 		}
@@ -288,7 +299,7 @@ func (a *app) mountOnUp(cmd *cobra.Command, e *cluster.Embedded, mnt string, f m
 		return err
 	}
 	defer c.Close()
-	err = serveMount(cmd, f.options(c, log, "weft:"+e.ClusterFile()), mnt, log)
+	err = a.serveMount(cmd, f.options(c, log, "weft:"+e.ClusterFile()), mnt, log)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

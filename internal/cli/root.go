@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -34,11 +35,12 @@ type app struct {
 	logLevel    string
 	clusterPath string
 	level       slog.Level // parsed from logLevel before any command runs
+	self        string     // how to run this binary again, for hints: "weft" or "bin/weft"
 }
 
 // NewRoot returns the weft command tree.
 func NewRoot() *cobra.Command {
-	a := &app{}
+	a := &app{self: invokedAs(os.Args[0])}
 	root := &cobra.Command{
 		Use:   "weft",
 		Short: "weft is a distributed POSIX file system",
@@ -64,23 +66,33 @@ func NewRoot() *cobra.Command {
 	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	pf.StringVar(&a.clusterPath, "cluster", os.Getenv(ClusterEnv),
-		"cluster file (default $"+ClusterEnv+"; weft up prints it)")
+	// --cluster is accepted anywhere on the command line (weft --cluster F
+	// ls), but listed only in the help of the commands that read it
+	// (addClusterFlag): elsewhere it would be a flag that does nothing.
+	pf.StringVar(&a.clusterPath, "cluster", os.Getenv(ClusterEnv), clusterFlagUsage)
+	_ = pf.MarkHidden("cluster")
 
 	for _, newCmd := range []func(*app) *cobra.Command{
 		newUpCommand,
-		newMetaCommand,
-		newStoreCommand,
 		newVersionCommand,
-		newMountCommand,
 		newUmountCommand,
 		newClusterCommand,
+		newDownCommand,
+		newBenchCommand,
+	} {
+		root.AddCommand(newCmd(a))
+	}
+	// The commands that read the cluster file of --cluster.
+	for _, newCmd := range []func(*app) *cobra.Command{
+		newMetaCommand,
+		newStoreCommand,
+		newMountCommand,
 		newStatusCommand,
 		newFsckCommand,
 		newRepairCommand,
 		newGCCommand,
 	} {
-		root.AddCommand(newCmd(a))
+		root.AddCommand(a.addClusterFlag(newCmd(a)))
 	}
 	addFileCommands(root, a)
 	markArgErrorsAsUsage(root)
@@ -114,6 +126,16 @@ func (a *app) serverLogger(w io.Writer) *slog.Logger {
 // cliLogger returns the text logger of a client command.
 func (a *app) cliLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: a.level}))
+}
+
+const clusterFlagUsage = "cluster file (default $" + ClusterEnv + "; weft up prints it)"
+
+// addClusterFlag gives cmd a --cluster flag of its own, so that its help
+// lists it: a command that reads the cluster file through loadCluster("")
+// calls it. The flag sets the same value as the root's hidden one.
+func (a *app) addClusterFlag(cmd *cobra.Command) *cobra.Command {
+	cmd.Flags().StringVar(&a.clusterPath, "cluster", os.Getenv(ClusterEnv), clusterFlagUsage)
+	return cmd
 }
 
 // loadCluster reads the cluster file named by path, or by --cluster (or
@@ -151,6 +173,34 @@ func noArgs(cmd *cobra.Command, args []string) error {
 		return usageErrorf(cmd, "unexpected argument %q", args[0])
 	}
 	return nil
+}
+
+// invokedAs is how the user ran weft, for the commands that hints print:
+// "weft" when that finds this binary on $PATH, else the path it was run by
+// (make up runs bin/weft).
+func invokedAs(arg0 string) string {
+	base := filepath.Base(arg0)
+	if !strings.ContainsRune(arg0, '/') {
+		return shellQuote(arg0)
+	}
+	if onPath, err := exec.LookPath(base); err == nil && sameFile(onPath, arg0) {
+		return shellQuote(base)
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, arg0); err == nil && !strings.HasPrefix(rel, "..") && filepath.IsAbs(arg0) {
+			arg0 = "./" + rel
+		}
+	}
+	return shellQuote(arg0)
+}
+
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
 }
 
 // defaultDataDir is where weft up keeps its data unless told otherwise.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,5 +170,85 @@ func TestShellQuote(t *testing.T) {
 		if got := shellQuote(in); got != want {
 			t.Errorf("shellQuote(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestClusterFlagInHelp: --cluster is listed by the commands that read the
+// cluster file and by no other, yet accepted before any command.
+func TestClusterFlagInHelp(t *testing.T) {
+	for cmd, want := range map[string]bool{
+		"ls": true, "put": true, "mount": true, "status": true, "fsck": true, "meta": true,
+		"version": false, "up": false, "down": false, "cluster start": false, "umount": false, "bench": false,
+	} {
+		out, _, err := run(context.Background(), append(strings.Fields(cmd), "--help")...)
+		if err != nil {
+			t.Fatalf("weft %s --help: %v", cmd, err)
+		}
+		if got := strings.Contains(out, "--cluster"); got != want {
+			t.Errorf("weft %s --help lists --cluster: %v, want %v\n%s", cmd, got, want, out)
+		}
+	}
+	if _, _, err := run(context.Background(), "--cluster", "x.toml", "version"); err != nil {
+		t.Errorf("weft --cluster F version: %v", err)
+	}
+}
+
+func TestInvokedAs(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "weft")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", "/nonexistent")
+	if got := invokedAs(bin); got != bin {
+		t.Errorf("invokedAs(%q) off $PATH = %q, want the path", bin, got)
+	}
+	if got := invokedAs("weft"); got != "weft" {
+		t.Errorf("invokedAs(weft) = %q", got)
+	}
+	t.Setenv("PATH", dir)
+	if got := invokedAs(bin); got != "weft" {
+		t.Errorf("invokedAs(%q) on $PATH = %q, want weft", bin, got)
+	}
+}
+
+// TestUpOnTakenPortExits1: a server that cannot listen because its address
+// is taken is no unreachable server (exit code 4) but a failure (1).
+func TestUpOnTakenPortExits1(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		root := NewRoot()
+		root.SetArgs([]string{"up", "--data", dir, "--backend", "mem", "--mem-limit", "64MiB"})
+		root.SetOut(&stdout)
+		root.SetErr(&syncBuffer{})
+		done <- root.ExecuteContext(ctx)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stdout.String(), "Press Ctrl-C") {
+		if time.Now().After(deadline) {
+			t.Fatalf("weft up did not come up:\n%s", stdout.String())
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("weft up returned early: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// A second weft up of the same directory wants the same ports.
+	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer rcancel()
+	_, _, err := run(rctx, "up", "--data", dir)
+	if ExitCode(err) != ExitFailure || !strings.Contains(fmt.Sprint(err), "another weft up") {
+		t.Errorf("second weft up: exit code %d (%v), want %d", ExitCode(err), err, ExitFailure)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("weft up did not stop after cancel")
 	}
 }

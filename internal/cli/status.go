@@ -55,7 +55,8 @@ type metaStatus struct {
 
 type storeStatus struct {
 	serverState
-	Used     uint64 `json:"used"`
+	Used     uint64 `json:"used"`      // bytes the store's chunks take
+	DiskUsed uint64 `json:"disk_used"` // bytes in use on its backend: a disk's whole file system
 	Capacity uint64 `json:"capacity"`
 	Chunks   uint64 `json:"chunks"`
 }
@@ -126,6 +127,7 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, top int, timeout tim
 		Store:      make([]storeStatus, len(cfg.Store)),
 	}
 	tops := make([][]*weftpb.PartitionStatus, len(cfg.Meta)) // by meta server
+	byOwner := make([]*weftpb.StatusReply, len(cfg.Meta))    // the replies, by meta server
 	var wg sync.WaitGroup
 	for i, m := range cfg.Meta {
 		wg.Go(func() {
@@ -139,6 +141,7 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, top int, timeout tim
 			s.Partitions, s.Entries = r.GetPartitions(), r.GetEntries()
 			s.Splits, s.Redirects, s.Durability = r.GetSplits(), r.GetRedirects(), r.GetDurability()
 			tops[i] = r.GetTop()
+			byOwner[i] = &r
 			switch {
 			case int(r.GetServerId()) != i:
 				// Clients would send this server's requests to another.
@@ -154,17 +157,56 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, top int, timeout tim
 			s := &st.Store[i]
 			s.serverState = serverState{ID: i, Addr: sv.Addr}
 			var r weftpb.StoreStatFSReply
-			if callServer(ctx, &s.serverState, timeout, weftpb.MethodStoreStatFS, &weftpb.StoreStatFSRequest{}, &r) {
-				s.Used, s.Capacity, s.Chunks = r.GetUsed(), r.GetCapacity(), r.GetChunks()
+			if callServer(ctx, &s.serverState, timeout, weftpb.MethodStoreStatFS, &weftpb.StoreStatFSRequest{WantStored: true}, &r) {
+				// USED is what the store's chunks take; a server from
+				// before want_stored reports only its disk's use.
+				s.Used, s.Capacity, s.Chunks = r.GetStored(), r.GetCapacity(), r.GetChunks()
+				s.DiskUsed = r.GetUsed()
+				if r.GetStored() == 0 && r.GetChunks() > 0 {
+					s.Used = r.GetUsed()
+				}
 			}
 		})
 	}
 	wg.Wait()
+	st.sumCounts(byOwner)
 
 	// Each meta server reports its own largest partitions; show the
 	// largest of all.
 	st.Top = largestPartitions(tops, top)
 	return st
+}
+
+// sumCounts sets each meta server's INODES and DIRS: the inodes it
+// allocated that are in use. An inode allocated on one server may be
+// removed on another, so every server reports its share of each server's
+// counts and a server's count is the sum of the shares (of the servers that
+// answered: with one down, the others' counts may be off by its share).
+func (st *clusterStatus) sumCounts(replies []*weftpb.StatusReply) {
+	for i := range st.Meta {
+		st.Meta[i].Inodes, st.Meta[i].Dirs = 0, 0
+	}
+	for i, r := range replies {
+		switch {
+		case r == nil: // down
+		case len(r.GetInodesByOwner()) == 0: // from before the shares
+			st.Meta[i].Inodes += r.GetInodes()
+			st.Meta[i].Dirs += r.GetDirs()
+		default:
+			// A down server's row shows no counts: the shares of it
+			// that others hold are no count of their own.
+			for owner, n := range r.GetInodesByOwner() {
+				if owner < len(st.Meta) && st.Meta[owner].Up {
+					st.Meta[owner].Inodes += n
+				}
+			}
+			for owner, n := range r.GetDirsByOwner() {
+				if owner < len(st.Meta) && st.Meta[owner].Up {
+					st.Meta[owner].Dirs += n
+				}
+			}
+		}
+	}
 }
 
 // callServer makes one call to the server of s and records whether it
@@ -227,13 +269,13 @@ func printStatus(w io.Writer, st *clusterStatus) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "ROLE\tID\tADDR\tSTATE\tUSED\tCAPACITY\tCHUNKS")
+	fmt.Fprintln(tw, "ROLE\tID\tADDR\tSTATE\tUSED\tDISK USED\tCAPACITY\tCHUNKS")
 	for _, s := range st.Store {
 		if !s.Up {
 			fmt.Fprintf(tw, "store\t%d\t%s\tdown: %s\n", s.ID, s.Addr, s.Error)
 			continue
 		}
-		fmt.Fprintf(tw, "store\t%d\t%s\tup\t%s\t%s\t%d\n", s.ID, s.Addr, humanBytes(s.Used), humanBytes(s.Capacity), s.Chunks)
+		fmt.Fprintf(tw, "store\t%d\t%s\tup\t%s\t%s\t%s\t%d\n", s.ID, s.Addr, humanBytes(s.Used), humanBytes(s.DiskUsed), humanBytes(s.Capacity), s.Chunks)
 	}
 	tw.Flush()
 

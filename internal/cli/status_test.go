@@ -90,3 +90,21 @@ func TestHumanBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestSumCounts(t *testing.T) {
+	st := &clusterStatus{Meta: []metaStatus{
+		{serverState: serverState{ID: 0, Up: true}},
+		{serverState: serverState{ID: 1, Up: true}},
+		{serverState: serverState{ID: 2}}, // down
+	}}
+	st.sumCounts([]*weftpb.StatusReply{
+		{InodesByOwner: []int64{10, -3, -1}, DirsByOwner: []int64{4, -1, 0}},
+		{InodesByOwner: []int64{-4, 8, -2}, DirsByOwner: []int64{-1, 3, 0}},
+		nil,
+	})
+	for i, want := range []struct{ inodes, dirs int64 }{{6, 3}, {5, 2}, {0, 0}} {
+		if m := st.Meta[i]; m.Inodes != want.inodes || m.Dirs != want.dirs {
+			t.Errorf("meta %d: %d inodes, %d dirs; want %d and %d", i, m.Inodes, m.Dirs, want.inodes, want.dirs)
+		}
+	}
+}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
-	"github.com/weftfs/weft/internal/fusefs"
+	"github.com/weftfs/weft/internal/errs"
 )
 
 type upFlags struct {
@@ -80,13 +80,30 @@ func (a *app) runUp(cmd *cobra.Command, f upFlags) error {
 		if err != nil {
 			return usageError(cmd, err)
 		}
-		if err := fusefs.CheckMountPoint(mnt); err != nil {
+		if err := a.prepareMountPoint(cmd, mnt); err != nil {
 			return err
 		}
 		f.mount = mnt
 	}
 	if f.background {
-		return daemonize(cmd, f.logFile, f.mount, upReady(f.logFile, f.mount))
+		data, err := filepath.Abs(f.data)
+		if err != nil {
+			return usageError(cmd, err)
+		}
+		if f.logFile == "" {
+			// Beside the data it is about, one log per cluster.
+			if err := os.MkdirAll(data, 0o755); err != nil {
+				return errs.Wrap(errs.IO, "up", data, err)
+			}
+			f.logFile = filepath.Join(data, "up.log")
+		}
+		return daemonize(cmd, f.logFile, f.mount, upReady(f.logFile, f.mount), func(w io.Writer) {
+			file := filepath.Join(data, cluster.ClusterFileName)
+			fmt.Fprintf(w, "cluster file: %s\n\n", file)
+			fmt.Fprintf(w, "    export %s=%s\n", ClusterEnv, shellQuote(file))
+			fmt.Fprintf(w, "    %s ls /\n\n", a.self)
+			fmt.Fprintf(w, "Stop it with: %s down --data %s\n", a.self, shellQuote(data))
+		})
 	}
 
 	ctx := cmd.Context()
@@ -94,7 +111,13 @@ func (a *app) runUp(cmd *cobra.Command, f upFlags) error {
 	if err != nil {
 		return asStorageError(err)
 	}
-	printUpBanner(cmd.OutOrStdout(), e)
+	// weft down finds this process by the record (weft up -d detached it).
+	removeRecord, err := cluster.WriteUpRecord(filepath.Dir(e.ClusterFile()), f.mount)
+	if err != nil {
+		return errors.Join(err, e.Close())
+	}
+	defer removeRecord()
+	a.printUpBanner(cmd.OutOrStdout(), e)
 	var mountErr error
 	if f.mount != "" {
 		// Until a signal; if someone unmounts it, the cluster keeps running.
@@ -118,7 +141,7 @@ func upReady(logFile, mnt string) func() bool {
 	}
 }
 
-func printUpBanner(w io.Writer, e *cluster.Embedded) {
+func (a *app) printUpBanner(w io.Writer, e *cluster.Embedded) {
 	cfg := e.Config()
 	fmt.Fprintf(w, "weft is up: meta %s, store %s (%s backend, %s durability)\n",
 		e.MetaAddr(), e.StoreAddr(), cfg.Store[0].Backend, cfg.Durability)
@@ -128,10 +151,10 @@ func printUpBanner(w io.Writer, e *cluster.Embedded) {
 	fmt.Fprintf(w, "cluster file: %s\n\n", e.ClusterFile())
 	fmt.Fprintf(w, "Use it from another shell:\n\n")
 	fmt.Fprintf(w, "    export %s=%s\n", ClusterEnv, shellQuote(e.ClusterFile()))
-	fmt.Fprintf(w, "    weft put ./some-file /some-file\n")
-	fmt.Fprintf(w, "    weft ls /\n")
-	fmt.Fprintf(w, "    weft get /some-file ./copy\n\n")
-	fmt.Fprintf(w, "Press Ctrl-C to stop.\n")
+	fmt.Fprintf(w, "    %s put ./some-file /some-file\n", a.self)
+	fmt.Fprintf(w, "    %s ls /\n", a.self)
+	fmt.Fprintf(w, "    %s get /some-file ./copy\n\n", a.self)
+	fmt.Fprintf(w, "Press Ctrl-C to stop (or run '%s down --data %s').\n", a.self, shellQuote(filepath.Dir(e.ClusterFile())))
 }
 
 // checkChoice accepts "" (not given) or one of choices.

@@ -250,7 +250,7 @@ func TestStartErrors(t *testing.T) {
 	busy := listenLoopback(t)
 	cfg.Meta[0].Addr = busy.Addr().String()
 	dir := t.TempDir()
-	if _, err := StartMeta(ctx, cfg, 0, Options{Dir: dir}); !errs.Is(err, errs.Unavailable) {
+	if _, err := StartMeta(ctx, cfg, 0, Options{Dir: dir}); !errs.Is(err, errs.Busy) {
 		t.Errorf("address in use: %v", err)
 	}
 }

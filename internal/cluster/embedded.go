@@ -96,7 +96,7 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (_ *Embedded, err 
 		var lc net.ListenConfig
 		ln, err := lc.Listen(ctx, "tcp", *addr)
 		if err != nil {
-			return nil, errs.Wrap(errs.Unavailable, op, *addr,
+			return nil, errs.Wrap(listenKind(err), op, *addr,
 				fmt.Errorf("%w (is another weft up using %s?)", err, dir))
 		}
 		listeners = append(listeners, ln)

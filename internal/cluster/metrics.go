@@ -41,7 +41,7 @@ func startMetrics(ctx context.Context, reg *prometheus.Registry, addr string, ln
 		var lc net.ListenConfig
 		var err error
 		if ln, err = lc.Listen(ctx, "tcp", addr); err != nil {
-			return nil, errs.Wrap(errs.Unavailable, "listen", addr, err)
+			return nil, errs.Wrap(listenKind(err), "listen", addr, err)
 		}
 	}
 	mux := http.NewServeMux()

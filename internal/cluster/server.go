@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -257,7 +258,7 @@ func start(ctx context.Context, role string, id int, addr, metricsAddr string, o
 	if ln == nil {
 		var lc net.ListenConfig
 		if ln, err = lc.Listen(ctx, "tcp", addr); err != nil {
-			return nil, errs.Wrap(errs.Unavailable, op, fmt.Sprintf("%s[%d] listen %s", role, id, addr), err)
+			return nil, errs.Wrap(listenKind(err), op, fmt.Sprintf("%s[%d] listen %s", role, id, addr), err)
 		}
 	}
 	cleanup = append(cleanup, func() { ln.Close() })
@@ -372,4 +373,17 @@ func serveHTTP(srv *http.Server, ln net.Listener, log *slog.Logger) {
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Error("metrics server stopped", "err", err)
 	}
+}
+
+// listenKind classifies a failure to listen on a server's address: the
+// address is taken (another server, or an earlier one not yet gone), or
+// the port needs privileges. Neither is an unreachable server (exit code 4).
+func listenKind(err error) errs.Kind {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return errs.Busy
+	case errors.Is(err, syscall.EACCES):
+		return errs.Permission
+	}
+	return errs.Other
 }

@@ -119,6 +119,7 @@ func New(dir string, opts Options) (*Mount, error) {
 	fsys := &fileSystem{c: opts.Client, opts: opts, log: opts.Logger, groups: newGroupCache()}
 	root := &Node{fsys: fsys}
 	entry, attr, neg := opts.EntryTimeout, opts.AttrTimeout, opts.NegativeTimeout
+	goFuseLog := log.New(slogWriter{opts.Logger}, "", 0)
 	fo := &fs.Options{
 		// nil would mean 0: every timeout is set explicitly.
 		EntryTimeout:    &entry,
@@ -127,8 +128,16 @@ func New(dir string, opts Options) (*Mount, error) {
 		// Mode 0 is a real mode here (chmod 000), not "unset".
 		NullPermissions: true,
 		RootStableAttr:  &fs.StableAttr{Ino: uint64(core.RootIno), Gen: 1},
-		Logger:          log.New(slogWriter{opts.Logger}, "", 0),
+		Logger:          goFuseLog,
 		MountOptions: fuse.MountOptions{
+			// The server's own messages, which go-fuse would print
+			// through the standard logger.
+			Logger: goFuseLog,
+			// Reads answer with bytes in memory (fuse.ReadResultData),
+			// never a file descriptor, so splicing cannot save a copy:
+			// go-fuse would still try it for every read and, for a
+			// full-size one, log that the pipe is too small.
+			DisableSplice: true,
 			FsName:        opts.FsName,
 			Name:          "weft",
 			AllowOther:    opts.AllowOther,

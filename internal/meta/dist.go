@@ -410,8 +410,7 @@ func (s *Server) distCommit(t *txn) error {
 	}
 	err = s.commit(t.op, t.b, true)
 	if err == nil {
-		s.inodes.Add(t.inodeDelta)
-		s.dirs.Add(t.dirDelta)
+		s.addCounts(t)
 	}
 	s.releaseLocal(t)
 	if err == nil {

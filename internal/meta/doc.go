@@ -2,7 +2,8 @@
 // namespace (directories, entries, attributes, small-file content, symlinks,
 // extended attributes) in a Pebble store on disk, enforces POSIX permissions
 // with the caller's credentials, and serves the meta protocol
-// (proto/meta.proto, methods 1-20 in weftpb).
+// (proto/meta.proto and lock.proto: methods 1-99 in weftpb/methods.go, of
+// which 40-59 are calls between meta servers).
 //
 // # Layout
 //
@@ -14,7 +15,8 @@
 // (and the parent's record, for its mtime). Directories and files with more
 // than one link have a standalone inode record that entries point to; a
 // file's second link moves its attributes there and losing the second-to-last
-// link moves them back. Regular files start inline: content up to
+// link moves them back (unless the last entry is on another server than the
+// record: then the record stays, with one link). Regular files start inline: content up to
 // Config.InlineLimit lives in the record until a commit makes the file
 // chunked.
 //

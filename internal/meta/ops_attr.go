@@ -100,7 +100,10 @@ func (s *Server) StatFS(_ context.Context, _ *weftpb.StatFSRequest) (*weftpb.Sta
 	const op = "statfs"
 	reply := &weftpb.StatFSReply{NameMax: core.MaxNameLen}
 	err := s.view(op, func(t *txn) error {
-		reply.Files = uint64(max(s.inodes.Load(), 0))
+		// The servers' shares add up to the cluster's count; one may
+		// be negative (counters.go), and uint64 addition wraps, so the
+		// client's sum is right all the same.
+		reply.Files = uint64(s.inodeShare())
 		reply.FilesFree = maxSeq - s.alloc.reserved()
 		reply.BytesUsed = s.db.Metrics().DiskSpaceUsage()
 		return nil

@@ -155,8 +155,7 @@ func (t *txn) removeDir(n *node) {
 		}
 	}
 	t.deleteInode(n.ino)
-	t.inodeDelta--
-	t.dirDelta--
+	t.uncount(n.ino, true)
 	n.attr.Nlink = 0
 }
 
@@ -170,7 +169,7 @@ func (t *txn) dropLink(n *node) (freed bool, err error) {
 	r := n.attr
 	if n.embedded() {
 		t.deleteXattrsAt(t.partServer(n.parent, n.parentRec), n.ino)
-		t.inodeDelta--
+		t.uncount(n.ino, false)
 		r.Nlink = 0
 		return core.IsRegular(r.Mode) && !r.Inline, nil
 	}
@@ -191,7 +190,7 @@ func (t *txn) dropLink(n *node) (freed bool, err error) {
 	}
 	// No link left (or a record that lost track of its links).
 	t.deleteInode(n.ino)
-	t.inodeDelta--
+	t.uncount(n.ino, false)
 	r.Nlink = 0
 	return core.IsRegular(r.Mode) && !r.Inline, nil
 }

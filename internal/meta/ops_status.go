@@ -32,6 +32,7 @@ func (s *Server) Status(_ context.Context, req *weftpb.StatusRequest) (*weftpb.S
 		Splits:     s.giga.splits.Load(),
 		Redirects:  s.giga.redirects.Load(),
 	}
+	r.InodesByOwner, r.DirsByOwner = s.countsByOwner()
 	top := int(min(req.TopPartitions, maxTopPartitions))
 	p := []byte{tagInode}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})

@@ -197,7 +197,8 @@ type Server struct {
 	renameMu sync.Mutex
 	alloc    inoAllocator
 
-	inodes, dirs atomic.Int64 // mirrors of the persisted counters
+	inodes, dirs atomic.Int64  // mirrors of the persisted counters of this server's inodes
+	others       []ownerCounts // this server's shares of other servers' counts, by id (counters.go)
 
 	n     int         // meta servers in the cluster
 	peers []*rpc.Peer // the other meta servers, by id (nil for this one)
@@ -296,17 +297,7 @@ func (s *Server) load() error {
 		return errs.New(errs.Corrupt, op, "ino high-water mark missing")
 	}
 	s.alloc.init(binary.BigEndian.Uint64(hwm))
-	n, err := readCounter(s.db, keyInodes)
-	if err != nil {
-		return err
-	}
-	s.inodes.Store(n)
-	n, err = readCounter(s.db, keyDirs)
-	if err != nil {
-		return err
-	}
-	s.dirs.Store(n)
-	return nil
+	return s.loadCounts()
 }
 
 // checkServers refuses a store made for another number of meta servers:
@@ -352,6 +343,7 @@ func (s *Server) initStore() error {
 		s.inodes.Store(1)
 		s.dirs.Store(1)
 	}
+	s.others = make([]ownerCounts, s.n)
 	// The format key goes last in the batch only for readability: the batch
 	// is atomic.
 	b.Set(keyFormat, binary.BigEndian.AppendUint64(nil, formatVersion), nil)

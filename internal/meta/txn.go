@@ -58,8 +58,10 @@ type txn struct {
 	inodes map[core.Ino]*weftpb.InodeRecord // owners' records, by ino
 	parts  map[loc]*weftpb.InodeRecord      // partition stubs, by server and dir
 	dirty  map[loc]bool                     // records to write at commit
-	// counter deltas applied to the in-memory gauges after a commit
+	// counter deltas applied to the in-memory gauges after a commit: of
+	// this server's inodes, and of other servers' (counters.go)
 	inodeDelta, dirDelta int64
+	ownerDeltas          map[int]ownerDelta
 
 	// A txn that needs records of other meta servers runs distributed
 	// (dist.go): remote holds the stripes it holds on each other server and
@@ -579,12 +581,7 @@ func (t *txn) flush() {
 		}
 		t.b.Set(inodeKey(l.ino), mustMarshal(r), nil)
 	}
-	if t.inodeDelta != 0 {
-		t.b.Merge(keyInodes, counterDelta(t.inodeDelta), nil)
-	}
-	if t.dirDelta != 0 {
-		t.b.Merge(keyDirs, counterDelta(t.dirDelta), nil)
-	}
+	t.flushCounts()
 }
 
 // commitLocked applies the batch while the locks are held, so that the next
@@ -594,8 +591,7 @@ func (s *Server) commitLocked(t *txn) error {
 	if err := s.apply(t.op, t.b, s.sync); err != nil {
 		return err
 	}
-	s.inodes.Add(t.inodeDelta)
-	s.dirs.Add(t.dirDelta)
+	s.addCounts(t)
 	return nil
 }
 

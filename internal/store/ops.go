@@ -229,9 +229,10 @@ func (s *Server) SyncChunks(ctx context.Context, req *weftpb.SyncChunksRequest) 
 	return &weftpb.SyncChunksReply{}, nil
 }
 
-// StatFS reports the backend's capacity, use and chunk count, and the
-// store's identity and whether it is incomplete.
-func (s *Server) StatFS(ctx context.Context, _ *weftpb.StoreStatFSRequest) (*weftpb.StoreStatFSReply, error) {
+// StatFS reports the backend's capacity, use and chunk count, the store's
+// identity and whether it is incomplete, and with want_stored the bytes its
+// chunks take.
+func (s *Server) StatFS(ctx context.Context, req *weftpb.StoreStatFSRequest) (*weftpb.StoreStatFSReply, error) {
 	const op = "statfs"
 	done, err := s.begin(ctx, op)
 	if err != nil {
@@ -243,5 +244,14 @@ func (s *Server) StatFS(ctx context.Context, _ *weftpb.StoreStatFSRequest) (*wef
 		return nil, err
 	}
 	id, incomplete := s.backend.Identity()
-	return &weftpb.StoreStatFSReply{Capacity: u.Capacity, Used: u.Used, Chunks: u.Chunks, Id: id, Incomplete: incomplete}, nil
+	reply := &weftpb.StoreStatFSReply{Capacity: u.Capacity, Used: u.Used, Chunks: u.Chunks, Id: id, Incomplete: incomplete}
+	if req.GetWantStored() {
+		reply.Stored = u.Used // a backend that holds nothing else (mem)
+		if r, ok := s.backend.(storedBytesReporter); ok {
+			if reply.Stored, err = r.StoredBytes(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return reply, nil
 }

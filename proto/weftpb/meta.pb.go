@@ -2535,17 +2535,22 @@ func (x *StatusRequest) GetTopPartitions() uint32 {
 }
 
 type StatusReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ServerId      uint32                 `protobuf:"varint,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
-	Servers       uint32                 `protobuf:"varint,2,opt,name=servers,proto3" json:"servers,omitempty"`       // meta servers in the cluster
-	Inodes        int64                  `protobuf:"varint,3,opt,name=inodes,proto3" json:"inodes,omitempty"`         // inodes allocated here in use
-	Dirs          int64                  `protobuf:"varint,4,opt,name=dirs,proto3" json:"dirs,omitempty"`             // directories whose inode is here
-	Partitions    uint64                 `protobuf:"varint,5,opt,name=partitions,proto3" json:"partitions,omitempty"` // directory partitions held here
-	Entries       uint64                 `protobuf:"varint,6,opt,name=entries,proto3" json:"entries,omitempty"`       // directory entries held here, all partitions
-	Splits        uint64                 `protobuf:"varint,7,opt,name=splits,proto3" json:"splits,omitempty"`         // partition splits done since start
-	Redirects     uint64                 `protobuf:"varint,8,opt,name=redirects,proto3" json:"redirects,omitempty"`   // requests answered WrongServer since start
-	Top           []*PartitionStatus     `protobuf:"bytes,9,rep,name=top,proto3" json:"top,omitempty"`
-	Durability    string                 `protobuf:"bytes,10,opt,name=durability,proto3" json:"durability,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ServerId   uint32                 `protobuf:"varint,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	Servers    uint32                 `protobuf:"varint,2,opt,name=servers,proto3" json:"servers,omitempty"`       // meta servers in the cluster
+	Inodes     int64                  `protobuf:"varint,3,opt,name=inodes,proto3" json:"inodes,omitempty"`         // this server's share of its own inodes in use (inodes_by_owner has the rest)
+	Dirs       int64                  `protobuf:"varint,4,opt,name=dirs,proto3" json:"dirs,omitempty"`             // this server's share of its own directories
+	Partitions uint64                 `protobuf:"varint,5,opt,name=partitions,proto3" json:"partitions,omitempty"` // directory partitions held here
+	Entries    uint64                 `protobuf:"varint,6,opt,name=entries,proto3" json:"entries,omitempty"`       // directory entries held here, all partitions
+	Splits     uint64                 `protobuf:"varint,7,opt,name=splits,proto3" json:"splits,omitempty"`         // partition splits done since start
+	Redirects  uint64                 `protobuf:"varint,8,opt,name=redirects,proto3" json:"redirects,omitempty"`   // requests answered WrongServer since start
+	Top        []*PartitionStatus     `protobuf:"bytes,9,rep,name=top,proto3" json:"top,omitempty"`
+	Durability string                 `protobuf:"bytes,10,opt,name=durability,proto3" json:"durability,omitempty"`
+	// This server's shares of every meta server's counts, by server id: a
+	// server's inodes (directories) in use are the sum of all servers' shares
+	// for it (an inode allocated on one server may be removed on another).
+	InodesByOwner []int64 `protobuf:"varint,11,rep,packed,name=inodes_by_owner,json=inodesByOwner,proto3" json:"inodes_by_owner,omitempty"`
+	DirsByOwner   []int64 `protobuf:"varint,12,rep,packed,name=dirs_by_owner,json=dirsByOwner,proto3" json:"dirs_by_owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2648,6 +2653,20 @@ func (x *StatusReply) GetDurability() string {
 		return x.Durability
 	}
 	return ""
+}
+
+func (x *StatusReply) GetInodesByOwner() []int64 {
+	if x != nil {
+		return x.InodesByOwner
+	}
+	return nil
+}
+
+func (x *StatusReply) GetDirsByOwner() []int64 {
+	if x != nil {
+		return x.DirsByOwner
+	}
+	return nil
 }
 
 type PartitionStatus struct {
@@ -2938,7 +2957,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\"6\n" +
 	"\rStatusRequest\x12%\n" +
-	"\x0etop_partitions\x18\x01 \x01(\rR\rtopPartitions\"\xac\x02\n" +
+	"\x0etop_partitions\x18\x01 \x01(\rR\rtopPartitions\"\xf8\x02\n" +
 	"\vStatusReply\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x18\n" +
 	"\aservers\x18\x02 \x01(\rR\aservers\x12\x16\n" +
@@ -2954,7 +2973,9 @@ const file_meta_proto_rawDesc = "" +
 	"\n" +
 	"durability\x18\n" +
 	" \x01(\tR\n" +
-	"durability\"i\n" +
+	"durability\x12&\n" +
+	"\x0finodes_by_owner\x18\v \x03(\x03R\rinodesByOwner\x12\"\n" +
+	"\rdirs_by_owner\x18\f \x03(\x03R\vdirsByOwner\"i\n" +
 	"\x0fPartitionStatus\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\x04R\x03dir\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x14\n" +

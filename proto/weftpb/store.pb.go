@@ -634,7 +634,10 @@ func (*SyncChunksReply) Descriptor() ([]byte, []int) {
 }
 
 type StoreStatFSRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also report stored: the space this store's chunks take, by walking
+	// them (weft status; too slow for every statfs).
+	WantStored    bool `protobuf:"varint,1,opt,name=want_stored,json=wantStored,proto3" json:"want_stored,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -669,10 +672,17 @@ func (*StoreStatFSRequest) Descriptor() ([]byte, []int) {
 	return file_store_proto_rawDescGZIP(), []int{11}
 }
 
+func (x *StoreStatFSRequest) GetWantStored() bool {
+	if x != nil {
+		return x.WantStored
+	}
+	return false
+}
+
 type StoreStatFSReply struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Capacity uint64                 `protobuf:"varint,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
-	Used     uint64                 `protobuf:"varint,2,opt,name=used,proto3" json:"used,omitempty"`
+	Used     uint64                 `protobuf:"varint,2,opt,name=used,proto3" json:"used,omitempty"` // bytes in use on the backend: for a disk, the whole file system's
 	Chunks   uint64                 `protobuf:"varint,3,opt,name=chunks,proto3" json:"chunks,omitempty"`
 	// id names this formatting of the store's data (a replaced disk gets a
 	// new one); incomplete: the store may lack chunks it should hold (it
@@ -680,6 +690,7 @@ type StoreStatFSReply struct {
 	// full repair pass marks it complete.
 	Id            string `protobuf:"bytes,4,opt,name=id,proto3" json:"id,omitempty"`
 	Incomplete    bool   `protobuf:"varint,5,opt,name=incomplete,proto3" json:"incomplete,omitempty"`
+	Stored        uint64 `protobuf:"varint,6,opt,name=stored,proto3" json:"stored,omitempty"` // with want_stored: bytes this store's chunks take
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -747,6 +758,13 @@ func (x *StoreStatFSReply) GetIncomplete() bool {
 		return x.Incomplete
 	}
 	return false
+}
+
+func (x *StoreStatFSReply) GetStored() uint64 {
+	if x != nil {
+		return x.Stored
+	}
+	return 0
 }
 
 // MarkStoreCompleteRequest ends a full repair pass over the store: it holds
@@ -1247,8 +1265,10 @@ const file_store_proto_rawDesc = "" +
 	"\adeleted\x18\x01 \x01(\x04R\adeleted\"%\n" +
 	"\x11SyncChunksRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\"\x11\n" +
-	"\x0fSyncChunksReply\"\x14\n" +
-	"\x12StoreStatFSRequest\"\x8a\x01\n" +
+	"\x0fSyncChunksReply\"5\n" +
+	"\x12StoreStatFSRequest\x12\x1f\n" +
+	"\vwant_stored\x18\x01 \x01(\bR\n" +
+	"wantStored\"\xa2\x01\n" +
 	"\x10StoreStatFSReply\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x02 \x01(\x04R\x04used\x12\x16\n" +
@@ -1256,7 +1276,8 @@ const file_store_proto_rawDesc = "" +
 	"\x02id\x18\x04 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
 	"incomplete\x18\x05 \x01(\bR\n" +
-	"incomplete\"*\n" +
+	"incomplete\x12\x16\n" +
+	"\x06stored\x18\x06 \x01(\x04R\x06stored\"*\n" +
 	"\x18MarkStoreCompleteRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x18\n" +
 	"\x16MarkStoreCompleteReply\"\xd6\x01\n" +
