@@ -42,7 +42,7 @@ func (p *pass) repairChunk(ctx context.Context, id *weftpb.ChunkID, holders []*w
 		case h.GetVersion() < newest.GetVersion():
 			p.rep.Stale++
 			targets = append(targets, target{store: s, expect: h.GetVersion()})
-		case p.cfg.Verify && !p.verify(ctx, s, h):
+		case p.cfg.Verify && !p.lostChunks(s) && !p.verify(ctx, s, h):
 			p.rep.Bad++
 			bad[s] = true
 			targets = append(targets, target{store: s, expect: h.GetVersion()})
@@ -64,6 +64,13 @@ func (p *pass) repairChunk(ctx context.Context, id *weftpb.ChunkID, holders []*w
 		p.copyTo(ctx, id, t, data, version)
 	}
 	p.throttle(ctx)
+}
+
+// lostChunks reports whether store s said it lost chunks when the pass
+// began.
+func (p *pass) lostChunks(s int) bool {
+	_, ok := p.incomplete[s]
+	return ok
 }
 
 // verify reads store s's whole copy; false if it fails its checksum, is cut

@@ -64,7 +64,11 @@ func (r *Report) String() string {
 }
 
 type pass struct {
-	cfg     Config
+	cfg Config
+	// incomplete maps the stores that lost chunks to their formatting's
+	// id: they serve no reads, so Verify trusts their versions.
+	incomplete map[int]string
+
 	rep     Report
 	log     *slog.Logger
 	start   time.Time
@@ -90,7 +94,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, s := range cfg.Stores {
 		p.listers = append(p.listers, &lister{store: s, ino: cfg.Ino})
 	}
-	incomplete := p.incompleteStores(ctx)
+	p.incomplete = p.incompleteStores(ctx)
 	for {
 		if err := ctx.Err(); err != nil {
 			return &p.rep, errs.Wrap(errs.Canceled, "repair", "", err)
@@ -109,7 +113,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	if !cfg.DryRun && cfg.Ino == 0 && p.rep.Clean() {
-		p.markComplete(ctx, incomplete)
+		p.markComplete(ctx, p.incomplete)
 	}
 	return &p.rep, ctx.Err()
 }
