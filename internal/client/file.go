@@ -102,6 +102,12 @@ func (f *File) check(op string, write bool) error {
 
 // ReadAt reads len(p) bytes at off; it returns io.EOF when fewer were there.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	return f.ReadAtContext(context.Background(), p, off)
+}
+
+// ReadAtContext is ReadAt bounded by ctx: it returns when ctx ends, with
+// errs.Canceled or errs.Timeout.
+func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, errs.New(errs.Invalid, "read", "negative offset")
 	}
@@ -114,7 +120,7 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	f.mu.Unlock()
 	total := 0
 	for total < len(p) {
-		k, err := f.n.read(context.Background(), p[total:], off+int64(total), seq)
+		k, err := f.n.read(ctx, p[total:], off+int64(total), seq)
 		total += k
 		if err != nil {
 			return total, err
