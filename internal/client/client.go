@@ -128,6 +128,8 @@ type Client struct {
 	stores []*rpc.Peer
 	same   []*sameHost // each store's same-host path, by store id
 
+	suspects *suspects // stores slow or failed lately, asked last (replicas.go)
+
 	maps dirMaps // GIGA+ partition bitmaps of directories (route.go)
 
 	mu struct {
@@ -156,6 +158,7 @@ func New(cfg Config) (*Client, error) {
 		c.stores = append(c.stores, peer(a))
 		c.same = append(c.same, &sameHost{addr: a})
 	}
+	c.suspects = newSuspects(len(c.stores))
 	c.mu.open = make(map[core.Ino]*openInode)
 	return c, nil
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/weftfs/weft/internal/core"
@@ -26,7 +27,40 @@ import (
 // the read: the next replica is asked as well (a hedged read), and the first
 // that has the chunk answers. Each replica's call is bounded by
 // Config.StoreTimeout, so a read whose every replica is stopped fails within
-// it rather than waiting for ever.
+// it rather than waiting for ever. A replica that was slow or failed is
+// suspect for suspectFor: reads ask it last, so that a stopped store costs
+// one ReplicaTimeout per suspectFor, not one per chunk read.
+
+// suspectFor is how long a replica that was slow or failed is asked last.
+const suspectFor = 30 * time.Second
+
+// suspects remembers the stores that were slow or failed lately.
+type suspects struct {
+	until []atomic.Int64 // by store id: unix nanoseconds
+}
+
+func newSuspects(n int) *suspects { return &suspects{until: make([]atomic.Int64, n)} }
+
+// mark makes store s suspect for suspectFor from now.
+func (sp *suspects) mark(s int) { sp.until[s].Store(time.Now().Add(suspectFor).UnixNano()) }
+
+// clear says store s answered well.
+func (sp *suspects) clear(s int) { sp.until[s].Store(0) }
+
+// order returns reps with the suspect stores last, in their order otherwise.
+func (sp *suspects) order(reps []int) []int {
+	now := time.Now().UnixNano()
+	out := make([]int, 0, len(reps))
+	var late []int
+	for _, s := range reps {
+		if sp.until[s].Load() > now {
+			late = append(late, s)
+		} else {
+			out = append(out, s)
+		}
+	}
+	return append(out, late...)
+}
 
 // replicaRead is one replica's answer to a chunk read.
 type replicaRead struct {
@@ -102,6 +136,7 @@ func (c *Client) readReplicas(ctx context.Context, ino core.Ino, index uint64, r
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // the replicas still asked give up
+	reps = c.suspects.order(reps)
 	answers := make(chan answer, len(reps))
 	next, pending := 0, 0
 	start := func() {
@@ -124,6 +159,7 @@ func (c *Client) readReplicas(ctx context.Context, ino core.Ino, index uint64, r
 			pending--
 			switch {
 			case a.err == nil && a.r.found:
+				c.suspects.clear(a.store)
 				return a.r.data, nil
 			case a.err == nil:
 				// Not on this replica: the next may have it.
@@ -131,6 +167,7 @@ func (c *Client) readReplicas(ctx context.Context, ino core.Ino, index uint64, r
 				return nil, a.err
 			default:
 				c.log.Warn("chunk read failed over", "ino", ino, "index", index, "store", a.store, "err", a.err)
+				c.suspects.mark(a.store)
 				if failed == nil {
 					failed = a.err
 				}
@@ -142,6 +179,7 @@ func (c *Client) readReplicas(ctx context.Context, ino core.Ino, index uint64, r
 		case <-hedge.C:
 			if next < len(reps) {
 				c.log.Warn("chunk read hedged: replica slow", "ino", ino, "index", index, "store", reps[next-1], "after", c.cfg.ReplicaTimeout)
+				c.suspects.mark(reps[next-1])
 				start()
 				hedge.Reset(c.cfg.ReplicaTimeout)
 			}

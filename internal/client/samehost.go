@@ -204,13 +204,14 @@ func (c *Client) writeChunkFrom(ctx context.Context, ino core.Ino, index uint64,
 // rules of readChunk (replicas.go). Where the chunk ends short (or is a
 // hole) the file gets zeros. A same-host replica slower than ReplicaTimeout
 // is left for the next one: the store writes into the file itself, so two
-// cannot be asked at once. When no same-host replica had the chunk and not
-// all of them answered that they hold none, the wire read (readChunk) asks
-// every replica again, hedged.
+// cannot be asked at once. When some replicas have no same-host path and
+// none of the others had the chunk, the wire read (readChunk) asks every
+// replica, hedged.
 func (c *Client) readChunkTo(ctx context.Context, ino core.Ino, index uint64, off, n int64, dst *os.File, foff int64) error {
 	req := &pb.LocalIORequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off, Length: n, FileOffset: foff}
-	reps := replicas(ino, index, len(c.stores), c.cfg.Replication)
-	notFound := 0
+	reps := c.suspects.order(replicas(ino, index, len(c.stores), c.cfg.Replication))
+	notFound, noPath := 0, 0
+	var failed error
 	for i, s := range reps {
 		timeout := c.cfg.ReplicaTimeout
 		if i == len(reps)-1 {
@@ -220,6 +221,7 @@ func (c *Client) readChunkTo(ctx context.Context, ino core.Ino, index uint64, of
 		r, err := c.same[s].call(actx, req, dst)
 		cancel()
 		if err == errNoPath {
+			noPath++
 			continue
 		}
 		var k int64
@@ -229,6 +231,7 @@ func (c *Client) readChunkTo(ctx context.Context, ino core.Ino, index uint64, of
 		}
 		switch {
 		case err == nil && found:
+			c.suspects.clear(s)
 			_, err = writeZeroPadded(io.NewOffsetWriter(dst, foff+k), nil, n-k)
 			return err
 		case err == nil:
@@ -240,10 +243,18 @@ func (c *Client) readChunkTo(ctx context.Context, ino core.Ino, index uint64, of
 			return err
 		}
 		c.log.Warn("chunk read failed over", "ino", ino, "index", index, "store", s, "err", err)
+		c.suspects.mark(s)
+		if failed == nil {
+			failed = err
+		}
 	}
-	if notFound == len(reps) {
+	switch {
+	case notFound == len(reps):
 		_, err := writeZeroPadded(io.NewOffsetWriter(dst, foff), nil, n) // a hole
 		return err
+	case noPath == 0:
+		// Every replica answered here: the wire would hear the same.
+		return errs.Wrap(errs.IO, "read chunk", chunkName(ino, index), failed)
 	}
 	data, err := c.readChunk(ctx, ino, index, off, n)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,6 +141,91 @@ func TestReplicaLostReadsFromTheOther(t *testing.T) {
 		}
 		if got, _ := os.ReadFile(local); !bytes.Equal(got, want) {
 			t.Errorf("weft get %s: %d bytes differ from the %d written", name, len(got), len(want))
+		}
+	}
+}
+
+// stopStore stops store id with SIGSTOP until the test ends.
+func stopStore(t *testing.T, p *Procs, id int) {
+	t.Helper()
+	for _, s := range p.Servers() {
+		if s.Role == RoleStore && s.ID == id {
+			if err := syscall.Kill(s.Pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { syscall.Kill(s.Pid, syscall.SIGCONT) })
+			return
+		}
+	}
+	t.Fatalf("no store %d", id)
+}
+
+// TestStoppedReplicaReadsFromTheOther is issue 12 item 2a: with R=2, a
+// store stopped by SIGSTOP must not hang the reads whose first replica it
+// is: each is answered by the other replica within about ReplicaTimeout.
+func TestStoppedReplicaReadsFromTheOther(t *testing.T) {
+	p := startProcs(t, ProcsOptions{Dir: t.TempDir(), Meta: 1, Store: 3, Replication: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	files := replicaFiles(t, ctx, newTestClient(t, p, false, nil), 6)
+	stopStore(t, p, 0)
+
+	const bound = client.DefaultReplicaTimeout + 4*time.Second // slack for a loaded machine
+	for _, tcp := range []bool{false, true} {
+		c := newTestClient(t, p, tcp, nil)
+		for name, want := range files {
+			rctx, rcancel := context.WithTimeout(ctx, 3*bound)
+			start := time.Now()
+			got, err := readAll(rctx, c, name, len(want))
+			took := time.Since(start)
+			rcancel()
+			if err != nil {
+				t.Errorf("%s (TCP %v) with a stopped replica: %v after %v", name, tcp, err, took)
+				continue
+			}
+			// readAll reads the file three ways, after an open.
+			if took > 3*bound {
+				t.Errorf("%s (TCP %v): three reads took %v, want each within %v", name, tcp, took, bound)
+			}
+			for how, b := range got {
+				if !bytes.Equal(b, want) {
+					t.Errorf("%s (TCP %v) by %s: %d bytes differ from the %d written", name, tcp, how, len(b), len(want))
+				}
+			}
+		}
+	}
+}
+
+// TestStoppedStoreFailsWithinBound: with R=1 and the only store stopped, a
+// read and a put fail with an error within StoreTimeout, never hang.
+func TestStoppedStoreFailsWithinBound(t *testing.T) {
+	p := startProcs(t, ProcsOptions{Dir: t.TempDir(), Meta: 1, Store: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const storeTimeout = 3 * time.Second
+	const bound = storeTimeout + 4*time.Second
+	setTimeout := func(cc *client.Config) { cc.StoreTimeout = storeTimeout }
+	files := replicaFiles(t, ctx, newTestClient(t, p, false, setTimeout), 2)
+	stopStore(t, p, 0)
+	for _, tcp := range []bool{false, true} {
+		c := newTestClient(t, p, tcp, setTimeout)
+		for name, want := range files {
+			rctx, rcancel := context.WithTimeout(ctx, 4*bound)
+			start := time.Now()
+			_, err := readAll(rctx, c, name, len(want))
+			took := time.Since(start)
+			rcancel()
+			if err == nil || took > bound {
+				t.Errorf("read %s (TCP %v) from a stopped store: %v after %v, want an error within %v", name, tcp, err, took, bound)
+			}
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 4*bound)
+		start := time.Now()
+		_, err := c.WriteFrom(rctx, fmt.Sprintf("/put-%v", tcp), bytes.NewReader(make([]byte, 5<<20)), 0o644, nil)
+		took := time.Since(start)
+		rcancel()
+		if err == nil || took > bound {
+			t.Errorf("put (TCP %v) to a stopped store: %v after %v, want an error within %v", tcp, err, took, bound)
 		}
 	}
 }

@@ -129,7 +129,9 @@ func (n *Node) repoint() {
 
 // Read reads at off; a short read is the end of the file.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	k, err := h.f.ReadAt(dest, off)
+	cctx, cancel := h.node.fsys.callCtx(ctx)
+	defer cancel()
+	k, err := h.f.ReadAtContext(cctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, h.node.fsys.fail("read", err)
 	}
@@ -138,7 +140,9 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 
 // Write buffers data at off (at the client's end of file for O_APPEND).
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	k, err := h.f.WriteAt(data, off)
+	cctx, cancel := h.node.fsys.callCtx(ctx)
+	defer cancel()
+	k, err := h.f.WriteAtContext(cctx, data, off)
 	if err != nil {
 		return uint32(k), h.node.fsys.fail("write", err)
 	}
@@ -151,14 +155,18 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if !h.write {
 		return 0
 	}
+	cctx, cancel := h.node.fsys.callCtx(ctx)
+	defer cancel()
 	h.repoint()
-	return h.node.fsys.fail("flush", h.f.Flush())
+	return h.node.fsys.fail("flush", h.f.FlushContext(cctx))
 }
 
 // Fsync makes the file durable (fdatasync does the same).
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	cctx, cancel := h.node.fsys.callCtx(ctx)
+	defer cancel()
 	h.repoint()
-	return h.node.fsys.fail("fsync", h.f.Sync())
+	return h.node.fsys.fail("fsync", h.f.SyncContext(cctx))
 }
 
 // Release is the last close of the handle. The kernel no longer waits for
@@ -172,7 +180,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		a, _ = n.fsys.c.OpenAttr(core.Attr{Ino: n.ino()})
 	}
 	h.repoint()
-	err := h.f.Close()
+	cctx, cancel := n.fsys.callCtx(ctx)
+	err := h.f.CloseContext(cctx)
+	cancel()
 	n.mu.Lock()
 	n.mu.opens--
 	if h.write {
