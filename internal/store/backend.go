@@ -1,7 +1,9 @@
 package store
 
 import (
+	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/weftfs/weft/internal/errs"
 )
@@ -38,17 +40,20 @@ type Usage struct {
 // the package doc, so a Backend never sees two concurrent changes of one
 // chunk, nor a DeleteChunks concurrent with anything else on that inode.
 //
-// Errors carry a kind: errs.Corrupt for a checksum mismatch, errs.NoSpace
-// when the backend is full, errs.IO for a failing device.
+// Errors carry a kind: errs.Corrupt for a checksum mismatch, errs.Lost for
+// a chunk shorter than its recorded size, errs.NoSpace when the backend is
+// full, errs.IO for a failing device.
 type Backend interface {
 	// Write writes data at off, growing the chunk (a gap reads as zeros);
 	// mode says how durable the bytes are when it returns.
 	Write(k ChunkKey, off int64, data []byte, mode WriteMode) error
-	// Read returns up to n bytes at off; fewer if the chunk ends, none if it
-	// does not exist. The bytes live in one buffer the backend gets from
-	// alloc (at most once, of at most n plus two blocks), possibly at an
-	// offset within it; every byte of the result has been written.
-	Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, error)
+	// Read returns up to n bytes at off, fewer if the chunk ends, and the
+	// chunk's size and version; false if it does not exist. The bytes live
+	// in one buffer the backend gets from alloc (at most once, of at most n
+	// plus two blocks), possibly at an offset within it; every byte of the
+	// result has been written. A chunk that lost bytes below its recorded
+	// size is errs.Lost.
+	Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, ChunkInfo, bool, error)
 	// Truncate sets the chunk's size; size 0 removes it.
 	Truncate(k ChunkKey, size int64) error
 	// Delete removes every chunk of ino with index >= from and returns how
@@ -58,6 +63,17 @@ type Backend interface {
 	Sync(ino uint64) error
 	// Usage reports capacity, use and chunk count.
 	Usage() (Usage, error)
+	// Keys returns the keys of the chunks q selects, in (ino, index) order,
+	// at most q.Limit of them, and whether more follow. It takes no chunk
+	// locks: a chunk it names may be gone by the time it is looked at.
+	Keys(q ListQuery) ([]ChunkKey, bool, error)
+	// Stat describes chunk k; false if it does not exist.
+	Stat(k ChunkKey) (ChunkInfo, bool, error)
+	// Identity returns the id of this formatting of the store and whether
+	// the store is incomplete: it may lack chunks it should hold.
+	Identity() (id string, incomplete bool)
+	// MarkComplete records, durably for disk, that the store is complete.
+	MarkComplete() error
 	// ChunkCount is the number of chunks, cheaply (for a gauge).
 	ChunkCount() int64
 	Close() error
@@ -66,4 +82,17 @@ type Backend interface {
 // corruptErr reports a checksum mismatch in block b of chunk k.
 func corruptErr(op string, k ChunkKey, b int64) error {
 	return errs.New(errs.Corrupt, op, "chunk %v (ino %d index %d): block %d fails its checksum", k, k.Ino, k.Index, b)
+}
+
+// ioErr wraps a failed system call on subject with the kind its errno
+// means: a full disk is errs.NoSpace (ENOSPC at the client's mount), a file
+// too large errs.TooBig, anything else errs.IO.
+func ioErr(op, subject string, err error) error {
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return errs.Wrap(errs.NoSpace, op, subject, err)
+	case errors.Is(err, syscall.EFBIG):
+		return errs.Wrap(errs.TooBig, op, subject, err)
+	}
+	return errs.Wrap(errs.IO, op, subject, err)
 }

@@ -22,8 +22,9 @@ type diskBackend struct {
 	root   string // the data directory
 	dir    string // root/chunks
 	layout layout // for new chunk files
+	fs     FS
 	log    *slog.Logger
-	lock   *os.File // root/LOCK, flocked while open
+	lock   File // root/LOCK, flocked while open
 	count  atomic.Int64
 
 	// hook, when set, runs between the steps of a change (tests only).
@@ -32,7 +33,8 @@ type diskBackend struct {
 
 	mu struct {
 		sync.Mutex
-		dirty map[uint64]*dirtyIno // what SyncChunks must flush, per inode
+		dirty  map[uint64]*dirtyIno // what SyncChunks must flush, per inode
+		marker marker               // as in root/FORMAT
 	}
 }
 
@@ -53,25 +55,33 @@ const (
 
 var _ Backend = (*diskBackend)(nil)
 
-func openDiskBackend(root string, l layout, noFsync bool, log *slog.Logger) (*diskBackend, error) {
-	d := &diskBackend{root: root, dir: filepath.Join(root, "chunks"), layout: l, noFsync: noFsync, log: log}
+func openDiskBackend(root string, l layout, replacement, noFsync bool, fsys FS, log *slog.Logger) (*diskBackend, error) {
+	d := &diskBackend{root: root, dir: filepath.Join(root, "chunks"), layout: l, noFsync: noFsync, fs: fsys, log: log}
 	d.mu.dirty = make(map[uint64]*dirtyIno)
-	if err := os.MkdirAll(d.dir, 0o700); err != nil {
-		return nil, errs.Wrap(errs.IO, "open store", root, err)
+	if err := d.fs.MkdirAll(root, 0o700); err != nil {
+		return nil, ioErr("open store", root, err)
 	}
-	lock, err := os.OpenFile(filepath.Join(root, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
+	lock, err := d.fs.OpenFile(filepath.Join(root, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, errs.Wrap(errs.IO, "open store", root, err)
+		return nil, ioErr("open store", root, err)
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := lock.Lock(); err != nil {
 		lock.Close()
 		return nil, errs.New(errs.Busy, "open store", "%s is in use by another store server: %v", root, err)
 	}
 	d.lock = lock
+	if d.mu.marker, err = d.openMarker(replacement); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	if err := d.fs.Mkdir(d.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		lock.Close()
+		return nil, ioErr("open store", d.dir, err)
+	}
 	for _, p := range []string{d.dir, root} {
 		if err := d.syncDir(p); err != nil {
 			lock.Close()
-			return nil, errs.Wrap(errs.IO, "open store", p, err)
+			return nil, ioErr("open store", p, err)
 		}
 	}
 	if err := d.scan(); err != nil {
@@ -86,25 +96,47 @@ func openDiskBackend(root string, l layout, noFsync bool, log *slog.Logger) (*di
 // directory: fine for a store of up to some millions of chunks.
 func (d *diskBackend) scan() error {
 	var n int64
-	err := filepath.WalkDir(d.dir, func(p string, e fs.DirEntry, err error) error {
+	err := d.eachInoDir(func(dir string) error {
+		names, err := d.fs.ReadDirNames(dir)
 		if err != nil {
 			return err
 		}
-		if e.IsDir() {
-			return nil
-		}
-		switch name := e.Name(); {
-		case strings.HasSuffix(name, ".tmp"):
-			return os.Remove(p)
-		case validIndexName(name):
-			n++
+		for _, name := range names {
+			switch {
+			case strings.HasSuffix(name, ".tmp"):
+				if err := d.fs.Remove(filepath.Join(dir, name)); err != nil {
+					return err
+				}
+			case validIndexName(name):
+				n++
+			}
 		}
 		return nil
 	})
 	if err != nil {
-		return errs.Wrap(errs.IO, "open store", d.root, err)
+		return ioErr("open store", d.root, err)
 	}
 	d.count.Store(n)
+	return nil
+}
+
+// eachInoDir calls f with every inode directory.
+func (d *diskBackend) eachInoDir(f func(dir string) error) error {
+	fans, err := d.fs.ReadDirNames(d.dir)
+	if err != nil {
+		return err
+	}
+	for _, fan := range fans {
+		inos, err := d.fs.ReadDirNames(filepath.Join(d.dir, fan))
+		if err != nil {
+			return err
+		}
+		for _, ino := range inos {
+			if err := f(filepath.Join(d.dir, fan, ino)); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -126,9 +158,22 @@ func (d *diskBackend) chunkPath(k ChunkKey) string {
 }
 
 // open opens chunk k; a missing chunk gives nil, or with create a new empty
-// chunk file.
+// chunk file. A file shorter than its recorded size is errs.Lost.
 func (d *diskBackend) open(k ChunkKey, create bool) (*chunkFile, error) {
-	f, err := os.OpenFile(d.chunkPath(k), os.O_RDWR, 0)
+	cf, err := d.openFile(k, create)
+	if cf == nil || err != nil {
+		return nil, err
+	}
+	if err := cf.checkLength(); err != nil {
+		cf.Close()
+		return nil, err
+	}
+	return cf, nil
+}
+
+// openFile is open without the length check.
+func (d *diskBackend) openFile(k ChunkKey, create bool) (*chunkFile, error) {
+	f, err := d.fs.OpenFile(d.chunkPath(k), os.O_RDWR, 0)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && create:
 		f, err = d.create(k)
@@ -138,7 +183,7 @@ func (d *diskBackend) open(k ChunkKey, create bool) (*chunkFile, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
 	case err != nil:
-		return nil, errs.Wrap(errs.IO, "open chunk", k.String(), err)
+		return nil, ioErr("open chunk", k.String(), err)
 	}
 	cf := &chunkFile{k: k, f: f}
 	if err := cf.load(); err != nil {
@@ -150,26 +195,26 @@ func (d *diskBackend) open(k ChunkKey, create bool) (*chunkFile, error) {
 
 // create makes chunk k's file whole under a temporary name and renames it
 // into place, so a crash never leaves a chunk file without its header.
-func (d *diskBackend) create(k ChunkKey) (*os.File, error) {
+func (d *diskBackend) create(k ChunkKey) (File, error) {
 	if err := d.makeInoDir(k.Ino); err != nil {
-		return nil, errs.Wrap(errs.IO, "create chunk", k.String(), err)
+		return nil, ioErr("create chunk", k.String(), err)
 	}
 	p := d.chunkPath(k)
-	f, err := os.OpenFile(p+".tmp", os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	f, err := d.fs.OpenFile(p+".tmp", os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, errs.Wrap(errs.IO, "create chunk", k.String(), err)
+		return nil, ioErr("create chunk", k.String(), err)
 	}
 	_, err = f.WriteAt(d.layout.header(), 0)
 	if err == nil {
 		err = f.Truncate(d.layout.dataOff)
 	}
 	if err == nil {
-		err = os.Rename(p+".tmp", p)
+		err = d.fs.Rename(p+".tmp", p)
 	}
 	if err != nil {
 		f.Close()
-		os.Remove(p + ".tmp")
-		return nil, errs.Wrap(errs.IO, "create chunk", k.String(), err)
+		d.fs.Remove(p + ".tmp")
+		return nil, ioErr("create chunk", k.String(), err)
 	}
 	d.count.Add(1)
 	d.markDirty(k.Ino, dirtyInoDir)
@@ -179,14 +224,14 @@ func (d *diskBackend) create(k ChunkKey) (*os.File, error) {
 // makeInoDir makes ino's directory, and its fan-out directory if need be,
 // marking the parents whose entries changed for the next sync.
 func (d *diskBackend) makeInoDir(ino uint64) error {
-	err := os.Mkdir(d.inoDir(ino), 0o700)
+	err := d.fs.Mkdir(d.inoDir(ino), 0o700)
 	if errors.Is(err, fs.ErrNotExist) {
-		err = os.Mkdir(d.fanDir(ino), 0o700)
+		err = d.fs.Mkdir(d.fanDir(ino), 0o700)
 		if err == nil {
 			d.markDirty(ino, dirtyChunksDir)
 		}
 		if err == nil || errors.Is(err, fs.ErrExist) {
-			err = os.Mkdir(d.inoDir(ino), 0o700)
+			err = d.fs.Mkdir(d.inoDir(ino), 0o700)
 		}
 	}
 	switch {
@@ -223,7 +268,7 @@ func (d *diskBackend) Write(k ChunkKey, off int64, data []byte, mode WriteMode) 
 		return d.syncFile(k, cf)
 	case mode == WriteBehind:
 		// Only a hint: if it fails, the sync to come does the work.
-		startWriteback(cf.f, cf.l.dataOff+off, int64(len(data)))
+		cf.f.StartWriteback(cf.l.dataOff+off, int64(len(data)))
 	}
 	return nil
 }
@@ -243,51 +288,53 @@ func (d *diskBackend) Truncate(k ChunkKey, size int64) error {
 	d.markFile(k)
 	return cf.apply(truncateChange(cf.l.blockSize, cf.size, size), func() error {
 		if err := cf.f.Truncate(cf.l.dataOff + size); err != nil {
-			return errs.Wrap(errs.IO, "truncate chunk", k.String(), err)
+			return ioErr("truncate chunk", k.String(), err)
 		}
 		return nil
 	}, d.hook)
 }
 
 func (d *diskBackend) remove(k ChunkKey) error {
-	err := os.Remove(d.chunkPath(k))
+	err := d.fs.Remove(d.chunkPath(k))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return errs.Wrap(errs.IO, "remove chunk", k.String(), err)
+		return ioErr("remove chunk", k.String(), err)
 	}
 	d.count.Add(-1)
 	d.forgetFile(k)
 	return nil
 }
 
-func (d *diskBackend) Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, error) {
+func (d *diskBackend) Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, ChunkInfo, bool, error) {
 	cf, err := d.open(k, false)
 	if cf == nil || err != nil {
-		return nil, err
+		return nil, ChunkInfo{}, false, err
 	}
 	defer cf.Close()
+	info := cf.info()
 	if off >= cf.size || n == 0 {
-		return nil, nil
+		return nil, info, true, nil
 	}
-	return cf.read(off, min(off+n, cf.size), alloc)
+	data, err := cf.read(off, min(off+n, cf.size), alloc)
+	return data, info, true, err
 }
 
 func (d *diskBackend) Delete(ino, from uint64) (uint64, error) {
 	dir := d.inoDir(ino)
-	ents, err := os.ReadDir(dir)
+	names, err := d.fs.ReadDirNames(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, errs.Wrap(errs.IO, "delete chunks", dir, err)
+		return 0, ioErr("delete chunks", dir, err)
 	}
 	var n uint64
 	left := 0
-	for _, e := range ents {
-		idx, err := strconv.ParseUint(e.Name(), 16, 64)
-		if err != nil || !validIndexName(e.Name()) || idx < from {
+	for _, name := range names {
+		idx, ok := parseHex16(name)
+		if !ok || idx < from {
 			left++
 			continue
 		}
@@ -297,7 +344,7 @@ func (d *diskBackend) Delete(ino, from uint64) (uint64, error) {
 		n++
 	}
 	if left == 0 {
-		if err := os.Remove(dir); err == nil {
+		if err := d.fs.Remove(dir); err == nil {
 			d.markDirty(ino, dirtyFanDir)
 		}
 	}
@@ -318,6 +365,27 @@ func (d *diskBackend) Usage() (Usage, error) {
 }
 
 func (d *diskBackend) ChunkCount() int64 { return d.count.Load() }
+
+func (d *diskBackend) Identity() (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mu.marker.id, d.mu.marker.incomplete
+}
+
+func (d *diskBackend) MarkComplete() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.mu.marker.incomplete {
+		return nil
+	}
+	m := d.mu.marker
+	m.incomplete = false
+	if err := d.writeMarker(m); err != nil {
+		return err
+	}
+	d.mu.marker = m
+	return nil
+}
 
 func (d *diskBackend) Close() error {
 	return d.lock.Close() // releases the flock

@@ -6,8 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"sync"
-
-	"github.com/weftfs/weft/internal/errs"
 )
 
 // The dirty set records, per inode, what has been written but not yet made
@@ -86,7 +84,7 @@ func (d *diskBackend) syncFile(k ChunkKey, cf *chunkFile) error {
 	}
 	if err != nil {
 		d.putBack(k.Ino, []uint64{k.Index}, dirs)
-		return errs.Wrap(errs.IO, "sync chunk", k.String(), err)
+		return ioErr("sync chunk", k.String(), err)
 	}
 	return nil
 }
@@ -119,7 +117,7 @@ func (d *diskBackend) Sync(ino uint64) error {
 	failed, firstErr := d.syncChunks(ino, di.files)
 	dirs := di.dirs
 	if err := d.syncDirs(ino, di.dirs); err != nil {
-		firstErr = cmp.Or(firstErr, errs.Wrap(errs.IO, "sync chunks", d.inoDir(ino), err))
+		firstErr = cmp.Or(firstErr, ioErr("sync chunks", d.inoDir(ino), err))
 	} else {
 		dirs = 0
 	}
@@ -173,32 +171,32 @@ func (d *diskBackend) syncChunks(ino uint64, idxs map[uint64]struct{}) ([]uint64
 }
 
 func (d *diskBackend) syncChunk(k ChunkKey) error {
-	f, err := os.OpenFile(d.chunkPath(k), os.O_RDWR, 0)
+	f, err := d.fs.OpenFile(d.chunkPath(k), os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // removed since; its directory entry is synced below
 	}
 	if err != nil {
-		return errs.Wrap(errs.IO, "sync chunk", k.String(), err)
+		return ioErr("sync chunk", k.String(), err)
 	}
 	defer f.Close()
 	if err := d.datasync(f); err != nil {
-		return errs.Wrap(errs.IO, "sync chunk", k.String(), err)
+		return ioErr("sync chunk", k.String(), err)
 	}
 	return nil
 }
 
-func (d *diskBackend) datasync(f *os.File) error {
+func (d *diskBackend) datasync(f File) error {
 	if d.noFsync {
 		return nil
 	}
-	return datasync(f)
+	return f.Datasync()
 }
 
 func (d *diskBackend) syncDir(p string) error {
 	if d.noFsync {
 		return nil
 	}
-	f, err := os.Open(p)
+	f, err := d.fs.OpenFile(p, os.O_RDONLY, 0)
 	if err != nil {
 		return err
 	}

@@ -147,31 +147,38 @@ func TestDiskCrashBetweenSteps(t *testing.T) {
 	want := append([]byte(nil), old...)
 	copy(want[patchAt:], patch)
 
+	// Steps (apply): 0 entries {old, new}; 1 data; 2 state; 3 entries
+	// {new, new}, with state and data swapped for a shrink. newFrom is the
+	// first step before which a crash leaves the new bytes: the data step
+	// for a write within the size, the state step for a growth (until it,
+	// the recorded size hides the new bytes) and for a shrink.
 	changes := map[string]struct {
 		do            func(s *Server)
 		before, after []byte
+		newFrom       int
 	}{
 		"write": {
 			do: func(s *Server) {
 				s.WriteChunk(context.Background(), &weftpb.WriteChunkRequest{Chunk: cid(1, 0), Offset: patchAt, Data: patch})
 			},
-			before: old, after: want,
+			before: old, after: want, newFrom: 2,
 		},
 		"grow": {
 			do: func(s *Server) {
 				s.WriteChunk(context.Background(), &weftpb.WriteChunkRequest{Chunk: cid(1, 0), Offset: int64(len(old)) + 10, Data: []byte("end")})
 			},
 			before: old, after: append(append(append([]byte(nil), old...), make([]byte, 10)...), "end"...),
+			newFrom: 3,
 		},
 		"shrink": {
 			do: func(s *Server) {
 				s.TruncateChunk(context.Background(), &weftpb.TruncateChunkRequest{Chunk: cid(1, 0), Size: 100})
 			},
-			before: old, after: old[:100],
+			before: old, after: old[:100], newFrom: 2,
 		},
 	}
 	for name, c := range changes {
-		for crashAt := range 4 { // before step 0, 1, 2; 3: no crash
+		for crashAt := range 5 { // before step 0, 1, 2, 3; 4: no crash
 			t.Run(name+"/"+string(rune('0'+crashAt)), func(t *testing.T) {
 				dir := t.TempDir()
 				s, _ := diskStore(t, dir)
@@ -188,7 +195,7 @@ func TestDiskCrashBetweenSteps(t *testing.T) {
 
 				s2, _ := diskStore(t, dir)
 				expect := c.after
-				if crashAt <= 1 { // the data step did not run
+				if crashAt < c.newFrom {
 					expect = c.before
 				}
 				wantBytes(t, "after crash", mustRead(t, s2, 1, 0, 0, 1<<20), expect)

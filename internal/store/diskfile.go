@@ -4,66 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"os"
+	"time"
 
 	"github.com/weftfs/weft/internal/errs"
 )
-
-// The chunk file format; see the package doc.
-const (
-	chunkMagic   = "WEFTCHNK"
-	chunkVersion = 1
-	headerSize   = 4096
-	headerUsed   = 28
-	entrySize    = 8
-	pageSize     = 4096
-	maxEntries   = 1 << 20
-)
-
-// layout is where a chunk file keeps its table and data. Each file carries
-// its own, so files made with another block or chunk size stay readable.
-type layout struct {
-	blockSize int64
-	entries   int64 // table entries: the chunk's maximum number of blocks
-	dataOff   int64
-}
-
-func newLayout(bs, maxChunk int64) layout {
-	entries := blockCount(bs, maxChunk)
-	return layout{blockSize: bs, entries: entries, dataOff: dataOffset(entries)}
-}
-
-func dataOffset(entries int64) int64 {
-	return headerSize + (entries*entrySize+pageSize-1)/pageSize*pageSize
-}
-
-func (l layout) maxSize() int64 { return l.entries * l.blockSize }
-
-func (l layout) header() []byte {
-	h := make([]byte, headerUsed)
-	copy(h, chunkMagic)
-	binary.LittleEndian.PutUint32(h[8:], chunkVersion)
-	binary.LittleEndian.PutUint32(h[12:], uint32(l.blockSize))
-	binary.LittleEndian.PutUint32(h[16:], uint32(l.entries))
-	binary.LittleEndian.PutUint32(h[20:], uint32(l.dataOff))
-	binary.LittleEndian.PutUint32(h[24:], checksum(h[:24]))
-	return h
-}
-
-func parseHeader(h []byte) (layout, bool) {
-	if len(h) < headerUsed || string(h[:8]) != chunkMagic ||
-		binary.LittleEndian.Uint32(h[8:]) != chunkVersion ||
-		binary.LittleEndian.Uint32(h[24:]) != checksum(h[:24]) {
-		return layout{}, false
-	}
-	l := layout{
-		blockSize: int64(binary.LittleEndian.Uint32(h[12:])),
-		entries:   int64(binary.LittleEndian.Uint32(h[16:])),
-		dataOff:   int64(binary.LittleEndian.Uint32(h[20:])),
-	}
-	ok := l.blockSize > 0 && l.entries > 0 && l.entries <= maxEntries && l.dataOff == dataOffset(l.entries)
-	return l, ok
-}
 
 // entry is a block's two CRC slots: the block is valid if its CRC equals
 // either. Between changes both slots hold the same CRC; during a change one
@@ -72,34 +16,76 @@ type entry struct{ a, b uint32 }
 
 func (e entry) matches(c uint32) bool { return e.a == c || e.b == c }
 
-// chunkFile is an open chunk file; size is its data length.
+// chunkFile is an open chunk file: its layout, its state (size and
+// version) from the newer valid slot, and the file's length.
 type chunkFile struct {
-	k    ChunkKey
-	f    *os.File
-	l    layout
-	size int64
+	k       ChunkKey
+	f       File
+	l       layout
+	size    int64
+	version uint64
+	fileLen int64
+	mtime   time.Time // of the file when it was opened
 }
 
 func (cf *chunkFile) Close() error { return cf.f.Close() }
 
-// load reads the header and the size of an opened chunk file.
+func (cf *chunkFile) info() ChunkInfo {
+	return ChunkInfo{Key: cf.k, Size: cf.size, Version: cf.version, Mtime: cf.mtime}
+}
+
+// load reads the header, the state and the file's length of an opened
+// chunk file. A bad header is errs.Corrupt.
 func (cf *chunkFile) load() error {
-	h := make([]byte, headerUsed)
+	h := make([]byte, slotOff1+slotSize)
 	if _, err := cf.f.ReadAt(h, 0); err != nil && !errors.Is(err, io.EOF) {
-		return errs.Wrap(errs.IO, "open chunk", cf.k.String(), err)
+		return ioErr("open chunk", cf.k.String(), err)
 	}
-	l, ok := parseHeader(h)
+	l, err := parseHeader(h)
+	if err != nil {
+		return errs.New(errs.Corrupt, "open chunk", "chunk %v (ino %d index %d): %v", cf.k, cf.k.Ino, cf.k.Index, err)
+	}
+	st, ok := parseState(h)
 	if !ok {
-		return errs.New(errs.Corrupt, "open chunk", "chunk %v (ino %d index %d): bad header", cf.k, cf.k.Ino, cf.k.Index)
+		return errs.New(errs.Corrupt, "open chunk", "chunk %v (ino %d index %d): no valid state slot", cf.k, cf.k.Ino, cf.k.Index)
 	}
 	fi, err := cf.f.Stat()
 	if err != nil {
-		return errs.Wrap(errs.IO, "open chunk", cf.k.String(), err)
+		return ioErr("open chunk", cf.k.String(), err)
 	}
-	if fi.Size() < l.dataOff {
-		return errs.New(errs.Corrupt, "open chunk", "chunk %v: file shorter than its header", cf.k)
+	cf.l, cf.size, cf.version, cf.fileLen, cf.mtime = l, st.size, st.version, fi.Size(), fi.ModTime()
+	return nil
+}
+
+// checkLength reports a file shorter than its recorded size: its tail was
+// lost (a cut file, a bad disk), and a read must not return less or zeros.
+// A longer file is normal after a crash: the bytes past the size were never
+// acknowledged and are dropped by the next change (dropStaleTail).
+func (cf *chunkFile) checkLength() error {
+	if cf.fileLen < cf.l.dataOff+cf.size {
+		return errs.New(errs.Lost, "open chunk", "chunk %v (ino %d index %d): file holds %d of its %d bytes",
+			cf.k, cf.k.Ino, cf.k.Index, max(0, cf.fileLen-cf.l.dataOff), cf.size)
 	}
-	cf.l, cf.size = l, fi.Size()-l.dataOff
+	return nil
+}
+
+// dropStaleTail cuts the bytes past the recorded size that a change which
+// crashed or failed left behind, so that a growth reads zeros there.
+func (cf *chunkFile) dropStaleTail() error {
+	if end := cf.l.dataOff + cf.size; cf.fileLen > end {
+		if err := cf.f.Truncate(end); err != nil {
+			return ioErr("truncate chunk", cf.k.String(), err)
+		}
+		cf.fileLen = end
+	}
+	return nil
+}
+
+// writeState records st in the slot its version names.
+func (cf *chunkFile) writeState(st chunkState) error {
+	if _, err := cf.f.WriteAt(st.encode(), slotOff(st.version)); err != nil {
+		return ioErr("write chunk state", cf.k.String(), err)
+	}
 	return nil
 }
 
@@ -116,13 +102,16 @@ func (cf *chunkFile) readEntries(lo, hi int64) ([]entry, error) {
 }
 
 func (cf *chunkFile) writeEntries(lo int64, es []entry) error {
+	if len(es) == 0 {
+		return nil
+	}
 	buf := make([]byte, len(es)*entrySize)
 	for i, e := range es {
 		binary.LittleEndian.PutUint32(buf[i*entrySize:], e.a)
 		binary.LittleEndian.PutUint32(buf[i*entrySize+4:], e.b)
 	}
 	if _, err := cf.f.WriteAt(buf, headerSize+lo*entrySize); err != nil {
-		return errs.Wrap(errs.IO, "write chunk table", cf.k.String(), err)
+		return ioErr("write chunk table", cf.k.String(), err)
 	}
 	return nil
 }
@@ -139,7 +128,7 @@ func (cf *chunkFile) writeData(p []byte, off int64) error {
 	for len(p) > 0 {
 		n := min(len(p), writeUnit)
 		if _, err := cf.f.WriteAt(p[:n], cf.l.dataOff+off); err != nil {
-			return errs.Wrap(errs.IO, "write chunk", cf.k.String(), err)
+			return ioErr("write chunk", cf.k.String(), err)
 		}
 		p, off = p[n:], off+int64(n)
 	}
@@ -155,23 +144,92 @@ func (cf *chunkFile) readData(p []byte, off int64) error {
 }
 
 // apply makes change ch, whose data step is mutate, in the order of the
-// package doc: entries {old, new}, data, entries {new, new}. hook, when set,
-// runs between the steps so that tests can stop there as a crash would.
+// package doc: entries {old, new}; data; state; entries {new, new}, with the
+// state before the data for a shrink. hook, when set, runs before each of
+// the four steps so that tests can stop there as a crash would.
 func (cf *chunkFile) apply(ch change, mutate func() error, hook func(step int) error) error {
+	if err := cf.dropStaleTail(); err != nil {
+		return err
+	}
 	lo, hi := ch.blocks()
+	es, err := cf.changedEntries(ch, lo, hi)
+	if err != nil {
+		return err
+	}
+	next := chunkState{size: ch.newSize, version: cf.version + 1}
+	steps := []func() error{
+		func() error { return cf.writeEntries(lo, es) },
+		mutate,
+		func() error { return cf.writeState(next) },
+		func() error {
+			for i := range es {
+				es[i].a = es[i].b
+			}
+			return cf.writeEntries(lo, es)
+		},
+	}
+	if ch.newSize < ch.oldSize {
+		// The size shrinks before the bytes go, so that the recorded size
+		// never exceeds the file's length.
+		steps[1], steps[2] = steps[2], steps[1]
+	}
+	for i, step := range steps {
+		if hook != nil {
+			if err := hook(i); err != nil {
+				return err
+			}
+		}
+		err := step()
+		switch {
+		case err == nil:
+		case i == len(steps)-1:
+			// The data and the state are in place and the entries'
+			// second slots vouch for the new bytes: the change is done,
+			// and the next change of these blocks settles the entries
+			// (see currentCRC).
+			cf.size, cf.version = next.size, next.version
+			return nil
+		case ch.newSize < ch.oldSize && i == 2:
+			cf.undoShrink(ch, next)
+			return err
+		default:
+			return err
+		}
+	}
+	cf.size, cf.version = next.size, next.version
+	return nil
+}
+
+// undoShrink puts back the size of a shrink whose ftruncate failed after
+// its state was written, so that the failed truncate changes nothing a
+// read sees: the bytes are all still there, and the table entries' first
+// slots still vouch for them. If this write fails too, the chunk reads as
+// shrunk, which the error the caller gets allows.
+func (cf *chunkFile) undoShrink(ch change, done chunkState) {
+	back := chunkState{size: ch.oldSize, version: done.version + 1}
+	if cf.writeState(back) == nil {
+		cf.version = back.version
+	} else {
+		cf.size, cf.version = done.size, done.version
+	}
+}
+
+// changedEntries returns the table entries {CRC vouching for the bytes now,
+// CRC of the new bytes} of blocks [lo, hi) that change ch touches.
+func (cf *chunkFile) changedEntries(ch change, lo, hi int64) ([]entry, error) {
 	if lo == hi {
-		return mutate()
+		return nil, nil
 	}
 	es, err := cf.readEntries(lo, hi)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	buf := make([]byte, ch.bs)
 	for b := lo; b < hi; b++ {
 		e := &es[b-lo]
 		newCRC, err := cf.newBlockCRC(ch, b, *e, buf)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !ch.hasOld(b) {
 			*e = entry{newCRC, newCRC}
@@ -183,32 +241,12 @@ func (cf *chunkFile) apply(ch change, mutate func() error, hook func(step int) e
 		if e.a != e.b {
 			keep, err = cf.currentCRC(ch, b, *e)
 			if err != nil {
-				return err
+				return nil, err
 			}
 		}
 		*e = entry{keep, newCRC}
 	}
-	steps := []func() error{
-		func() error { return cf.writeEntries(lo, es) },
-		mutate,
-		func() error {
-			for i := range es {
-				es[i].a = es[i].b
-			}
-			return cf.writeEntries(lo, es)
-		},
-	}
-	for i, step := range steps {
-		if hook != nil {
-			if err := hook(i); err != nil {
-				return err
-			}
-		}
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return es, nil
 }
 
 // newBlockCRC returns the CRC of block b after the change, reading and

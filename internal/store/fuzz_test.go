@@ -45,6 +45,11 @@ func FuzzRequests(f *testing.F) {
 			}
 			_, err = s.TruncateChunk(ctx, &weftpb.TruncateChunkRequest{Chunk: ch, Size: size})
 			allowed(name+" truncate", err, errs.Invalid, errs.NoSpace)
+			lr, err := s.ListChunks(ctx, &weftpb.ListChunksRequest{After: cid(uint64(off), uint64(n)), Limit: uint32(size), Ino: index % 3})
+			allowed(name+" list", err)
+			if len(lr.GetChunks()) > MaxListLimit {
+				t.Fatalf("%s: list returned %d chunks", name, len(lr.GetChunks()))
+			}
 			_, err = s.DeleteChunks(ctx, &weftpb.DeleteChunksRequest{Ino: index % 4, From: index})
 			allowed(name+" delete", err)
 		}

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/weftfs/weft/internal/errs"
 )
@@ -10,28 +12,37 @@ import (
 // memBackend keeps chunks in RAM (the Network RamDisk backend), bounded by a
 // byte limit on the sum of chunk sizes. Nothing survives Close.
 type memBackend struct {
+	now   func() time.Time // stamps a chunk's changes
 	bs    int64
 	limit int64
 	used  atomic.Int64 // sum of chunk sizes
 	count atomic.Int64
+	id    string
 	mu    struct {
 		sync.Mutex
-		inos map[uint64]map[uint64]*memChunk
+		inos       map[uint64]map[uint64]*memChunk
+		incomplete bool
 	}
 }
 
 // memChunk is guarded by the Server's chunk lock, not by memBackend.mu.
 type memChunk struct {
-	size   int64
+	size    int64
+	version uint64    // raised by every change
+	mtime   time.Time // of the last change
+
 	blocks [][]byte // len(blocks[b]) == blockLen(size, b)
 	crcs   []uint32
 }
 
 var _ Backend = (*memBackend)(nil)
 
-func newMemBackend(limit, bs int64) *memBackend {
-	m := &memBackend{bs: bs, limit: limit}
+// newMemBackend makes an empty RAM store: with replacement, one that
+// replaces a store of a cluster that holds data, and so is incomplete.
+func newMemBackend(limit, bs int64, replacement bool, now func() time.Time) *memBackend {
+	m := &memBackend{bs: bs, limit: limit, now: now, id: newStoreID()}
 	m.mu.inos = make(map[uint64]map[uint64]*memChunk)
+	m.mu.incomplete = replacement
 	return m
 }
 
@@ -81,6 +92,9 @@ func (m *memBackend) reserve(n int64) bool {
 }
 
 func (m *memBackend) Write(k ChunkKey, off int64, data []byte, _ WriteMode) error {
+	if len(data) == 0 {
+		return nil // no change, no new version
+	}
 	c := m.lookup(k)
 	var size int64
 	if c != nil {
@@ -146,6 +160,8 @@ func (m *memBackend) apply(k ChunkKey, c *memChunk, ch change) error {
 		c.crcs[b] = checksum(blk)
 	}
 	c.size = ch.newSize
+	c.version++
+	c.mtime = m.now()
 	if grow < 0 {
 		m.used.Add(grow)
 	}
@@ -162,22 +178,26 @@ func resize[T any](s []T, n int64) []T {
 	return out
 }
 
-func (m *memBackend) Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, error) {
+func (m *memBackend) Read(k ChunkKey, off, n int64, alloc func(int) []byte) ([]byte, ChunkInfo, bool, error) {
 	c := m.lookup(k)
-	if c == nil || off >= c.size || n == 0 {
-		return nil, nil
+	if c == nil {
+		return nil, ChunkInfo{}, false, nil
+	}
+	info := ChunkInfo{Key: k, Size: c.size, Version: c.version, Mtime: c.mtime}
+	if off >= c.size || n == 0 {
+		return nil, info, true, nil
 	}
 	end := min(off+n, c.size)
 	out := alloc(int(end - off))[:0]
 	for b := off / m.bs; b*m.bs < end; b++ {
 		blk := c.blocks[b]
 		if checksum(blk) != c.crcs[b] {
-			return nil, corruptErr("read chunk", k, b)
+			return nil, ChunkInfo{}, false, corruptErr("read chunk", k, b)
 		}
 		start := b * m.bs
 		out = append(out, blk[max(off, start)-start:min(end, start+m.bs)-start]...)
 	}
-	return out, nil
+	return out, info, true, nil
 }
 
 func (m *memBackend) Delete(ino, from uint64) (uint64, error) {
@@ -202,11 +222,54 @@ func (m *memBackend) Delete(ino, from uint64) (uint64, error) {
 
 func (m *memBackend) Sync(uint64) error { return nil }
 
+func (m *memBackend) Keys(q ListQuery) ([]ChunkKey, bool, error) {
+	m.mu.Lock()
+	var keys []ChunkKey
+	for ino, chunks := range m.mu.inos {
+		if q.Ino != 0 && ino != q.Ino || q.After != nil && ino < q.After.Ino {
+			continue
+		}
+		for idx := range chunks {
+			if k := (ChunkKey{ino, idx}); q.includes(k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(keys, compareKeys)
+	if len(keys) > q.Limit {
+		return keys[:q.Limit], true, nil
+	}
+	return keys, false, nil
+}
+
+// Stat runs under k's chunk lock, which guards the memChunk's fields.
+func (m *memBackend) Stat(k ChunkKey) (ChunkInfo, bool, error) {
+	c := m.lookup(k)
+	if c == nil {
+		return ChunkInfo{}, false, nil
+	}
+	return ChunkInfo{Key: k, Size: c.size, Version: c.version, Mtime: c.mtime}, true, nil
+}
+
 func (m *memBackend) Usage() (Usage, error) {
 	return Usage{Capacity: uint64(m.limit), Used: uint64(m.used.Load()), Chunks: uint64(m.count.Load())}, nil
 }
 
 func (m *memBackend) ChunkCount() int64 { return m.count.Load() }
+
+func (m *memBackend) Identity() (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.id, m.mu.incomplete
+}
+
+func (m *memBackend) MarkComplete() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mu.incomplete = false
+	return nil
+}
 
 func (m *memBackend) Close() error {
 	m.mu.Lock()

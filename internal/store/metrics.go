@@ -13,6 +13,8 @@ type metrics struct {
 	bytesWritten prometheus.Counter
 	corruptReads prometheus.Counter
 	sameHost     prometheus.Counter
+	scrubBad     prometheus.Counter
+	scrubbed     prometheus.Counter
 	reg          *prometheus.Registry
 	collectors   []prometheus.Collector
 }
@@ -27,9 +29,11 @@ func newMetrics(reg *prometheus.Registry, id int, b Backend) (*metrics, error) {
 		bytesWritten: prometheus.NewCounter(opts("written_bytes_total", "Chunk bytes written by WriteChunk.")),
 		corruptReads: prometheus.NewCounter(opts("corrupt_reads_total", "Requests that found a block failing its checksum.")),
 		sameHost:     prometheus.NewCounter(opts("same_host_requests_total", "Chunk reads and writes done on a client's file by the same-host path.")),
+		scrubBad:     prometheus.NewCounter(opts("scrub_bad_chunks_total", "Chunks a scrub found corrupt, cut short or unreadable.")),
+		scrubbed:     prometheus.NewCounter(opts("scrub_bytes_total", "Chunk bytes a scrub read and checked.")),
 	}
 	cs := []prometheus.Collector{
-		m.bytesRead, m.bytesWritten, m.corruptReads, m.sameHost,
+		m.bytesRead, m.bytesWritten, m.corruptReads, m.sameHost, m.scrubBad, m.scrubbed,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "weft", Subsystem: "store", Name: "chunks",
 			Help: "Chunks stored.", ConstLabels: labels,

@@ -24,10 +24,11 @@ const (
 )
 
 type storeModel struct {
-	s       *Server
-	cfg     Config
-	chunks  map[ChunkKey][]byte
-	limited bool // the mem backend: changes beyond modelMemLimit are refused
+	s        *Server
+	cfg      Config
+	chunks   map[ChunkKey][]byte
+	versions map[ChunkKey]uint64 // as the store last reported them
+	limited  bool                // the mem backend: changes beyond modelMemLimit are refused
 }
 
 func (m *storeModel) used() int64 {
@@ -81,7 +82,26 @@ func (m *storeModel) write(t *rapid.T) {
 		}
 		copy(old[off:], data)
 		m.chunks[k] = old
+		m.changed(t, k)
 	}
+}
+
+// changed checks that the change just made to chunk k raised its version
+// and recorded its size, as ListChunks reports them.
+func (m *storeModel) changed(t *rapid.T, k ChunkKey) {
+	r, err := m.s.ListChunks(context.Background(), &weftpb.ListChunksRequest{Ino: k.Ino, After: cid(k.Ino, k.Index-1)})
+	if k.Index == 0 {
+		r, err = m.s.ListChunks(context.Background(), &weftpb.ListChunksRequest{Ino: k.Ino})
+	}
+	noErr(t, "list", err)
+	if len(r.Chunks) == 0 || r.Chunks[0].Chunk.GetIndex() != k.Index {
+		t.Fatalf("chunk %v changed but not listed: %v", k, r)
+	}
+	c := r.Chunks[0]
+	if c.Version <= m.versions[k] || c.Size != int64(len(m.chunks[k])) {
+		t.Fatalf("chunk %v after a change: version %d (was %d), size %d (model %d)", k, c.Version, m.versions[k], c.Size, len(m.chunks[k]))
+	}
+	m.versions[k] = c.Version
 }
 
 func (m *storeModel) read(t *rapid.T) {
@@ -94,7 +114,10 @@ func (m *storeModel) read(t *rapid.T) {
 		return
 	}
 	noErr(t, "read", err)
-	c := m.chunks[k]
+	c, found := m.chunks[k]
+	if r.Found != found || r.ChunkSize != int64(len(c)) || r.Version != m.versions[k] {
+		t.Fatalf("read %v: found %v size %d version %d, model: %v %d %d", k, r.Found, r.ChunkSize, r.Version, found, len(c), m.versions[k])
+	}
 	want := c[min(off, int64(len(c))):min(off+n, int64(len(c)))]
 	if !bytes.Equal(r.GetData(), want) {
 		t.Fatalf("read %v [%d,+%d) = %x, want %x", k, off, n, r.GetData(), want)
@@ -114,6 +137,7 @@ func (m *storeModel) truncate(t *rapid.T) {
 	case size == 0:
 		noErr(t, "truncate", err)
 		delete(m.chunks, k)
+		delete(m.versions, k) // a chunk made again starts over
 	default:
 		noErr(t, "truncate", err)
 		if size <= int64(len(old)) {
@@ -121,6 +145,7 @@ func (m *storeModel) truncate(t *rapid.T) {
 		} else {
 			m.chunks[k] = append(old, make([]byte, size-int64(len(old)))...)
 		}
+		m.changed(t, k)
 	}
 }
 
@@ -133,6 +158,7 @@ func (m *storeModel) deleteChunks(t *rapid.T) {
 	for k := range m.chunks {
 		if k.Ino == ino && k.Index >= from {
 			delete(m.chunks, k)
+			delete(m.versions, k)
 			want++
 		}
 	}
@@ -167,7 +193,7 @@ func wantKindT(t *rapid.T, what string, err error, k errs.Kind) {
 func TestModel(t *testing.T) {
 	t.Run("mem", func(t *testing.T) {
 		rapid.Check(t, func(rt *rapid.T) {
-			m := &storeModel{chunks: map[ChunkKey][]byte{}, limited: true,
+			m := &storeModel{chunks: map[ChunkKey][]byte{}, versions: map[ChunkKey]uint64{}, limited: true,
 				cfg: Config{Backend: "mem", MemLimit: modelMemLimit, MaxChunkSize: modelMaxChunk, blockSize: modelBlock}}
 			m.open(rt)
 			defer m.s.Close()
@@ -182,7 +208,7 @@ func TestModel(t *testing.T) {
 				rt.Fatal(err)
 			}
 			defer os.RemoveAll(dir)
-			m := &storeModel{chunks: map[ChunkKey][]byte{},
+			m := &storeModel{chunks: map[ChunkKey][]byte{}, versions: map[ChunkKey]uint64{},
 				cfg: Config{Backend: "disk", Dir: dir, MaxChunkSize: modelMaxChunk, blockSize: modelBlock, noFsync: true}}
 			m.open(rt)
 			defer func() { m.s.Close() }()

@@ -63,14 +63,17 @@ func (s *Server) writeChunk(ctx context.Context, req *weftpb.WriteChunkRequest, 
 }
 
 // ReadChunk reads up to req.Length (at most MaxReadLength) bytes at
-// req.Offset. A short reply means the chunk ends; a missing chunk is a hole
-// and reads empty.
+// req.Offset. The reply says whether the store holds the chunk and gives its
+// recorded size and version: a short reply means the chunk ends, and a
+// missing chunk is a hole (found false) on a complete store. A chunk that
+// lost bytes is errs.Lost, so the client tries another replica.
 func (s *Server) ReadChunk(ctx context.Context, req *weftpb.ReadChunkRequest) (*weftpb.ReadChunkReply, error) {
-	data, err := s.readChunk(ctx, req, func(n int) []byte { return make([]byte, n) })
+	data, reply, err := s.readChunk(ctx, req, func(n int) []byte { return make([]byte, n) })
 	if err != nil {
 		return nil, err
 	}
-	return &weftpb.ReadChunkReply{Data: data}, nil
+	reply.Data = data
+	return reply, nil
 }
 
 // ReadChunkData is ReadChunk with the bytes in the reply's attachment, as
@@ -78,7 +81,7 @@ func (s *Server) ReadChunk(ctx context.Context, req *weftpb.ReadChunkRequest) (*
 // goes back to the pool once the reply is written.
 func (s *Server) ReadChunkData(ctx context.Context, req *weftpb.ReadChunkRequest, _ []byte) (*weftpb.ReadChunkReply, rpc.Attachment, error) {
 	var buf []byte
-	data, err := s.readChunk(ctx, req, func(n int) []byte {
+	data, reply, err := s.readChunk(ctx, req, func(n int) []byte {
 		buf = rpc.GetBuffer(n)
 		return buf
 	})
@@ -87,33 +90,38 @@ func (s *Server) ReadChunkData(ctx context.Context, req *weftpb.ReadChunkRequest
 		release()
 		return nil, rpc.Attachment{}, err
 	}
-	return &weftpb.ReadChunkReply{}, rpc.Attachment{Data: data, Release: release}, nil
+	return reply, rpc.Attachment{Data: data, Release: release}, nil
 }
 
-func (s *Server) readChunk(ctx context.Context, req *weftpb.ReadChunkRequest, alloc func(int) []byte) ([]byte, error) {
+// readChunk reads the bytes and returns them with a reply describing the
+// chunk (its data left to the caller).
+func (s *Server) readChunk(ctx context.Context, req *weftpb.ReadChunkRequest, alloc func(int) []byte) ([]byte, *weftpb.ReadChunkReply, error) {
 	const op = "read chunk"
 	k, err := chunkKey(op, req.GetChunk())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	off, n := req.GetOffset(), req.GetLength()
 	if off < 0 || n < 0 || off > s.cfg.MaxChunkSize {
-		return nil, errs.New(errs.Invalid, op, "chunk %v: %d bytes at offset %d", k, n, off)
+		return nil, nil, errs.New(errs.Invalid, op, "chunk %v: %d bytes at offset %d", k, n, off)
 	}
 	n = min(n, MaxReadLength, s.cfg.MaxChunkSize-off)
 	done, err := s.begin(ctx, op)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer done()
+	if err := s.lostIfIncomplete(op, k); err != nil {
+		return nil, nil, err
+	}
 	unlock := s.locks.lockChunk(k, false)
 	defer unlock()
-	data, err := s.backend.Read(k, off, n, alloc)
+	data, info, found, err := s.backend.Read(k, off, n, alloc)
 	if err != nil {
-		return nil, s.failed(op, k, err)
+		return nil, nil, s.failed(op, k, err)
 	}
 	s.m.bytesRead.Add(float64(len(data)))
-	return data, nil
+	return data, &weftpb.ReadChunkReply{Found: found, ChunkSize: info.Size, Version: info.Version}, nil
 }
 
 // TruncateChunk sets the chunk's size, dropping bytes or extending it with
@@ -178,7 +186,8 @@ func (s *Server) SyncChunks(ctx context.Context, req *weftpb.SyncChunksRequest) 
 	return &weftpb.SyncChunksReply{}, nil
 }
 
-// StatFS reports the backend's capacity, use and chunk count.
+// StatFS reports the backend's capacity, use and chunk count, and the
+// store's identity and whether it is incomplete.
 func (s *Server) StatFS(ctx context.Context, _ *weftpb.StoreStatFSRequest) (*weftpb.StoreStatFSReply, error) {
 	const op = "statfs"
 	done, err := s.begin(ctx, op)
@@ -190,5 +199,6 @@ func (s *Server) StatFS(ctx context.Context, _ *weftpb.StoreStatFSRequest) (*wef
 	if err != nil {
 		return nil, err
 	}
-	return &weftpb.StoreStatFSReply{Capacity: u.Capacity, Used: u.Used, Chunks: u.Chunks}, nil
+	id, incomplete := s.backend.Identity()
+	return &weftpb.StoreStatFSReply{Capacity: u.Capacity, Used: u.Used, Chunks: u.Chunks, Id: id, Incomplete: incomplete}, nil
 }

@@ -67,8 +67,20 @@ func TestServeOverTCP(t *testing.T) {
 		t.Fatalf("sync: %v", err)
 	}
 	var st weftpb.StoreStatFSReply
-	if err := c.Call(ctx, weftpb.MethodStoreStatFS, &weftpb.StoreStatFSRequest{}, &st); err != nil || st.Chunks != 1 || st.Used != 18 || st.Capacity != 4<<20 {
+	if err := c.Call(ctx, weftpb.MethodStoreStatFS, &weftpb.StoreStatFSRequest{}, &st); err != nil || st.Chunks != 1 || st.Used != 18 || st.Capacity != 4<<20 || st.Id == "" || st.Incomplete {
 		t.Fatalf("statfs: %v, %v", &st, err)
+	}
+	if !rr.Found || rr.ChunkSize != 18 || rr.Version != 3 { // 2 writes, a truncate
+		t.Fatalf("read reply over tcp: %v", &rr)
+	}
+	var lr weftpb.ListChunksReply
+	if err := c.Call(ctx, weftpb.MethodListChunks, &weftpb.ListChunksRequest{}, &lr); err != nil || len(lr.Chunks) != 1 || lr.Chunks[0].Version != 3 || lr.Chunks[0].Size != 18 {
+		t.Fatalf("list: %v, %v", &lr, err)
+	}
+	err = c.Call(ctx, weftpb.MethodMarkStoreComplete, &weftpb.MarkStoreCompleteRequest{Id: "other"}, &weftpb.MarkStoreCompleteReply{})
+	wantKind(t, "mark complete with another id", err, errs.Stale)
+	if err := c.Call(ctx, weftpb.MethodMarkStoreComplete, &weftpb.MarkStoreCompleteRequest{Id: st.Id}, &weftpb.MarkStoreCompleteReply{}); err != nil {
+		t.Fatalf("mark complete: %v", err)
 	}
 
 	// Errors keep their kind and message across the wire.

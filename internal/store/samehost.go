@@ -49,17 +49,18 @@ func (s *Server) handleLocal(msg []byte, fd int) proto.Message {
 	s.m.sameHost.Inc()
 	ctx, cancel := context.WithTimeout(context.Background(), localTimeout)
 	defer cancel()
-	var n int64
-	var err error
 	if req.GetWrite() {
-		n, err = s.writeFromFile(ctx, &req, fd)
-	} else {
-		n, err = s.readToFile(ctx, &req, fd)
+		n, err := s.writeFromFile(ctx, &req, fd)
+		if err != nil {
+			return localError(err)
+		}
+		return &weftpb.LocalIOReply{Length: n}
 	}
+	reply, err := s.readToFile(ctx, &req, fd)
 	if err != nil {
 		return localError(err)
 	}
-	return &weftpb.LocalIOReply{Length: n}
+	return reply
 }
 
 // writeFromFile writes the client file's bytes [FileOffset, +Length) into
@@ -89,30 +90,30 @@ func (s *Server) writeFromFile(ctx context.Context, req *weftpb.LocalIORequest, 
 }
 
 // readToFile writes the chunk's bytes [Offset, +Length) into the client file
-// at FileOffset, after the chunk lock is released, and returns how many
-// there were.
-func (s *Server) readToFile(ctx context.Context, req *weftpb.LocalIORequest, fd int) (int64, error) {
+// at FileOffset, after the chunk lock is released, and replies how many
+// there were and what ReadChunk says of the chunk.
+func (s *Server) readToFile(ctx context.Context, req *weftpb.LocalIORequest, fd int) (*weftpb.LocalIOReply, error) {
 	const op = "read chunk"
 	if req.GetFileOffset() < 0 {
-		return 0, errs.New(errs.Invalid, op, "file offset %d", req.GetFileOffset())
+		return nil, errs.New(errs.Invalid, op, "file offset %d", req.GetFileOffset())
 	}
 	if err := rpc.CheckSameHostFile(op, fd, false); err != nil {
-		return 0, err
+		return nil, err
 	}
 	var buf []byte
 	defer func() { rpc.PutBuffer(buf) }()
 	rreq := &weftpb.ReadChunkRequest{Chunk: req.GetChunk(), Offset: req.GetOffset(), Length: req.GetLength()}
-	data, err := s.readChunk(ctx, rreq, func(n int) []byte {
+	data, rr, err := s.readChunk(ctx, rreq, func(n int) []byte {
 		buf = rpc.GetBuffer(n)
 		return buf
 	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := pwriteFull(fd, data, req.GetFileOffset()); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return int64(len(data)), nil
+	return &weftpb.LocalIOReply{Length: int64(len(data)), Found: rr.Found, ChunkSize: rr.ChunkSize, Version: rr.Version}, nil
 }
 
 // preadFull reads len(p) bytes at off; a file that ends before is an error

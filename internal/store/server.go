@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -29,8 +31,16 @@ type Config struct {
 	Backend      string // "disk" or "mem"
 	MemLimit     int64  // bytes the mem backend may hold; required > 0 for mem
 	MaxChunkSize int64  // default DefaultMaxChunkSize
-	Logger       *slog.Logger
-	Registry     *prometheus.Registry // nil: a private registry
+	// Replacement says the cluster already holds data, so a store that
+	// Open finds empty (it formats the directory, or the RAM backend
+	// starts) replaces a store that held chunks: it starts incomplete and
+	// serves no reads (errs.Lost, so that clients read another replica)
+	// until a full repair pass calls MarkComplete. It has no effect on a
+	// directory that Open finds formatted.
+	Replacement bool
+	Logger      *slog.Logger
+	FS          FS                   // the disk backend's file system; nil: OSFS()
+	Registry    *prometheus.Registry // nil: a private registry
 
 	blockSize int64 // CRC block size; tests shrink it
 	noFsync   bool  // skip fsync system calls (model tests; they cost ms each)
@@ -42,6 +52,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.blockSize == 0 {
 		c.blockSize = DefaultBlockSize
+	}
+	if c.FS == nil {
+		c.FS = OSFS()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -79,6 +92,9 @@ type Server struct {
 	m       *metrics
 	log     *slog.Logger
 
+	// incomplete mirrors the backend's Identity, read by every read.
+	incomplete atomic.Bool
+
 	mu struct {
 		sync.RWMutex // held shared by every operation, exclusively by Close
 		closed       bool
@@ -94,9 +110,9 @@ func Open(cfg Config) (*Server, error) {
 	var b Backend
 	switch cfg.Backend {
 	case "mem":
-		b = newMemBackend(cfg.MemLimit, cfg.blockSize)
+		b = newMemBackend(cfg.MemLimit, cfg.blockSize, cfg.Replacement, time.Now)
 	case "disk":
-		d, err := openDiskBackend(cfg.Dir, newLayout(cfg.blockSize, cfg.MaxChunkSize), cfg.noFsync, cfg.Logger)
+		d, err := openDiskBackend(cfg.Dir, newLayout(cfg.blockSize, cfg.MaxChunkSize), cfg.Replacement, cfg.noFsync, cfg.FS, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
@@ -108,7 +124,9 @@ func Open(cfg Config) (*Server, error) {
 		return nil, errs.Wrap(errs.Invalid, "open store", "metrics", err)
 	}
 	s := &Server{cfg: cfg, backend: b, m: m, log: cfg.Logger.With("component", "store", "store_id", cfg.ID)}
-	s.log.Info("store open", "backend", cfg.Backend, "dir", cfg.Dir, "chunks", b.ChunkCount())
+	id, incomplete := b.Identity()
+	s.incomplete.Store(incomplete)
+	s.log.Info("store open", "backend", cfg.Backend, "dir", cfg.Dir, "chunks", b.ChunkCount(), "id", id, "incomplete", incomplete)
 	return s, nil
 }
 

@@ -42,13 +42,14 @@ const (
 	MethodPeerSetPerm          = 45
 	MethodPeerRelease          = 46
 
-	MethodWriteChunk    = 100
-	MethodReadChunk     = 101
-	MethodTruncateChunk = 102
-	MethodDeleteChunks  = 103
-	MethodSyncChunks    = 104
-	MethodStoreStatFS   = 105
-	MethodListChunks    = 106 // weft gc and repair: what a store holds
+	MethodWriteChunk        = 100
+	MethodReadChunk         = 101
+	MethodTruncateChunk     = 102
+	MethodDeleteChunks      = 103
+	MethodSyncChunks        = 104
+	MethodStoreStatFS       = 105
+	MethodListChunks        = 106 // weft gc and repair: what a store holds
+	MethodMarkStoreComplete = 107 // weft repair: a replacement store is whole again
 )
 
 var methodNames = map[uint16]string{
@@ -68,7 +69,7 @@ var methodNames = map[uint16]string{
 	MethodWriteChunk: "write_chunk", MethodReadChunk: "read_chunk",
 	MethodTruncateChunk: "truncate_chunk", MethodDeleteChunks: "delete_chunks",
 	MethodSyncChunks: "sync_chunks", MethodStoreStatFS: "store_statfs",
-	MethodListChunks: "list_chunks",
+	MethodListChunks: "list_chunks", MethodMarkStoreComplete: "mark_store_complete",
 }
 
 // MethodName returns a method's name for logs and metric labels.

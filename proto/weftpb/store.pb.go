@@ -641,10 +641,16 @@ func (*StoreStatFSRequest) Descriptor() ([]byte, []int) {
 }
 
 type StoreStatFSReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Capacity      uint64                 `protobuf:"varint,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
-	Used          uint64                 `protobuf:"varint,2,opt,name=used,proto3" json:"used,omitempty"`
-	Chunks        uint64                 `protobuf:"varint,3,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Capacity uint64                 `protobuf:"varint,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Used     uint64                 `protobuf:"varint,2,opt,name=used,proto3" json:"used,omitempty"`
+	Chunks   uint64                 `protobuf:"varint,3,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	// id names this formatting of the store's data (a replaced disk gets a
+	// new one); incomplete: the store may lack chunks it should hold (it
+	// replaced a store of a cluster with data) and serves no reads until a
+	// full repair pass marks it complete.
+	Id            string `protobuf:"bytes,4,opt,name=id,proto3" json:"id,omitempty"`
+	Incomplete    bool   `protobuf:"varint,5,opt,name=incomplete,proto3" json:"incomplete,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -700,6 +706,104 @@ func (x *StoreStatFSReply) GetChunks() uint64 {
 	return 0
 }
 
+func (x *StoreStatFSReply) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *StoreStatFSReply) GetIncomplete() bool {
+	if x != nil {
+		return x.Incomplete
+	}
+	return false
+}
+
+// MarkStoreCompleteRequest ends a full repair pass over the store: it holds
+// every chunk it should and serves reads again. id must be the store's id
+// (StoreStatFSReply) when the pass began, or empty; another id fails with
+// Stale, as the store was formatted again since.
+type MarkStoreCompleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkStoreCompleteRequest) Reset() {
+	*x = MarkStoreCompleteRequest{}
+	mi := &file_store_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkStoreCompleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkStoreCompleteRequest) ProtoMessage() {}
+
+func (x *MarkStoreCompleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkStoreCompleteRequest.ProtoReflect.Descriptor instead.
+func (*MarkStoreCompleteRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *MarkStoreCompleteRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type MarkStoreCompleteReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkStoreCompleteReply) Reset() {
+	*x = MarkStoreCompleteReply{}
+	mi := &file_store_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkStoreCompleteReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkStoreCompleteReply) ProtoMessage() {}
+
+func (x *MarkStoreCompleteReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkStoreCompleteReply.ProtoReflect.Descriptor instead.
+func (*MarkStoreCompleteReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{14}
+}
+
 // LocalIORequest is a request on a store server's same-host socket (a unix
 // socket, docs/wire.md "Same-host path"). It travels with one file
 // descriptor (SCM_RIGHTS): the store moves the bytes between that file and
@@ -722,7 +826,7 @@ type LocalIORequest struct {
 
 func (x *LocalIORequest) Reset() {
 	*x = LocalIORequest{}
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +838,7 @@ func (x *LocalIORequest) String() string {
 func (*LocalIORequest) ProtoMessage() {}
 
 func (x *LocalIORequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +851,7 @@ func (x *LocalIORequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalIORequest.ProtoReflect.Descriptor instead.
 func (*LocalIORequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{13}
+	return file_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LocalIORequest) GetWrite() bool {
@@ -817,7 +921,7 @@ type LocalIOReply struct {
 
 func (x *LocalIOReply) Reset() {
 	*x = LocalIOReply{}
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +933,7 @@ func (x *LocalIOReply) String() string {
 func (*LocalIOReply) ProtoMessage() {}
 
 func (x *LocalIOReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +946,7 @@ func (x *LocalIOReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalIOReply.ProtoReflect.Descriptor instead.
 func (*LocalIOReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{14}
+	return file_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LocalIOReply) GetLength() int64 {
@@ -902,7 +1006,7 @@ type ListChunksRequest struct {
 
 func (x *ListChunksRequest) Reset() {
 	*x = ListChunksRequest{}
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1018,7 @@ func (x *ListChunksRequest) String() string {
 func (*ListChunksRequest) ProtoMessage() {}
 
 func (x *ListChunksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1031,7 @@ func (x *ListChunksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChunksRequest.ProtoReflect.Descriptor instead.
 func (*ListChunksRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{15}
+	return file_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListChunksRequest) GetAfter() *ChunkID {
@@ -965,7 +1069,7 @@ type ChunkInfo struct {
 
 func (x *ChunkInfo) Reset() {
 	*x = ChunkInfo{}
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1081,7 @@ func (x *ChunkInfo) String() string {
 func (*ChunkInfo) ProtoMessage() {}
 
 func (x *ChunkInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1094,7 @@ func (x *ChunkInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkInfo.ProtoReflect.Descriptor instead.
 func (*ChunkInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{16}
+	return file_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChunkInfo) GetChunk() *ChunkID {
@@ -1032,7 +1136,7 @@ type ListChunksReply struct {
 
 func (x *ListChunksReply) Reset() {
 	*x = ListChunksReply{}
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1148,7 @@ func (x *ListChunksReply) String() string {
 func (*ListChunksReply) ProtoMessage() {}
 
 func (x *ListChunksReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1161,7 @@ func (x *ListChunksReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChunksReply.ProtoReflect.Descriptor instead.
 func (*ListChunksReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{17}
+	return file_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListChunksReply) GetChunks() []*ChunkInfo {
@@ -1111,11 +1215,18 @@ const file_store_proto_rawDesc = "" +
 	"\x11SyncChunksRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\"\x11\n" +
 	"\x0fSyncChunksReply\"\x14\n" +
-	"\x12StoreStatFSRequest\"Z\n" +
+	"\x12StoreStatFSRequest\"\x8a\x01\n" +
 	"\x10StoreStatFSReply\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x02 \x01(\x04R\x04used\x12\x16\n" +
-	"\x06chunks\x18\x03 \x01(\x04R\x06chunks\"\xd6\x01\n" +
+	"\x06chunks\x18\x03 \x01(\x04R\x06chunks\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\tR\x02id\x12\x1e\n" +
+	"\n" +
+	"incomplete\x18\x05 \x01(\bR\n" +
+	"incomplete\"*\n" +
+	"\x18MarkStoreCompleteRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x18\n" +
+	"\x16MarkStoreCompleteReply\"\xd6\x01\n" +
 	"\x0eLocalIORequest\x12\x14\n" +
 	"\x05write\x18\x01 \x01(\bR\x05write\x12&\n" +
 	"\x05chunk\x18\x02 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
@@ -1159,26 +1270,28 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_store_proto_goTypes = []any{
-	(*ChunkID)(nil),              // 0: weft.v1.ChunkID
-	(*WriteChunkRequest)(nil),    // 1: weft.v1.WriteChunkRequest
-	(*WriteChunkReply)(nil),      // 2: weft.v1.WriteChunkReply
-	(*ReadChunkRequest)(nil),     // 3: weft.v1.ReadChunkRequest
-	(*ReadChunkReply)(nil),       // 4: weft.v1.ReadChunkReply
-	(*TruncateChunkRequest)(nil), // 5: weft.v1.TruncateChunkRequest
-	(*TruncateChunkReply)(nil),   // 6: weft.v1.TruncateChunkReply
-	(*DeleteChunksRequest)(nil),  // 7: weft.v1.DeleteChunksRequest
-	(*DeleteChunksReply)(nil),    // 8: weft.v1.DeleteChunksReply
-	(*SyncChunksRequest)(nil),    // 9: weft.v1.SyncChunksRequest
-	(*SyncChunksReply)(nil),      // 10: weft.v1.SyncChunksReply
-	(*StoreStatFSRequest)(nil),   // 11: weft.v1.StoreStatFSRequest
-	(*StoreStatFSReply)(nil),     // 12: weft.v1.StoreStatFSReply
-	(*LocalIORequest)(nil),       // 13: weft.v1.LocalIORequest
-	(*LocalIOReply)(nil),         // 14: weft.v1.LocalIOReply
-	(*ListChunksRequest)(nil),    // 15: weft.v1.ListChunksRequest
-	(*ChunkInfo)(nil),            // 16: weft.v1.ChunkInfo
-	(*ListChunksReply)(nil),      // 17: weft.v1.ListChunksReply
+	(*ChunkID)(nil),                  // 0: weft.v1.ChunkID
+	(*WriteChunkRequest)(nil),        // 1: weft.v1.WriteChunkRequest
+	(*WriteChunkReply)(nil),          // 2: weft.v1.WriteChunkReply
+	(*ReadChunkRequest)(nil),         // 3: weft.v1.ReadChunkRequest
+	(*ReadChunkReply)(nil),           // 4: weft.v1.ReadChunkReply
+	(*TruncateChunkRequest)(nil),     // 5: weft.v1.TruncateChunkRequest
+	(*TruncateChunkReply)(nil),       // 6: weft.v1.TruncateChunkReply
+	(*DeleteChunksRequest)(nil),      // 7: weft.v1.DeleteChunksRequest
+	(*DeleteChunksReply)(nil),        // 8: weft.v1.DeleteChunksReply
+	(*SyncChunksRequest)(nil),        // 9: weft.v1.SyncChunksRequest
+	(*SyncChunksReply)(nil),          // 10: weft.v1.SyncChunksReply
+	(*StoreStatFSRequest)(nil),       // 11: weft.v1.StoreStatFSRequest
+	(*StoreStatFSReply)(nil),         // 12: weft.v1.StoreStatFSReply
+	(*MarkStoreCompleteRequest)(nil), // 13: weft.v1.MarkStoreCompleteRequest
+	(*MarkStoreCompleteReply)(nil),   // 14: weft.v1.MarkStoreCompleteReply
+	(*LocalIORequest)(nil),           // 15: weft.v1.LocalIORequest
+	(*LocalIOReply)(nil),             // 16: weft.v1.LocalIOReply
+	(*ListChunksRequest)(nil),        // 17: weft.v1.ListChunksRequest
+	(*ChunkInfo)(nil),                // 18: weft.v1.ChunkInfo
+	(*ListChunksReply)(nil),          // 19: weft.v1.ListChunksReply
 }
 var file_store_proto_depIdxs = []int32{
 	0,  // 0: weft.v1.WriteChunkRequest.chunk:type_name -> weft.v1.ChunkID
@@ -1187,7 +1300,7 @@ var file_store_proto_depIdxs = []int32{
 	0,  // 3: weft.v1.LocalIORequest.chunk:type_name -> weft.v1.ChunkID
 	0,  // 4: weft.v1.ListChunksRequest.after:type_name -> weft.v1.ChunkID
 	0,  // 5: weft.v1.ChunkInfo.chunk:type_name -> weft.v1.ChunkID
-	16, // 6: weft.v1.ListChunksReply.chunks:type_name -> weft.v1.ChunkInfo
+	18, // 6: weft.v1.ListChunksReply.chunks:type_name -> weft.v1.ChunkInfo
 	7,  // [7:7] is the sub-list for method output_type
 	7,  // [7:7] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
@@ -1206,7 +1319,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
