@@ -14,6 +14,7 @@ import (
 
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
 )
 
 // replicaFiles writes n files of up to a few chunks each, past the inline
@@ -226,6 +227,40 @@ func TestStoppedStoreFailsWithinBound(t *testing.T) {
 		rcancel()
 		if err == nil || took > bound {
 			t.Errorf("put (TCP %v) to a stopped store: %v after %v, want an error within %v", tcp, err, took, bound)
+		}
+	}
+}
+
+// TestLostOnlyReplicaFailsRead: with R=1, a store that lost its chunk
+// directory holds the only replica: every read fails (EIO), never zeros,
+// and weft get exits non-zero.
+func TestLostOnlyReplicaFailsRead(t *testing.T) {
+	p := startProcs(t, ProcsOptions{Dir: t.TempDir(), Meta: 1, Store: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	files := replicaFiles(t, ctx, newTestClient(t, p, false, nil), 3)
+	if err := p.Kill(RoleStore, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(p.Config().Store[0].Dir, "chunks")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Restart(ctx, RoleStore, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, tcp := range []bool{false, true} {
+		c := newTestClient(t, p, tcp, nil)
+		for name, want := range files {
+			if _, err := readAll(ctx, c, name, len(want)); !errs.Is(err, errs.IO) && !errs.Is(err, errs.Lost) {
+				t.Errorf("%s (TCP %v) with its only replica lost: %v, want EIO", name, tcp, err)
+			}
+		}
+	}
+	for name := range files {
+		local := filepath.Join(t.TempDir(), "got")
+		cmd := exec.CommandContext(ctx, buildWeft(t), "--cluster", p.ClusterFile(), "get", name, local)
+		if out, err := cmd.CombinedOutput(); err == nil {
+			t.Errorf("weft get %s of lost data exited 0:\n%s", name, out)
 		}
 	}
 }
