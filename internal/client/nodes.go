@@ -98,7 +98,32 @@ func (c *Client) SetAttr(ctx context.Context, ref Ref, s SetAttr) (core.Attr, er
 			return core.Attr{}, err
 		}
 	}
+	if s.Mtime != nil || s.MtimeNow {
+		if n := c.lookupOpen(ref.Ino); n != nil {
+			defer c.releaseOpen(n)
+			return n.setMtime(ctx, ref, s)
+		}
+	}
 	return c.setAttr(ctx, ref, s, false)
+}
+
+// setMtime is SetAttr with an explicit mtime of a file open here (futimens
+// after writes, as cp -p and tar x do): the writes buffered so far are
+// committed first, so that their own mtime does not overwrite the one set.
+func (n *openInode) setMtime(ctx context.Context, ref Ref, s SetAttr) (core.Attr, error) {
+	if err := n.flush(ctx, false); err != nil {
+		return core.Attr{}, err
+	}
+	a, err := n.c.setAttr(ctx, ref, s, false)
+	if err != nil {
+		return a, err
+	}
+	n.mu.Lock()
+	if !n.mu.modified {
+		n.mu.mtime = a.Mtime
+	}
+	n.mu.Unlock()
+	return a, nil
 }
 
 func (c *Client) setAttr(ctx context.Context, ref Ref, s SetAttr, byHandle bool) (core.Attr, error) {
