@@ -173,7 +173,9 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 
 // WriteAtContext is WriteAt bounded by ctx: a write waits only when the
 // file's write buffer is full, for uploads each bounded by
-// Config.StoreTimeout, and gives up when ctx ends.
+// Config.StoreTimeout, and gives up when ctx ends. A write by a caller
+// other than root (ctx's identity, see WithCreds) clears the file's setuid
+// and setgid bits at once, as on Linux.
 func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, errs.New(errs.Invalid, "write", "negative offset")
@@ -186,12 +188,15 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 	}
 	if f.flags&oAPPEND != 0 {
 		_, err := f.n.writeAppend(ctx, p)
+		if err == nil {
+			err = f.n.dropPrivileges(ctx)
+		}
 		return len(p), err
 	}
 	if err := f.n.write(ctx, p, off); err != nil {
 		return 0, err
 	}
-	return len(p), nil
+	return len(p), f.n.dropPrivileges(ctx)
 }
 
 // Write writes at the handle's offset (or the end with O_APPEND).
@@ -201,22 +206,30 @@ func (f *File) Write(p []byte) (int, error) {
 
 // WriteContext is Write bounded by ctx (see WriteAtContext).
 func (f *File) WriteContext(ctx context.Context, p []byte) (int, error) {
+	if err := f.writeAtPos(ctx, p); err != nil {
+		return 0, err
+	}
+	return len(p), f.n.dropPrivileges(ctx) // not under f.mu: it may commit
+}
+
+// writeAtPos writes p at the handle's offset and moves the offset past it.
+func (f *File) writeAtPos(ctx context.Context, p []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.check("write", true); err != nil {
-		return 0, err
+		return err
 	}
 	off := f.mu.pos
 	if f.flags&oAPPEND != 0 {
 		var err error
 		if off, err = f.n.writeAppend(ctx, p); err != nil {
-			return 0, err
+			return err
 		}
 	} else if err := f.n.write(ctx, p, off); err != nil {
-		return 0, err
+		return err
 	}
 	f.mu.pos = off + int64(len(p))
-	return len(p), nil
+	return nil
 }
 
 // Seek sets the handle's offset.

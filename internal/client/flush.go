@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 
+	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	pb "github.com/weftfs/weft/proto/weftpb"
 )
@@ -68,6 +69,11 @@ func (n *openInode) drainLocked(ctx context.Context) error {
 // durable) makes the chunks durable on the stores, then commits size, mtime
 // and inline content to the meta server.
 func (n *openInode) flush(ctx context.Context, durable bool) error {
+	return n.flushAs(ctx, durable, nil)
+}
+
+// flushAs is flush committing as creds (nil: as the file's first opener).
+func (n *openInode) flushAs(ctx context.Context, durable bool, as *core.Creds) error {
 	select {
 	case n.flushTurn <- struct{}{}:
 	case <-ctx.Done():
@@ -88,6 +94,9 @@ func (n *openInode) flush(ctx context.Context, durable bool) error {
 	gen := n.mu.gen
 	req := n.commitRequestLocked()
 	n.mu.Unlock()
+	if req != nil && as != nil {
+		req.Creds = credsPB(*as)
+	}
 
 	if sync != nil {
 		sctx, cancel := context.WithTimeout(ctx, n.c.cfg.StoreTimeout)
@@ -120,8 +129,36 @@ func (n *openInode) flush(ctx context.Context, durable bool) error {
 	if n.mu.gen == gen {
 		n.mu.modified = false
 	}
+	if r.Attr != nil {
+		n.mu.mode = r.Attr.GetMode()
+	}
 	n.mu.Unlock()
 	return nil
+}
+
+// killsPrivileges reports whether a write by c to a file of mode clears its
+// setuid bit, and its setgid bit where group-exec makes it one (Linux's
+// should_remove_suid; root stands for CAP_FSETID, as on the meta server).
+func killsPrivileges(mode uint32, c core.Creds) bool {
+	if c.UID == 0 {
+		return false
+	}
+	return mode&core.ModeSetuid != 0 || mode&core.ModeSetgid != 0 && mode&0o010 != 0
+}
+
+// dropPrivileges clears setuid and setgid at a write by a caller (ctx's
+// identity) who must not keep them: it commits the file as that caller,
+// and the meta server clears the bits in the same commit, so stat shows
+// them gone at once. It costs a commit only while the bits are set.
+func (n *openInode) dropPrivileges(ctx context.Context) error {
+	c := n.c.creds(ctx)
+	n.mu.Lock()
+	kill := killsPrivileges(n.mu.mode, c)
+	n.mu.Unlock()
+	if !kill {
+		return nil
+	}
+	return n.flushAs(ctx, false, &c)
 }
 
 // commitRequestLocked is the commit of the file's size, mtime and inline

@@ -32,6 +32,7 @@ type openInode struct {
 		sync.Mutex
 		ref      Ref
 		creds    core.Creds // identity that commits (the first opener's)
+		mode     uint32     // type and permission bits, as last seen from the server
 		refs     int
 		size     uint64
 		mtime    time.Time
@@ -93,6 +94,7 @@ func (c *Client) acquireOpen(ref Ref, r *pb.OpenReply, creds core.Creds) *openIn
 	}
 	n.mu.refs++
 	n.mu.ref = ref
+	n.mu.mode = r.Attr.GetMode()
 	if !n.mu.modified && n.mu.buffered == 0 {
 		n.mu.size = r.Attr.GetSize()
 		n.mu.mtime = time.Unix(0, r.Attr.GetMtimeNs())
@@ -426,6 +428,7 @@ func (n *openInode) truncate(ctx context.Context, size uint64, byHandle bool) er
 	}
 	n.mu.size = a.Size
 	n.mu.mtime = a.Mtime
+	n.mu.mode = a.Mode
 	if n.mu.inline {
 		if uint64(len(n.mu.data)) > size {
 			n.mu.data = n.mu.data[:size]

@@ -104,7 +104,11 @@ func (c *Client) SetAttr(ctx context.Context, ref Ref, s SetAttr) (core.Attr, er
 			return n.setMtime(ctx, ref, s)
 		}
 	}
-	return c.setAttr(ctx, ref, s, false)
+	a, err := c.setAttr(ctx, ref, s, false)
+	if err == nil && s.Mode != nil {
+		c.noteMode(a)
+	}
+	return a, err
 }
 
 // setMtime is SetAttr with an explicit mtime of a file open here (futimens
@@ -122,6 +126,7 @@ func (n *openInode) setMtime(ctx context.Context, ref Ref, s SetAttr) (core.Attr
 	if !n.mu.modified {
 		n.mu.mtime = a.Mtime
 	}
+	n.mu.mode = a.Mode
 	n.mu.Unlock()
 	return a, nil
 }
@@ -146,6 +151,20 @@ func (c *Client) setAttr(ctx context.Context, ref Ref, s SetAttr, byHandle bool)
 		}
 	}
 	return a, nil
+}
+
+// noteMode tells the file's open state, if any, its new mode, so that a
+// write by another user knows whether it clears setuid and setgid. The
+// caller must not hold the open state's lock.
+func (c *Client) noteMode(a core.Attr) {
+	c.mu.Lock()
+	n := c.mu.open[a.Ino]
+	c.mu.Unlock()
+	if n != nil {
+		n.mu.Lock()
+		n.mu.mode = a.Mode
+		n.mu.Unlock()
+	}
 }
 
 // prepareTruncate makes an inline file chunked before it grows past the

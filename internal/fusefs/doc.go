@@ -79,9 +79,13 @@
 // the write, flush or close that waits for it reports EIO.
 //
 // Cache invalidations (go-fuse Notify calls) are never made from inside a
-// handler, with two exceptions: Open invalidates the attributes (offset -1, no pages) of the inode being opened, which takes no
-// lock the kernel holds during OPEN; and a granted lock may invalidate the
-// inode's pages and attributes (another mount changed the file), which is
+// handler, with three exceptions: Open invalidates the attributes (offset
+// -1, no pages) of the inode being opened, which takes no lock the kernel
+// holds during OPEN; a write that cleared setuid/setgid invalidates the
+// attributes the same way (the kernel holds the inode's lock during WRITE,
+// but an attribute-only invalidation does not take it); and a granted lock
+// may invalidate the inode's pages and attributes (another mount changed
+// the file), which is
 // safe because the kernel holds no inode lock during a lock request. A
 // blocking lock request (SETLKW) is the one request that honours interrupts:
 // its wait ends with EINTR.

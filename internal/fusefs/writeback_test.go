@@ -46,3 +46,60 @@ func TestFutimensWhileBuffered(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteByOtherClearsSetuid is issue 12 item 9b: a write by a caller
+// without CAP_FSETID (here: not root) to a setuid/setgid file clears both
+// bits (setgid as it has group-exec) at the write, as fstat and stat show
+// at once, before close.
+func TestWriteByOtherClearsSetuid(t *testing.T) {
+	m, _ := newMountedFS(t)
+	const owner, writer = 1000, 2000
+	for _, size := range []int{100, 300 << 10} { // inline and chunked
+		path := filepath.Join(m.Dir(), "suid")
+		if err := os.WriteFile(path, make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(path, owner, owner); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, 0o6777|os.ModeSetuid|os.ModeSetgid); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != os.ModeSetuid|os.ModeSetgid {
+			t.Fatalf("size %d: setup: %v, %v", size, fi.Mode(), err)
+		}
+		err := runAsUser(writer, writer, func() error {
+			fd, err := syscall.Open(path, syscall.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer syscall.Close(fd)
+			if _, err := syscall.Pwrite(fd, []byte("x"), 10); err != nil {
+				return err
+			}
+			var st syscall.Stat_t
+			if err := syscall.Fstat(fd, &st); err != nil {
+				return err
+			}
+			if st.Mode&0o6000 != 0 {
+				t.Errorf("size %d: fstat right after the write: mode %#o, want setuid and setgid cleared", size, st.Mode)
+			}
+			if err := syscall.Stat(path, &st); err != nil {
+				return err
+			}
+			if st.Mode&0o6000 != 0 {
+				t.Errorf("size %d: stat right after the write: mode %#o, want setuid and setgid cleared", size, st.Mode)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("size %d: write as uid %d: %v", size, writer, err)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 || fi.Mode().Perm() != 0o777 {
+			t.Errorf("size %d: after close: mode %v, %v; want 0777 without setuid and setgid", size, fi.Mode(), err)
+		}
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
