@@ -373,9 +373,7 @@ func (n *openInode) chainUploadLocked(idx uint64, size int64, upload func(contex
 		if prev != nil {
 			<-prev
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), n.c.cfg.StoreTimeout)
-		reps, err := upload(ctx)
-		cancel()
+		reps, finished, err := n.c.boundedUpload(upload)
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		if err != nil && n.mu.err == nil {
@@ -385,14 +383,58 @@ func (n *openInode) chainUploadLocked(idx uint64, size int64, upload func(contex
 			n.mu.written[s] = true
 		}
 		n.mu.buffered -= size
-		if release != nil {
+		switch {
+		case release == nil:
+		case finished == nil:
 			release() // the upload is done with the bytes
+		default:
+			// Given up on, the upload may still read the bytes.
+			go func() {
+				<-finished
+				n.mu.Lock()
+				release()
+				n.mu.Unlock()
+			}()
 		}
 		if n.mu.inflight[idx] == done {
 			delete(n.mu.inflight, idx)
 		}
 		n.mu.drained.Broadcast()
 	}()
+}
+
+// uploadGrace is how long past StoreTimeout an upload is waited for: its
+// calls have StoreTimeout as their context's deadline and end by then
+// unless the transport fails to honour it.
+const uploadGrace = time.Second
+
+// boundedUpload runs upload with StoreTimeout as its context and waits for
+// it at most uploadGrace longer, so that a write, flush or close waiting
+// for uploads is bounded whatever the transport does. If it gave up, it
+// returns a Timeout and finished, closed when upload has returned: only
+// then may its bytes be reused. Otherwise finished is nil.
+func (c *Client) boundedUpload(upload func(context.Context) ([]int, error)) (reps []int, finished chan struct{}, err error) {
+	type result struct {
+		reps []int
+		err  error
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.StoreTimeout)
+	res := make(chan result, 1)
+	finished = make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer cancel()
+		r, err := upload(ctx)
+		res <- result{r, err}
+	}()
+	grace := time.NewTimer(c.cfg.StoreTimeout + uploadGrace)
+	defer grace.Stop()
+	select {
+	case r := <-res:
+		return r.reps, nil, r.err
+	case <-grace.C:
+		return nil, finished, errs.New(errs.Timeout, "write back", "no answer from the stores within %v", c.cfg.StoreTimeout)
+	}
 }
 
 // maxFileSize bounds offsets so that chunk arithmetic never overflows.
