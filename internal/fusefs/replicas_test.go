@@ -16,12 +16,14 @@ import (
 )
 
 // procsMount starts a cluster of server processes (stores with R
-// replicas) and mounts it; both end with the test.
-func procsMount(t *testing.T, stores, r int) (*cluster.Procs, *Mount) {
+// replicas, the durability mode given) and mounts it; both end with the
+// test.
+func procsMount(t *testing.T, stores, r int, durability string) (*cluster.Procs, *client.Client, *Mount) {
 	t.Helper()
 	requireFUSE(t)
 	p, err := cluster.StartProcs(context.Background(), cluster.ProcsOptions{
 		Binary: buildWeft(t), Dir: t.TempDir(), Meta: 1, Store: stores, Replication: r,
+		Durability: durability,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +40,7 @@ func procsMount(t *testing.T, stores, r int) (*cluster.Procs, *Mount) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return p, mount(t, c, Options{})
+	return p, c, mount(t, c, Options{})
 }
 
 // mountFiles writes n files of up to two chunks through the mount.
@@ -63,7 +65,7 @@ func mountFiles(t *testing.T, m *Mount, n int) map[string][]byte {
 // identical when one of their two replicas lost its chunks (issue 12 item
 // 1a), and within a few seconds each when a store is stopped (item 2a).
 func TestMountReplicaLostAndStopped(t *testing.T) {
-	p, m := procsMount(t, 3, 2)
+	p, _, m := procsMount(t, 3, 2, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	files := mountFiles(t, m, 5)
@@ -112,7 +114,8 @@ func TestMountReplicaLostAndStopped(t *testing.T) {
 // store killed mid-write makes close report EIO, and the file keeps its
 // last committed state (here: empty), never the full size.
 func TestMountFailedUploadNotCommitted(t *testing.T) {
-	p, m := procsMount(t, 1, 1)
+	// Async: no store sync at close, which would fail on its own.
+	p, c, m := procsMount(t, 1, 1, "async")
 	path := filepath.Join(m.Dir(), "big")
 	f, err := os.Create(path)
 	if err != nil {
@@ -140,7 +143,24 @@ func TestMountFailedUploadNotCommitted(t *testing.T) {
 	if err := syscall.Stat(path, &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.Size != 0 {
-		t.Errorf("size %d after failed uploads, want the committed 0", st.Size)
+	// The kernel does not wait for RELEASE, where a commit would happen:
+	// wait until the mount's client has let the file go.
+	ino := core.Ino(st.Ino)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(10 * time.Second); ; <-tick.C {
+		if _, open := c.OpenAttr(core.Attr{Ino: ino}); !open {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the file is still open in the client 10s after close")
+		}
+	}
+	a, err := c.Stat(context.Background(), "/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Size != 0 {
+		t.Errorf("size %d committed after failed uploads, want the committed 0", a.Size)
 	}
 }
