@@ -19,7 +19,7 @@ const (
 type ChunkInfo struct {
 	Key     ChunkKey
 	Size    int64     // the chunk's recorded size
-	Version uint64    // raised by every change of the chunk
+	Version uint64    // raised by every change; 0: the store cannot vouch for the chunk (bad header, lost tail)
 	Mtime   time.Time // the chunk's last change
 }
 
@@ -56,7 +56,9 @@ func compareKeys(a, b ChunkKey) int {
 // req.After, at most req.Limit of them (default DefaultListLimit, at most
 // MaxListLimit), only req.Ino's when it is set. Each chunk is described under
 // its lock, so its size and version belong together; a chunk deleted between
-// the listing and its description is left out.
+// the listing and its description is left out. A chunk the store cannot
+// vouch for (a bad header, a file shorter than its recorded size) is listed
+// with version 0, which no intact chunk has: repair treats it as stale.
 func (s *Server) ListChunks(ctx context.Context, req *weftpb.ListChunksRequest) (*weftpb.ListChunksReply, error) {
 	const op = "list chunks"
 	q := ListQuery{Ino: req.GetIno(), Limit: int(req.GetLimit())}

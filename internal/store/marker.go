@@ -132,6 +132,10 @@ func (d *diskBackend) format(replacement bool) (marker, error) {
 	if len(names) > 0 {
 		return marker{}, errs.New(errs.Invalid, "open store", "%s holds chunks but no %s file: it was made by an older weft, whose chunk format (1) this one cannot read; move it away and let repair refill the store", d.root, markerName)
 	}
+	// The chunks directory first: a marker without it means lost chunks.
+	if err := d.fs.Mkdir(d.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return marker{}, ioErr("open store", d.dir, err)
+	}
 	m := marker{id: newStoreID(), incomplete: replacement}
 	if err := d.writeMarker(m); err != nil {
 		return marker{}, err
