@@ -28,39 +28,6 @@ func (c *Client) writeChunk(ctx context.Context, ino core.Ino, index uint64, off
 	return reps, err
 }
 
-// readChunk reads up to n bytes at off of chunk (ino, index) from the first
-// replica that answers; a replica that is down or returns corrupt data is
-// skipped. The result may be short (the chunk ends, or is a hole). It is a
-// buffer from rpc.GetBuffer, owned by the caller, who may give it back with
-// rpc.PutBuffer.
-func (c *Client) readChunk(ctx context.Context, ino core.Ino, index uint64, off, n int64) ([]byte, error) {
-	reps := replicas(ino, index, len(c.stores), c.cfg.Replication)
-	req := &pb.ReadChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off, Length: n}
-	var last error
-	for _, s := range reps {
-		read := func() (data []byte, err error) {
-			data, err = c.stores[s].CallData(ctx, pb.MethodReadChunk, req, nil, &pb.ReadChunkReply{})
-			return data, err
-		}
-		var data []byte
-		var err error
-		if len(reps) > 1 {
-			data, err = read() // once: other replicas can take over
-		} else {
-			err = c.retryUnavailable(ctx, func() error { data, err = read(); return err })
-		}
-		if err == nil {
-			return data, nil
-		}
-		last = err
-		if !failoverable(err) {
-			return nil, err
-		}
-		c.log.Warn("chunk read failed over", "ino", ino, "index", index, "store", s, "err", err)
-	}
-	return nil, last
-}
-
 // retryUnavailable runs the idempotent fn again while its server is
 // unreachable, for up to Config.RetryFor (the policy of callIdempotent, for
 // calls that are not a plain Call).
@@ -86,7 +53,7 @@ func (c *Client) retryUnavailable(ctx context.Context, fn func() error) error {
 // failoverable reports whether another replica may succeed where one failed.
 func failoverable(err error) bool {
 	switch errs.KindOf(err) {
-	case errs.Unavailable, errs.Corrupt, errs.IO, errs.Timeout:
+	case errs.Unavailable, errs.Corrupt, errs.IO, errs.Timeout, errs.Lost:
 		return true
 	}
 	return false

@@ -54,6 +54,15 @@ type Config struct {
 	// NoSameHost keeps WriteFrom and ReadTo on the wire even for store
 	// servers on this machine (samehost.go).
 	NoSameHost bool
+	// ReplicaTimeout is how long a chunk read waits for one replica before
+	// it asks the next one as well (default 2s): a stopped or dead store
+	// delays a read by about this much when another replica is healthy.
+	ReplicaTimeout time.Duration
+	// StoreTimeout bounds one chunk read, write or sync on one store
+	// (default 20s). Past it the replica counts as failed: a read fails
+	// over, and a read whose every replica failed, or a write, fails with
+	// EIO.
+	StoreTimeout time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -93,8 +102,23 @@ func (c *Config) setDefaults() error {
 	if c.RetryFor == 0 {
 		c.RetryFor = 10 * time.Second
 	}
+	if c.ReplicaTimeout == 0 {
+		c.ReplicaTimeout = DefaultReplicaTimeout
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.ReplicaTimeout < 0 || c.StoreTimeout < 0 {
+		return errs.New(errs.Invalid, "client config", "negative replica timeout %v or store timeout %v", c.ReplicaTimeout, c.StoreTimeout)
+	}
 	return nil
 }
+
+// The defaults of Config.ReplicaTimeout and Config.StoreTimeout.
+const (
+	DefaultReplicaTimeout = 2 * time.Second
+	DefaultStoreTimeout   = 20 * time.Second
+)
 
 // Client is a connection to one weft cluster. It is safe for concurrent use.
 type Client struct {
@@ -103,6 +127,8 @@ type Client struct {
 	metas  []*rpc.Peer
 	stores []*rpc.Peer
 	same   []*sameHost // each store's same-host path, by store id
+
+	suspects *suspects // stores slow or failed lately, asked last (replicas.go)
 
 	maps dirMaps // GIGA+ partition bitmaps of directories (route.go)
 
@@ -132,6 +158,7 @@ func New(cfg Config) (*Client, error) {
 		c.stores = append(c.stores, peer(a))
 		c.same = append(c.same, &sameHost{addr: a})
 	}
+	c.suspects = newSuspects(len(c.stores))
 	c.mu.open = make(map[core.Ino]*openInode)
 	return c, nil
 }

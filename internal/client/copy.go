@@ -29,7 +29,7 @@ func (c *Client) WriteFrom(ctx context.Context, path string, r io.Reader, perm u
 		return 0, err
 	}
 	n, err := copyIn(ctx, f, r, progress)
-	if cerr := f.Close(); err == nil {
+	if cerr := f.CloseContext(ctx); err == nil {
 		err = cerr
 	}
 	return n, err
@@ -50,7 +50,7 @@ func copyIn(ctx context.Context, f *File, r io.Reader, progress func(int64)) (in
 		buf := rpc.GetBuffer(unit)
 		k, rerr := io.ReadFull(r, buf)
 		if k > 0 {
-			if err := f.n.writeOwned(buf[:k], off); err != nil {
+			if err := f.n.writeOwned(ctx, buf[:k], off); err != nil {
 				return off, err
 			}
 			off += int64(k)
@@ -95,7 +95,7 @@ func copyInSameHost(ctx context.Context, f *File, src *os.File, progress func(in
 		}
 		k := min(cs, size-off)
 		f.n.mu.Lock()
-		err := f.n.uploadFromLocked(idx, src, base+off, k)
+		err := f.n.uploadFromLocked(ctx, idx, src, base+off, k)
 		f.n.mu.Unlock()
 		if err != nil {
 			return off, err

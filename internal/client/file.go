@@ -97,6 +97,12 @@ func (f *File) check(op string, write bool) error {
 
 // ReadAt reads len(p) bytes at off; it returns io.EOF when fewer were there.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	return f.ReadAtContext(context.Background(), p, off)
+}
+
+// ReadAtContext is ReadAt bounded by ctx: it returns when ctx ends, with
+// errs.Canceled or errs.Timeout.
+func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, errs.New(errs.Invalid, "read", "negative offset")
 	}
@@ -109,7 +115,7 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	f.mu.Unlock()
 	total := 0
 	for total < len(p) {
-		k, err := f.n.read(context.Background(), p[total:], off+int64(total), seq)
+		k, err := f.n.read(ctx, p[total:], off+int64(total), seq)
 		total += k
 		if err != nil {
 			return total, err
@@ -135,6 +141,11 @@ func (f *File) noteReadLocked(off int64, n int) bool {
 
 // Read reads from the handle's offset.
 func (f *File) Read(p []byte) (int, error) {
+	return f.ReadContext(context.Background(), p)
+}
+
+// ReadContext is Read bounded by ctx.
+func (f *File) ReadContext(ctx context.Context, p []byte) (int, error) {
 	f.mu.Lock()
 	if err := f.check("read", false); err != nil {
 		f.mu.Unlock()
@@ -143,7 +154,7 @@ func (f *File) Read(p []byte) (int, error) {
 	off := f.mu.pos
 	seq := f.noteReadLocked(off, len(p))
 	f.mu.Unlock()
-	k, err := f.n.read(context.Background(), p, off, seq)
+	k, err := f.n.read(ctx, p, off, seq)
 	f.mu.Lock()
 	f.mu.pos = off + int64(k)
 	f.mu.Unlock()
@@ -152,6 +163,15 @@ func (f *File) Read(p []byte) (int, error) {
 
 // WriteAt writes p at off (at the end of the file with O_APPEND).
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	return f.WriteAtContext(context.Background(), p, off)
+}
+
+// WriteAtContext is WriteAt bounded by ctx: a write waits only when the
+// file's write buffer is full, for uploads each bounded by
+// Config.StoreTimeout, and gives up when ctx ends. A write by a caller
+// other than root (ctx's identity, see WithCreds) clears the file's setuid
+// and setgid bits at once, as on Linux.
+func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, errs.New(errs.Invalid, "write", "negative offset")
 	}
@@ -162,38 +182,49 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	if f.flags&oAPPEND != 0 {
-		_, err := f.append(p)
+		_, err := f.n.writeAppend(ctx, p)
+		if err == nil {
+			err = f.n.dropPrivileges(ctx)
+		}
 		return len(p), err
 	}
-	if err := f.n.write(p, off); err != nil {
+	if err := f.n.write(ctx, p, off); err != nil {
 		return 0, err
 	}
-	return len(p), nil
-}
-
-// append writes p at the current end of the file and returns where.
-func (f *File) append(p []byte) (int64, error) {
-	return f.n.writeAppend(p)
+	return len(p), f.n.dropPrivileges(ctx)
 }
 
 // Write writes at the handle's offset (or the end with O_APPEND).
 func (f *File) Write(p []byte) (int, error) {
+	return f.WriteContext(context.Background(), p)
+}
+
+// WriteContext is Write bounded by ctx (see WriteAtContext).
+func (f *File) WriteContext(ctx context.Context, p []byte) (int, error) {
+	if err := f.writeAtPos(ctx, p); err != nil {
+		return 0, err
+	}
+	return len(p), f.n.dropPrivileges(ctx) // not under f.mu: it may commit
+}
+
+// writeAtPos writes p at the handle's offset and moves the offset past it.
+func (f *File) writeAtPos(ctx context.Context, p []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.check("write", true); err != nil {
-		return 0, err
+		return err
 	}
 	off := f.mu.pos
 	if f.flags&oAPPEND != 0 {
 		var err error
-		if off, err = f.append(p); err != nil {
-			return 0, err
+		if off, err = f.n.writeAppend(ctx, p); err != nil {
+			return err
 		}
-	} else if err := f.n.write(p, off); err != nil {
-		return 0, err
+	} else if err := f.n.write(ctx, p, off); err != nil {
+		return err
 	}
 	f.mu.pos = off + int64(len(p))
-	return len(p), nil
+	return nil
 }
 
 // Seek sets the handle's offset.
@@ -248,14 +279,26 @@ func (f *File) TruncateContext(ctx context.Context, size int64) error {
 }
 
 // Flush makes this handle's writes visible to other clients (what close
-// does, without closing).
+// does, without closing). After a failed upload it returns that error, and
+// so does every later Write, Flush, Sync and Close of the file: nothing is
+// committed after it, and the file keeps its last committed state.
 func (f *File) Flush() error {
-	return f.n.flush(context.Background(), f.c.cfg.SyncOnClose)
+	return f.FlushContext(context.Background())
+}
+
+// FlushContext is Flush bounded by ctx.
+func (f *File) FlushContext(ctx context.Context) error {
+	return f.n.flush(ctx, f.c.cfg.SyncOnClose)
 }
 
 // Sync makes the file's data and size durable (fsync).
 func (f *File) Sync() error {
-	return f.n.flush(context.Background(), true)
+	return f.SyncContext(context.Background())
+}
+
+// SyncContext is Sync bounded by ctx.
+func (f *File) SyncContext(ctx context.Context) error {
+	return f.n.flush(ctx, true)
 }
 
 // Stat returns the file's attributes as this client sees them.
@@ -266,6 +309,12 @@ func (f *File) Stat() (core.Attr, error) {
 // Close flushes (see Flush) and releases the handle. The handle is released
 // even when the flush fails; the error says the writes may be lost.
 func (f *File) Close() error {
+	return f.CloseContext(context.Background())
+}
+
+// CloseContext is Close bounded by ctx: the handle is released whether or
+// not the flush ends in time.
+func (f *File) CloseContext(ctx context.Context) error {
 	f.mu.Lock()
 	if f.mu.closed {
 		f.mu.Unlock()
@@ -275,7 +324,7 @@ func (f *File) Close() error {
 	f.mu.Unlock()
 	var err error
 	if f.flags&oACCMODE != oRDONLY {
-		err = f.n.flush(context.Background(), f.c.cfg.SyncOnClose)
+		err = f.n.flush(ctx, f.c.cfg.SyncOnClose)
 	}
 	f.c.releaseOpen(f.n)
 	return err

@@ -23,25 +23,34 @@ import (
 type openInode struct {
 	c   *Client
 	ino core.Ino
+	// flushTurn lets one flush at a time sync and commit (flush.go), so
+	// an older size never lands after a newer one. It is not a lock held
+	// across the calls: a waiter gives up when its context ends.
+	flushTurn chan struct{}
 
 	mu struct {
 		sync.Mutex
 		ref      Ref
 		creds    core.Creds // identity that commits (the first opener's)
+		mode     uint32     // type and permission bits, as last seen from the server
 		refs     int
 		size     uint64
 		mtime    time.Time
 		inline   bool
 		data     []byte // the whole content while inline
 		modified bool   // size, mtime or content not yet committed
+		gen      uint64 // counts changes, so a commit knows whether it saw the last
 		dirty    map[uint64]*dirtyRange
 		buffered int64                    // bytes dirty or uploading
 		inflight map[uint64]chan struct{} // newest upload per chunk, closed when done
-		err      error                    // first failed upload, reported by the next flush
-		written  map[int]bool             // stores written since the last sync
-		cache    map[uint64]*fetch        // read-ahead, by chunk
-		drained  sync.Cond                // broadcast when an upload ends
-		freed    bool                     // no link left: nothing to commit; chunks go at the last release (orphan.go)
+		// err is the first failed upload or sync. It is sticky: every later
+		// write, flush, sync and close reports it, and nothing is committed
+		// after it (the file keeps its last committed state).
+		err     error
+		written map[int]bool      // stores written since the last sync
+		cache   map[uint64]*fetch // read-ahead, by chunk
+		drained sync.Cond         // broadcast when an upload ends
+		freed   bool              // no link left: nothing to commit; chunks go at the last release (orphan.go)
 	}
 }
 
@@ -70,7 +79,7 @@ func (c *Client) acquireOpen(ref Ref, r *pb.OpenReply, creds core.Creds) *openIn
 	defer c.mu.Unlock()
 	n := c.mu.open[ref.Ino]
 	if n == nil {
-		n = &openInode{c: c, ino: ref.Ino}
+		n = &openInode{c: c, ino: ref.Ino, flushTurn: make(chan struct{}, 1)}
 		n.mu.drained.L = &n.mu.Mutex
 		n.mu.dirty = make(map[uint64]*dirtyRange)
 		n.mu.inflight = make(map[uint64]chan struct{})
@@ -85,6 +94,7 @@ func (c *Client) acquireOpen(ref Ref, r *pb.OpenReply, creds core.Creds) *openIn
 	}
 	n.mu.refs++
 	n.mu.ref = ref
+	n.mu.mode = r.Attr.GetMode()
 	if !n.mu.modified && n.mu.buffered == 0 {
 		n.mu.size = r.Attr.GetSize()
 		n.mu.mtime = time.Unix(0, r.Attr.GetMtimeNs())
@@ -141,8 +151,8 @@ func (c *Client) overlayOpen(a core.Attr) core.Attr {
 }
 
 // write buffers p at off.
-func (n *openInode) write(p []byte, off int64) error {
-	_, err := n.writeBuffer(p, off, false)
+func (n *openInode) write(ctx context.Context, p []byte, off int64) error {
+	_, err := n.writeBuffer(ctx, p, off, false)
 	return err
 }
 
@@ -153,8 +163,8 @@ const atEnd = -1
 // writeAppend writes p at the end of the file, choosing the offset under the
 // same lock as the write, so appenders in this client never overwrite each
 // other. It returns where p went.
-func (n *openInode) writeAppend(p []byte) (int64, error) {
-	return n.writeBuffer(p, atEnd, false)
+func (n *openInode) writeAppend(ctx context.Context, p []byte) (int64, error) {
+	return n.writeBuffer(ctx, p, atEnd, false)
 }
 
 // writeOwned is write for a buffer from rpc.GetBuffer that the caller hands
@@ -162,14 +172,14 @@ func (n *openInode) writeAppend(p []byte) (int64, error) {
 // that chunk's dirty range as it is (no copy) and goes back to the pool
 // after its upload; otherwise it is copied and given back at once. Either
 // way the caller must not touch buf afterwards.
-func (n *openInode) writeOwned(buf []byte, off int64) error {
-	_, err := n.writeBuffer(buf, off, true)
+func (n *openInode) writeOwned(ctx context.Context, buf []byte, off int64) error {
+	_, err := n.writeBuffer(ctx, buf, off, true)
 	return err
 }
 
 // writeBuffer writes p at off (atEnd: the end of the file) and returns the
 // offset it wrote at.
-func (n *openInode) writeBuffer(p []byte, off int64, owned bool) (int64, error) {
+func (n *openInode) writeBuffer(ctx context.Context, p []byte, off int64, owned bool) (int64, error) {
 	if owned {
 		// Unless adopted below, p goes back to the pool when we are done.
 		defer func() {
@@ -213,21 +223,31 @@ func (n *openInode) writeBuffer(p []byte, off int64, owned bool) (int64, error) 
 			n.bufferLocked(s.Index, s.Offset, p[s.FileOf-off:s.FileOf-off+s.Len])
 		}
 	}
-	return off, n.throttleLocked()
+	return off, n.throttleLocked(ctx)
 }
 
 // wroteLocked notes a write that ends at end: the file is modified now and
 // at least that long.
 func (n *openInode) wroteLocked(end int64) {
 	n.mu.modified = true
+	n.mu.gen++
 	n.mu.mtime = time.Now()
 	n.mu.size = max(n.mu.size, uint64(end))
 }
 
 // throttleLocked waits while more than WriteBuffer bytes are buffered or
-// uploading, and returns the first upload error.
-func (n *openInode) throttleLocked() error {
+// uploading, and returns the first upload error. Each upload is bounded by
+// StoreTimeout, so the wait is too; it also ends with ctx.
+func (n *openInode) throttleLocked(ctx context.Context) error {
+	if n.mu.buffered <= n.c.cfg.WriteBuffer || n.mu.err != nil {
+		return n.mu.err
+	}
+	stop := n.wakeOnDone(ctx)
+	defer stop()
 	for n.mu.buffered > n.c.cfg.WriteBuffer && n.mu.err == nil {
+		if ctx.Err() != nil {
+			return ctxError("write", ctx)
+		}
 		n.uploadAllLocked()
 		n.mu.drained.Wait()
 	}
@@ -298,6 +318,7 @@ func (n *openInode) uploadIfFullLocked(idx uint64, d *dirtyRange) {
 func (n *openInode) uninlineLocked() {
 	n.mu.inline = false
 	n.mu.modified = true
+	n.mu.gen++
 	if len(n.mu.data) > 0 {
 		n.mu.dirty[0] = &dirtyRange{buf: n.mu.data}
 		n.mu.buffered += int64(len(n.mu.data))
@@ -321,7 +342,7 @@ func (n *openInode) startUploadLocked(idx uint64, d *dirtyRange) {
 // reads them from the file itself where it can (writeChunkFrom). The bytes
 // count as buffered until the upload ends, so that WriteBuffer bounds the
 // uploads in flight as it bounds the buffered ones.
-func (n *openInode) uploadFromLocked(idx uint64, src *os.File, foff, size int64) error {
+func (n *openInode) uploadFromLocked(ctx context.Context, idx uint64, src *os.File, foff, size int64) error {
 	if err := n.mu.err; err != nil {
 		return err
 	}
@@ -337,7 +358,7 @@ func (n *openInode) uploadFromLocked(idx uint64, src *os.File, foff, size int64)
 	n.chainUploadLocked(idx, size, func(ctx context.Context) ([]int, error) {
 		return n.c.writeChunkFrom(ctx, n.ino, idx, 0, src, foff, size)
 	}, nil)
-	return n.throttleLocked()
+	return n.throttleLocked(ctx)
 }
 
 // chainUploadLocked runs upload, which moves size buffered bytes to chunk
@@ -352,20 +373,28 @@ func (n *openInode) chainUploadLocked(idx uint64, size int64, upload func(contex
 		if prev != nil {
 			<-prev
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), uploadTimeout)
-		reps, err := upload(ctx)
-		cancel()
+		reps, finished, err := n.c.boundedUpload(upload)
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		if err != nil && n.mu.err == nil {
-			n.mu.err = errs.Wrap(errs.KindOf(err), "write back", "", err)
+			n.mu.err = uploadError(err)
 		}
 		for _, s := range reps {
 			n.mu.written[s] = true
 		}
 		n.mu.buffered -= size
-		if release != nil {
+		switch {
+		case release == nil:
+		case finished == nil:
 			release() // the upload is done with the bytes
+		default:
+			// Given up on, the upload may still read the bytes.
+			go func() {
+				<-finished
+				n.mu.Lock()
+				release()
+				n.mu.Unlock()
+			}()
 		}
 		if n.mu.inflight[idx] == done {
 			delete(n.mu.inflight, idx)
@@ -374,95 +403,61 @@ func (n *openInode) chainUploadLocked(idx uint64, size int64, upload func(contex
 	}()
 }
 
-const uploadTimeout = 2 * time.Minute
+// uploadGrace is how long past StoreTimeout an upload is waited for: its
+// calls have StoreTimeout as their context's deadline and end by then
+// unless the transport fails to honour it.
+const uploadGrace = time.Second
+
+// boundedUpload runs upload with StoreTimeout as its context and waits for
+// it at most uploadGrace longer, so that a write, flush or close waiting
+// for uploads is bounded whatever the transport does. If it gave up, it
+// returns a Timeout and finished, closed when upload has returned: only
+// then may its bytes be reused. Otherwise finished is nil.
+func (c *Client) boundedUpload(upload func(context.Context) ([]int, error)) (reps []int, finished chan struct{}, err error) {
+	type result struct {
+		reps []int
+		err  error
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.StoreTimeout)
+	res := make(chan result, 1)
+	finished = make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer cancel()
+		r, err := upload(ctx)
+		res <- result{r, err}
+	}()
+	grace := time.NewTimer(c.cfg.StoreTimeout + uploadGrace)
+	defer grace.Stop()
+	select {
+	case r := <-res:
+		return r.reps, nil, r.err
+	case <-grace.C:
+		return nil, finished, errs.New(errs.Timeout, "write back", "no answer from the stores within %v", c.cfg.StoreTimeout)
+	}
+}
 
 // maxFileSize bounds offsets so that chunk arithmetic never overflows.
 const maxFileSize = 1 << 50
 
-func (n *openInode) uploadAllLocked() {
-	for idx, d := range n.mu.dirty {
-		n.startUploadLocked(idx, d)
-	}
-}
-
-// drainLocked uploads every dirty range and waits until no upload is in
-// flight; it returns (and clears) the first upload error.
-func (n *openInode) drainLocked() error {
-	n.uploadAllLocked()
-	for len(n.mu.inflight) > 0 {
-		n.mu.drained.Wait()
-	}
-	err := n.mu.err
-	n.mu.err = nil
-	return err
-}
-
-// flush makes this client's writes visible to others: uploads, then (with
-// durable) makes the chunks durable on the stores, then commits size, mtime
-// and inline content to the meta server.
-func (n *openInode) flush(ctx context.Context, durable bool) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.flushLocked(ctx, durable)
-}
-
-func (n *openInode) flushLocked(ctx context.Context, durable bool) error {
-	if err := n.drainLocked(); err != nil {
-		return err
-	}
-	if durable && !n.mu.inline && len(n.mu.written) > 0 {
-		if err := n.c.syncStores(ctx, n.ino, n.mu.written); err != nil {
-			return err
-		}
-		clear(n.mu.written)
-	}
-	if !n.mu.modified || n.mu.freed {
-		return nil
-	}
-	req := &pb.CommitRequest{
-		Creds: credsPB(n.mu.creds), Node: n.mu.ref.pb(), Size: n.mu.size,
-		MtimeNs: n.mu.mtime.UnixNano(), Inline: n.mu.inline,
-	}
-	if n.mu.inline {
-		if uint64(len(n.mu.data)) < n.mu.size {
-			n.mu.data = append(n.mu.data, make([]byte, n.mu.size-uint64(len(n.mu.data)))...)
-		}
-		req.InlineData = n.mu.data
-	}
-	var r pb.CommitReply
-	if err := n.c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodCommit, req, &r, false); err != nil {
-		return err
-	}
-	n.mu.modified = false
-	return nil
-}
-
-// uninline moves an inline file's content to the stores and commits it as
-// chunked.
-func (n *openInode) uninline(ctx context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.mu.inline {
-		return nil
-	}
-	n.uninlineLocked()
-	return n.flushLocked(ctx, n.c.cfg.SyncOnClose)
-}
-
 // truncate sets the file's size through the meta server, after pushing out
 // buffered writes so none lands past the new end afterwards.
 func (n *openInode) truncate(ctx context.Context, size uint64, byHandle bool) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if size > maxFileSize {
 		return errs.New(errs.TooBig, "truncate", "size %d is past the largest file", size)
 	}
+	n.mu.Lock()
 	if n.mu.inline && size > uint64(n.c.cfg.InlineLimit) {
 		n.uninlineLocked()
 	}
-	if err := n.flushLocked(ctx, false); err != nil {
+	n.mu.Unlock()
+	if err := n.flush(ctx, false); err != nil {
 		return err
 	}
+	// The size changes under the lock, so that no write buffered meanwhile
+	// is lost to it; the setattr call is the one RPC made under it.
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	n.dropCacheLocked()
 	if n.mu.freed {
 		return n.truncateFreedLocked(ctx, size)
@@ -475,6 +470,7 @@ func (n *openInode) truncate(ctx context.Context, size uint64, byHandle bool) er
 	}
 	n.mu.size = a.Size
 	n.mu.mtime = a.Mtime
+	n.mu.mode = a.Mode
 	if n.mu.inline {
 		if uint64(len(n.mu.data)) > size {
 			n.mu.data = n.mu.data[:size]

@@ -98,7 +98,37 @@ func (c *Client) SetAttr(ctx context.Context, ref Ref, s SetAttr) (core.Attr, er
 			return core.Attr{}, err
 		}
 	}
-	return c.setAttr(ctx, ref, s, false)
+	if s.Mtime != nil || s.MtimeNow {
+		if n := c.lookupOpen(ref.Ino); n != nil {
+			defer c.releaseOpen(n)
+			return n.setMtime(ctx, ref, s)
+		}
+	}
+	a, err := c.setAttr(ctx, ref, s, false)
+	if err == nil && s.Mode != nil {
+		c.noteMode(a)
+	}
+	return a, err
+}
+
+// setMtime is SetAttr with an explicit mtime of a file open here (futimens
+// after writes, as cp -p and tar x do): the writes buffered so far are
+// committed first, so that their own mtime does not overwrite the one set.
+func (n *openInode) setMtime(ctx context.Context, ref Ref, s SetAttr) (core.Attr, error) {
+	if err := n.flush(ctx, false); err != nil {
+		return core.Attr{}, err
+	}
+	a, err := n.c.setAttr(ctx, ref, s, false)
+	if err != nil {
+		return a, err
+	}
+	n.mu.Lock()
+	if !n.mu.modified {
+		n.mu.mtime = a.Mtime
+	}
+	n.mu.mode = a.Mode
+	n.mu.Unlock()
+	return a, nil
 }
 
 func (c *Client) setAttr(ctx context.Context, ref Ref, s SetAttr, byHandle bool) (core.Attr, error) {
@@ -115,6 +145,20 @@ func (c *Client) setAttr(ctx context.Context, ref Ref, s SetAttr, byHandle bool)
 	// Bytes past a new smaller size are dropped from the stores by the meta
 	// server, recorded in the truncate's batch (meta/reclaim.go).
 	return a, nil
+}
+
+// noteMode tells the file's open state, if any, its new mode, so that a
+// write by another user knows whether it clears setuid and setgid. The
+// caller must not hold the open state's lock.
+func (c *Client) noteMode(a core.Attr) {
+	c.mu.Lock()
+	n := c.mu.open[a.Ino]
+	c.mu.Unlock()
+	if n != nil {
+		n.mu.Lock()
+		n.mu.mode = a.Mode
+		n.mu.Unlock()
+	}
 }
 
 // prepareTruncate makes an inline file chunked before it grows past the

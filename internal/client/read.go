@@ -208,7 +208,7 @@ func (n *openInode) readCached(ctx context.Context, s core.ChunkSpan, depth int)
 	case <-f.done:
 	case <-ctx.Done():
 		n.unref(f)
-		return nil, nil, ctx.Err()
+		return nil, nil, ctxError("read", ctx)
 	}
 	if f.err != nil {
 		n.mu.Lock()
@@ -236,7 +236,9 @@ func (n *openInode) startFetchLocked(idx uint64) *fetch {
 	f := &fetch{done: make(chan struct{}), refs: 2} // the cache's and the goroutine's
 	n.mu.cache[idx] = f
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), uploadTimeout)
+		// readReplicas bounds each replica by StoreTimeout; this bounds
+		// the fetch as a whole.
+		ctx, cancel := context.WithTimeout(context.Background(), n.c.cfg.StoreTimeout+n.c.cfg.ReplicaTimeout)
 		f.data, f.err = n.c.readChunk(ctx, n.ino, idx, 0, n.c.cfg.ChunkSize)
 		cancel()
 		close(f.done)

@@ -96,30 +96,31 @@ func (h *sameHost) available(ctx context.Context) bool {
 // the wire instead.
 var errNoPath = errs.New(errs.Unavailable, "same-host call", "no same-host path")
 
-// call runs req on the store with file f. It returns errNoPath if there is
-// no path or the connection failed, and the store's error otherwise.
-func (h *sameHost) call(ctx context.Context, req *pb.LocalIORequest, f *os.File) (int64, error) {
+// call runs req on the store with file f and returns the store's reply. It
+// returns errNoPath if there is no path or the connection failed, and the
+// store's error otherwise.
+func (h *sameHost) call(ctx context.Context, req *pb.LocalIORequest, f *os.File) (*pb.LocalIOReply, error) {
 	c := h.get(ctx)
 	if c == nil {
-		return 0, errNoPath
+		return nil, errNoPath
 	}
 	raw, err := f.SyscallConn()
 	if err != nil {
 		h.put(c)
-		return 0, errs.Wrap(errs.BadHandle, "same-host call", f.Name(), err)
+		return nil, errs.Wrap(errs.BadHandle, "same-host call", f.Name(), err)
 	}
 	var r pb.LocalIOReply
 	var cerr error
 	if err := raw.Control(func(fd uintptr) { cerr = c.Call(ctx, req, fd, &r) }); err != nil {
 		h.put(c)
-		return 0, errs.Wrap(errs.BadHandle, "same-host call", f.Name(), err)
+		return nil, errs.Wrap(errs.BadHandle, "same-host call", f.Name(), err)
 	}
 	if cerr != nil {
 		c.Close()
 		if k := errs.KindOf(cerr); k == errs.Timeout || k == errs.Canceled {
-			return 0, cerr
+			return nil, cerr
 		}
-		return 0, errNoPath
+		return nil, errNoPath
 	}
 	h.put(c)
 	if r.Error != "" {
@@ -127,9 +128,9 @@ func (h *sameHost) call(ctx context.Context, req *pb.LocalIORequest, f *os.File)
 		if !k.Valid() {
 			k = errs.Protocol
 		}
-		return 0, &errs.Error{Kind: k, Msg: r.Error}
+		return nil, &errs.Error{Kind: k, Msg: r.Error}
 	}
-	return r.Length, nil
+	return &r, nil
 }
 
 // usableLocalFile reports whether the store may do I/O on f for this
@@ -199,25 +200,62 @@ func (c *Client) writeChunkFrom(ctx context.Context, ino core.Ino, index uint64,
 }
 
 // readChunkTo writes n bytes at off of chunk (ino, index) into the local
-// file at foff, by a replica's same-host path where there is one, over the
-// wire otherwise, with the failover of readChunk. Where the chunk ends short
-// (or is a hole) the file gets zeros.
+// file at foff, by the replicas' same-host paths where there are, with the
+// rules of readChunk (replicas.go). Where the chunk ends short (or is a
+// hole) the file gets zeros. A same-host replica slower than ReplicaTimeout
+// is left for the next one: the store writes into the file itself, so two
+// cannot be asked at once. When some replicas have no same-host path and
+// none of the others had the chunk, the wire read (readChunk) asks every
+// replica, hedged.
 func (c *Client) readChunkTo(ctx context.Context, ino core.Ino, index uint64, off, n int64, dst *os.File, foff int64) error {
 	req := &pb.LocalIORequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off, Length: n, FileOffset: foff}
-	for _, s := range replicas(ino, index, len(c.stores), c.cfg.Replication) {
-		k, err := c.same[s].call(ctx, req, dst)
+	reps := c.suspects.order(replicas(ino, index, len(c.stores), c.cfg.Replication))
+	notFound, noPath := 0, 0
+	var failed error
+	for i, s := range reps {
+		timeout := c.cfg.ReplicaTimeout
+		if i == len(reps)-1 {
+			timeout = c.cfg.StoreTimeout
+		}
+		actx, cancel := context.WithTimeout(ctx, timeout)
+		r, err := c.same[s].call(actx, req, dst)
+		cancel()
+		if err == errNoPath {
+			noPath++
+			continue
+		}
+		var k int64
+		var found bool
+		if err == nil {
+			k, found, err = checkReplica(s, r.Length, r.Found, r.ChunkSize, off, n)
+		}
 		switch {
-		case err == nil:
+		case err == nil && found:
+			c.suspects.clear(s)
 			_, err = writeZeroPadded(io.NewOffsetWriter(dst, foff+k), nil, n-k)
 			return err
-		case err == errNoPath:
+		case err == nil:
+			notFound++
 			continue
+		case ctx.Err() != nil:
+			return ctxError("read chunk", ctx)
 		case !failoverable(err):
 			return err
 		}
 		c.log.Warn("chunk read failed over", "ino", ino, "index", index, "store", s, "err", err)
+		c.suspects.mark(s)
+		if failed == nil {
+			failed = err
+		}
 	}
-	// No replica took it on this machine: read over the wire.
+	switch {
+	case notFound == len(reps):
+		_, err := writeZeroPadded(io.NewOffsetWriter(dst, foff), nil, n) // a hole
+		return err
+	case noPath == 0:
+		// Every replica answered here: the wire would hear the same.
+		return errs.Wrap(errs.IO, "read chunk", chunkName(ino, index), failed)
+	}
 	data, err := c.readChunk(ctx, ino, index, off, n)
 	if err != nil {
 		return err

@@ -29,8 +29,8 @@ func TestSameHostWithoutSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if n, err := h.call(ctx, &pb.LocalIORequest{Chunk: &pb.ChunkID{Ino: 1}, Length: 1}, f); err != errNoPath || n != 0 {
-		t.Fatalf("call without a socket: %d, %v; want errNoPath", n, err)
+	if r, err := h.call(ctx, &pb.LocalIORequest{Chunk: &pb.ChunkID{Ino: 1}, Length: 1}, f); err != errNoPath || r != nil {
+		t.Fatalf("call without a socket: %v, %v; want errNoPath", r, err)
 	}
 	h.mu.Lock()
 	wait := time.Until(h.mu.retryAt)

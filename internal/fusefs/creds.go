@@ -124,10 +124,16 @@ func parseStatus(status []byte) (groups []uint32, fsuid, fsgid uint32, ok bool) 
 // identity and the operation timeout, detached from the kernel's interrupts
 // (see the package doc).
 func (fsys *fileSystem) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return fsys.boundCtx(context.Background(), ctx)
+}
+
+// boundCtx is parent bounded by OpTimeout with the identity of req's caller.
+func (fsys *fileSystem) boundCtx(parent, req context.Context) (context.Context, context.CancelFunc) {
+	ctx := req
 	creds := fsys.opts.Creds
 	if c, ok := fuse.FromContext(ctx); ok {
 		creds = fsys.groups.creds(c)
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), fsys.opts.OpTimeout)
+	cctx, cancel := context.WithTimeout(parent, fsys.opts.OpTimeout)
 	return client.WithCreds(cctx, creds), cancel
 }

@@ -71,11 +71,21 @@
 // Requests ignore the kernel's interrupts: every weft operation is a bounded
 // call (Options.OpTimeout), and honouring interrupts would hand spurious EINTR
 // to callers that are merely preempted (the Go runtime signals its threads
-// with SIGURG constantly). Cache invalidations (go-fuse Notify calls) are
-// never made from inside a handler, with two exceptions: Open invalidates the
-// attributes (offset -1, no pages) of the inode being opened, which takes no
-// lock the kernel holds during OPEN; and a granted lock may invalidate the
-// inode's pages and attributes (another mount changed the file), which is
+// with SIGURG constantly; fsx's raw pread failed so when reads honoured
+// them). Reads are bounded much tighter than OpTimeout: a read meets a
+// stopped or dead store for about the client's ReplicaTimeout (2 s) when
+// another replica answers, and fails with EIO after its StoreTimeout (20 s)
+// when none does; an upload to such a store fails after StoreTimeout, and
+// the write, flush or close that waits for it reports EIO.
+//
+// Cache invalidations (go-fuse Notify calls) are never made from inside a
+// handler, with three exceptions: Open invalidates the attributes (offset
+// -1, no pages) of the inode being opened, which takes no lock the kernel
+// holds during OPEN; a write that cleared setuid/setgid invalidates the
+// attributes the same way (the kernel holds the inode's lock during WRITE,
+// but an attribute-only invalidation does not take it); and a granted lock
+// may invalidate the inode's pages and attributes (another mount changed
+// the file), which is
 // safe because the kernel holds no inode lock during a lock request. A
 // blocking lock request (SETLKW) is the one request that honours interrupts:
 // its wait ends with EINTR.

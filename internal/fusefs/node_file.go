@@ -129,7 +129,9 @@ func (n *Node) repoint() {
 
 // Read reads at off; a short read is the end of the file.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	k, err := h.f.ReadAt(dest, off)
+	cctx, cancel := h.node.fsys.callCtx(ctx)
+	defer cancel()
+	k, err := h.f.ReadAtContext(cctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, h.node.fsys.fail("read", err)
 	}
@@ -138,11 +140,47 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 
 // Write buffers data at off (at the client's end of file for O_APPEND).
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	k, err := h.f.WriteAt(data, off)
+	cctx, cancel := h.node.fsys.callCtx(ctx)
+	defer cancel()
+	kill := h.node.killsPrivileges(ctx)
+	k, err := h.f.WriteAtContext(cctx, data, off)
 	if err != nil {
 		return uint32(k), h.node.fsys.fail("write", err)
 	}
+	if kill {
+		h.node.privilegesDropped(cctx)
+	}
 	return uint32(k), 0
+}
+
+// killsPrivileges reports whether a write by ctx's caller clears the file's
+// setuid or setgid bit (the client does it at the write, committing as the
+// caller). go-fuse does not hand the write's FUSE_WRITE_KILL_SUIDGID flag
+// to the file system; the caller's identity says the same (root stands for
+// CAP_FSETID, as on the meta server).
+func (n *Node) killsPrivileges(ctx context.Context) bool {
+	caller, ok := fuse.FromContext(ctx)
+	if !ok || caller.Uid == 0 {
+		return false
+	}
+	n.mu.Lock()
+	mode := n.mu.attr.Mode
+	n.mu.Unlock()
+	return mode&core.ModeSetuid != 0 || mode&core.ModeSetgid != 0 && mode&0o010 != 0
+}
+
+// privilegesDropped takes the file's new mode after a write cleared setuid
+// or setgid, and drops the kernel's cached attributes so that stat and
+// fstat show it at once. The invalidation (offset -1: attributes only)
+// takes no lock the kernel holds during WRITE (package doc).
+func (n *Node) privilegesDropped(ctx context.Context) {
+	a, err := n.fsys.c.GetAttr(ctx, n.ref())
+	if err != nil {
+		return
+	}
+	a, _ = n.fsys.c.OpenAttr(a)
+	n.setAttr(a)
+	_ = n.NotifyContent(-1, 0)
 }
 
 // Flush is close(2) of one descriptor: writes become visible to other
@@ -151,14 +189,18 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if !h.write {
 		return 0
 	}
+	cctx, cancel := h.node.fsys.callCtx(ctx)
+	defer cancel()
 	h.repoint()
-	return h.node.fsys.fail("flush", h.f.Flush())
+	return h.node.fsys.fail("flush", h.f.FlushContext(cctx))
 }
 
 // Fsync makes the file durable (fdatasync does the same).
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	cctx, cancel := h.node.fsys.callCtx(ctx)
+	defer cancel()
 	h.repoint()
-	return h.node.fsys.fail("fsync", h.f.Sync())
+	return h.node.fsys.fail("fsync", h.f.SyncContext(cctx))
 }
 
 // Release is the last close of the handle. The kernel no longer waits for
@@ -172,7 +214,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		a, _ = n.fsys.c.OpenAttr(core.Attr{Ino: n.ino()})
 	}
 	h.repoint()
-	err := h.f.Close()
+	cctx, cancel := n.fsys.callCtx(ctx)
+	err := h.f.CloseContext(cctx)
+	cancel()
 	n.mu.Lock()
 	n.mu.opens--
 	if h.write {
