@@ -184,6 +184,7 @@ func TestStoppedReplicaReadsFromTheOther(t *testing.T) {
 				t.Errorf("%s (TCP %v) with a stopped replica: %v after %v", name, tcp, err, took)
 				continue
 			}
+			t.Logf("%s (TCP %v, %d bytes): read three ways in %v with store 0 stopped", name, tcp, len(want), took)
 			// readAll reads the file three ways, after an open.
 			if took > 3*bound {
 				t.Errorf("%s (TCP %v): three reads took %v, want each within %v", name, tcp, took, bound)
