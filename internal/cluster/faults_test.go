@@ -79,17 +79,55 @@ func TestFaults(t *testing.T) {
 		t.Errorf("blocked past its bound: %s", s)
 	}
 	checkFsck(t, ctx, p)
+	checkNoLeftoverChunks(t, ctx, p)
 }
 
-// degradedChecks reads everything back before any repair: with one store
+// checkNoLeftoverChunks waits for the meta servers' pending reclaims, runs
+// weft gc with no grace (the workload has stopped), and checks that a second
+// look finds no chunk that no file owns.
+func checkNoLeftoverChunks(t *testing.T, ctx context.Context, p *Procs) {
+	t.Helper()
+	fc, err := fsck.Connect(ctx, p.Config(), 15*time.Second)
+	if err != nil {
+		t.Fatalf("fsck connect: %v", err)
+	}
+	defer fc.Close()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r, err := fsck.GC(ctx, fc, fsck.GCOptions{ChunkSize: int64(p.Config().ChunkSize), Grace: time.Millisecond})
+		if err != nil {
+			t.Fatalf("gc: %v", err)
+		}
+		if r.PendingReclaims == 0 && len(r.Errors) == 0 {
+			t.Logf("gc: %d chunks, %d orphans reclaimed", r.Chunks, r.Reclaimed)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reclaims still pending a minute after the workload: %+v", r)
+		}
+		time.Sleep(time.Second)
+	}
+	r, err := fsck.GC(ctx, fc, fsck.GCOptions{ChunkSize: int64(p.Config().ChunkSize), Grace: time.Millisecond, DryRun: true})
+	if err != nil {
+		t.Fatalf("gc --dry-run: %v", err)
+	}
+	if r.Orphans != 0 || r.Young != 0 {
+		t.Errorf("chunks left over after gc: %+v", r)
+	}
+}
+
+// degradedChecks reads everything back before any repair, with one store
 // emptied (its disk lost in the round's last fault) and a chunk corrupted,
-// and again with a store stopped, every read must fail over to a good
-// replica within the bound.
+// and, once repaired, again with another store stopped: every read must
+// fail over to a good replica within the bound.
 func degradedChecks(t *testing.T, ctx context.Context, p *Procs, c *client.Client, m *faultModel, round int) {
 	t.Helper()
 	for _, bad := range m.check(ctx, c) {
 		t.Errorf("round %d, a store's disk lost, before repair: %s", round, bad)
 	}
+	// A stopped store on top of a lost disk is two failures, more than
+	// R = 2 survives: repair first.
+	repairUntilClean(t, ctx, p.Config().Replication, storePeers(t, p))
 	s := round % 3
 	if err := p.sendSignal(RoleStore, s, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -128,9 +166,9 @@ func injectFaults(t *testing.T, ctx context.Context, p *Procs, round int) {
 	must("restart store", p.Restart(ctx, RoleStore, s))
 	pause(time.Second)
 
-	s = (round + 2) % 3
 	must("corrupt a chunk", corruptChunk(p.Config().Store[s].Dir))
 	pause(time.Second)
+	s = (round + 2) % 3
 
 	must("kill meta", p.Kill(RoleMeta, 1))
 	pause(time.Second)

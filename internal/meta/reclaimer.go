@@ -246,14 +246,21 @@ func (r *reclaimer) drop(ctx context.Context, ino core.Ino, rec *weftpb.ReclaimR
 	for i := range all {
 		all[i] = i
 	}
+	// A truncate's drop leaves what was written after the truncate: once the
+	// truncate has answered, its writer may fill the file again before a
+	// late drop (a store was down) gets through.
+	var before int64
+	if rec.Truncate {
+		before = rec.CreatedNs
+	}
 	err := r.onStores(all, func(i int) error {
-		return r.call(ctx, i, weftpb.MethodDeleteChunks, &weftpb.DeleteChunksRequest{Ino: uint64(ino), From: from}, &weftpb.DeleteChunksReply{})
+		return r.call(ctx, i, weftpb.MethodDeleteChunks, &weftpb.DeleteChunksRequest{Ino: uint64(ino), From: from, ChangedBeforeNs: before}, &weftpb.DeleteChunksReply{})
 	})
 	if err != nil || rec.Size%uint64(cs) == 0 {
 		return err
 	}
 	idx := rec.Size / uint64(cs)
-	req := &weftpb.TruncateChunkRequest{Chunk: &weftpb.ChunkID{Ino: uint64(ino), Index: idx}, Size: int64(rec.Size % uint64(cs))}
+	req := &weftpb.TruncateChunkRequest{Chunk: &weftpb.ChunkID{Ino: uint64(ino), Index: idx}, Size: int64(rec.Size % uint64(cs)), ChangedBeforeNs: before}
 	reps := core.ChunkReplicas(ino, idx, len(r.stores), int(max(rec.Replication, 1)))
 	return r.onStores(reps, func(i int) error {
 		return r.call(ctx, i, weftpb.MethodTruncateChunk, req, &weftpb.TruncateChunkReply{})

@@ -186,6 +186,11 @@ func (s *Server) TruncateChunk(ctx context.Context, req *weftpb.TruncateChunkReq
 	defer done()
 	unlock := s.locks.lockChunk(k, true)
 	defer unlock()
+	if before := req.GetChangedBeforeNs(); before != 0 {
+		if info, ok, err := s.backend.Stat(k); err == nil && ok && info.Mtime.UnixNano() >= before {
+			return &weftpb.TruncateChunkReply{}, nil // written since: not this truncate's to cut
+		}
+	}
 	if err := s.backend.Truncate(k, size); err != nil {
 		return nil, s.failed(op, k, err)
 	}
@@ -203,11 +208,52 @@ func (s *Server) DeleteChunks(ctx context.Context, req *weftpb.DeleteChunksReque
 	ino := req.GetIno()
 	unlock := s.locks.lockIno(ino, true)
 	defer unlock()
+	if before := req.GetChangedBeforeNs(); before != 0 {
+		return s.deleteChangedBefore(ino, req.GetFrom(), before)
+	}
 	n, err := s.backend.Delete(ino, req.GetFrom())
 	if err != nil {
 		return nil, s.failed(op, ChunkKey{Ino: ino, Index: req.GetFrom()}, err)
 	}
 	return &weftpb.DeleteChunksReply{Deleted: n}, nil
+}
+
+// deleteChangedBefore removes ino's chunks from index from on that were
+// last changed before the time before (Unix ns): a truncate's late drop,
+// which must leave the chunks written after the truncate. The caller holds
+// the inode's stripe exclusively.
+func (s *Server) deleteChangedBefore(ino, from uint64, before int64) (*weftpb.DeleteChunksReply, error) {
+	const op = "delete chunks"
+	var n uint64
+	q := ListQuery{Ino: ino, After: &ChunkKey{Ino: ino, Index: from}, Limit: MaxListLimit}
+	if from > 0 {
+		q.After.Index = from - 1
+	} else {
+		q.After = nil
+	}
+	for {
+		keys, more, err := s.backend.Keys(q)
+		if err != nil {
+			return nil, s.failed(op, ChunkKey{Ino: ino, Index: from}, err)
+		}
+		for _, k := range keys {
+			info, ok, err := s.backend.Stat(k)
+			if err != nil {
+				return nil, s.failed(op, k, err)
+			}
+			if !ok || info.Mtime.UnixNano() >= before {
+				continue
+			}
+			if err := s.backend.Truncate(k, 0); err != nil {
+				return nil, s.failed(op, k, err)
+			}
+			n++
+		}
+		if !more || len(keys) == 0 {
+			return &weftpb.DeleteChunksReply{Deleted: n}, nil
+		}
+		q.After = &keys[len(keys)-1]
+	}
 }
 
 // SyncChunks makes every chunk of req.Ino durable.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"testing"
+	"time"
 
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/proto/weftpb"
@@ -51,4 +52,45 @@ func replaceOther(ctx context.Context, s *Server) error {
 		Chunk: cid(9, 5), Data: []byte("n"), Replace: true, ExpectVersion: 2, SetVersion: 3,
 	})
 	return err
+}
+
+// TestLateDropKeepsNewerChunks checks the fence of a truncate's late drop:
+// chunks changed at or after the truncate stay, older ones go.
+func TestLateDropKeepsNewerChunks(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *Server) {
+		ctx := context.Background()
+		mustWrite(t, s, 4, 0, 0, []byte("old chunk 0"))
+		mustWrite(t, s, 4, 2, 0, []byte("old chunk 2"))
+		truncatedAt := afterClockTick()
+		afterClockTick()
+		mustWrite(t, s, 4, 1, 0, []byte("new chunk 1"))
+		mustWrite(t, s, 4, 2, 0, []byte("new chunk 2"))
+		r, err := s.DeleteChunks(ctx, &weftpb.DeleteChunksRequest{Ino: 4, ChangedBeforeNs: truncatedAt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.GetDeleted() != 1 {
+			t.Fatalf("deleted %d chunks, want 1 (chunk 0)", r.GetDeleted())
+		}
+		if got, _ := read(s, 4, 0, 0, 100); len(got) != 0 {
+			t.Fatalf("chunk 0 from before the truncate survived: %q", got)
+		}
+		wantBytes(t, "chunk 1", mustRead(t, s, 4, 1, 0, 100), []byte("new chunk 1"))
+		wantBytes(t, "chunk 2", mustRead(t, s, 4, 2, 0, 100), []byte("new chunk 2"))
+		_, err = s.TruncateChunk(ctx, &weftpb.TruncateChunkRequest{Chunk: cid(4, 1), Size: 3, ChangedBeforeNs: truncatedAt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantBytes(t, "chunk 1 after a late cut", mustRead(t, s, 4, 1, 0, 100), []byte("new chunk 1"))
+	})
+}
+
+// afterClockTick returns the time once the file system's coarse clock has
+// surely moved past it (file times tick every few ms).
+func afterClockTick() int64 {
+	t := time.Now()
+	for time.Since(t) < 20*time.Millisecond {
+		time.Sleep(time.Millisecond)
+	}
+	return t.Add(10 * time.Millisecond).UnixNano()
 }

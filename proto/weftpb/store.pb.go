@@ -368,11 +368,15 @@ func (x *ReadChunkReply) GetVersion() uint64 {
 }
 
 type TruncateChunkRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Chunk         *ChunkID               `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
-	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Chunk *ChunkID               `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Size  int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// changed_before_ns, when non-zero, leaves the chunk alone if it changed
+	// at or after this time (Unix ns): a late truncate drop must not cut
+	// bytes written after the truncate.
+	ChangedBeforeNs int64 `protobuf:"varint,3,opt,name=changed_before_ns,json=changedBeforeNs,proto3" json:"changed_before_ns,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TruncateChunkRequest) Reset() {
@@ -419,6 +423,13 @@ func (x *TruncateChunkRequest) GetSize() int64 {
 	return 0
 }
 
+func (x *TruncateChunkRequest) GetChangedBeforeNs() int64 {
+	if x != nil {
+		return x.ChangedBeforeNs
+	}
+	return 0
+}
+
 type TruncateChunkReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -455,13 +466,16 @@ func (*TruncateChunkReply) Descriptor() ([]byte, []int) {
 	return file_store_proto_rawDescGZIP(), []int{6}
 }
 
-// DeleteChunksRequest removes every chunk of ino with index >= from.
+// DeleteChunksRequest removes every chunk of ino with index >= from; with
+// changed_before_ns, only those last changed before that time (Unix ns), so
+// that a truncate's late drop leaves the chunks written after it.
 type DeleteChunksRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
-	From          uint64                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Ino             uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	From            uint64                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	ChangedBeforeNs int64                  `protobuf:"varint,3,opt,name=changed_before_ns,json=changedBeforeNs,proto3" json:"changed_before_ns,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DeleteChunksRequest) Reset() {
@@ -504,6 +518,13 @@ func (x *DeleteChunksRequest) GetIno() uint64 {
 func (x *DeleteChunksRequest) GetFrom() uint64 {
 	if x != nil {
 		return x.From
+	}
+	return 0
+}
+
+func (x *DeleteChunksRequest) GetChangedBeforeNs() int64 {
+	if x != nil {
+		return x.ChangedBeforeNs
 	}
 	return 0
 }
@@ -1253,14 +1274,16 @@ const file_store_proto_rawDesc = "" +
 	"\x05found\x18\x02 \x01(\bR\x05found\x12\x1d\n" +
 	"\n" +
 	"chunk_size\x18\x03 \x01(\x03R\tchunkSize\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\x04R\aversion\"R\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"~\n" +
 	"\x14TruncateChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x12\n" +
-	"\x04size\x18\x02 \x01(\x03R\x04size\"\x14\n" +
-	"\x12TruncateChunkReply\";\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12*\n" +
+	"\x11changed_before_ns\x18\x03 \x01(\x03R\x0fchangedBeforeNs\"\x14\n" +
+	"\x12TruncateChunkReply\"g\n" +
 	"\x13DeleteChunksRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
-	"\x04from\x18\x02 \x01(\x04R\x04from\"-\n" +
+	"\x04from\x18\x02 \x01(\x04R\x04from\x12*\n" +
+	"\x11changed_before_ns\x18\x03 \x01(\x03R\x0fchangedBeforeNs\"-\n" +
 	"\x11DeleteChunksReply\x12\x18\n" +
 	"\adeleted\x18\x01 \x01(\x04R\adeleted\"%\n" +
 	"\x11SyncChunksRequest\x12\x10\n" +
