@@ -57,6 +57,9 @@ func newRepairCommand(a *app) *cobra.Command {
 				return err
 			}
 			printRepair(cmd.OutOrStdout(), r, dryRun)
+			if r.Unrecoverable > 0 {
+				return errs.New(errs.IO, "repair", "%d chunks lost", r.Unrecoverable)
+			}
 			if dryRun && r.UnderReplicated > 0 || !dryRun && !r.Clean() {
 				return errs.New(errs.IO, "repair", "copies left to make")
 			}
@@ -77,6 +80,13 @@ func printRepair(w io.Writer, r *repair.Report, dryRun bool) {
 	if !dryRun {
 		fmt.Fprintf(w, "copied:           %d (%d bytes)\n", r.Copied, r.CopiedBytes)
 		fmt.Fprintf(w, "left:             %d raced a write, %d failed\n", r.Raced, r.Failed)
+	}
+	if r.Unrecoverable > 0 {
+		fmt.Fprintf(w, "LOST:             %d chunks have no readable copy left (reads of them fail with EIO):", len(r.Lost))
+		for _, id := range r.Lost {
+			fmt.Fprintf(w, " ino %d chunk %d;", id.GetIno(), id.GetIndex())
+		}
+		fmt.Fprintln(w)
 	}
 	if len(r.Unreachable) > 0 {
 		fmt.Fprintf(w, "unreachable stores: %v (what they lack is unknown)\n", r.Unreachable)

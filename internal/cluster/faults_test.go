@@ -117,16 +117,24 @@ func checkNoLeftoverChunks(t *testing.T, ctx context.Context, p *Procs) {
 }
 
 // degradedChecks reads everything back before any repair, with one store
-// emptied (its disk lost in the round's last fault) and a chunk corrupted,
-// and, once repaired, again with another store stopped: every read must
-// fail over to a good replica within the bound.
+// emptied (its disk lost in the round's last fault); once repaired, with a
+// chunk corrupted on another store; and once repaired again, with a third
+// store stopped: every read must fail over to a good replica within the
+// bound.
 func degradedChecks(t *testing.T, ctx context.Context, p *Procs, c *client.Client, m *faultModel, round int) {
 	t.Helper()
 	for _, bad := range m.check(ctx, c) {
 		t.Errorf("round %d, a store's disk lost, before repair: %s", round, bad)
 	}
-	// A stopped store on top of a lost disk is two failures, more than
-	// R = 2 survives: repair first.
+	// A second failure on top of a lost disk (a corrupt chunk, a stopped
+	// store) is more than R = 2 survives: repair between them.
+	repairUntilClean(t, ctx, p.Config().Replication, storePeers(t, p))
+	if err := corruptChunk(p.Config().Store[(round+1)%3].Dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range m.check(ctx, c) {
+		t.Errorf("round %d, a chunk corrupted: %s", round, bad)
+	}
 	repairUntilClean(t, ctx, p.Config().Replication, storePeers(t, p))
 	s := round % 3
 	if err := p.sendSignal(RoleStore, s, syscall.SIGSTOP); err != nil {
@@ -166,8 +174,6 @@ func injectFaults(t *testing.T, ctx context.Context, p *Procs, round int) {
 	must("restart store", p.Restart(ctx, RoleStore, s))
 	pause(time.Second)
 
-	must("corrupt a chunk", corruptChunk(p.Config().Store[s].Dir))
-	pause(time.Second)
 	s = (round + 2) % 3
 
 	must("kill meta", p.Kill(RoleMeta, 1))

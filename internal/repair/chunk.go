@@ -12,6 +12,9 @@ import (
 // maxCopy is the largest chunk one replace carries (a frame's limit).
 const maxCopy = 64 << 20
 
+// maxLostListed bounds Report.Lost.
+const maxLostListed = 100
+
 // target is a placed copy to (re)write: the version the store holds now (0:
 // none), which the replace expects.
 type target struct {
@@ -57,7 +60,11 @@ func (p *pass) repairChunk(ctx context.Context, id *weftpb.ChunkID, holders []*w
 	}
 	data, version, ok := p.readNewest(ctx, id, holders, newest.GetVersion(), bad)
 	if !ok {
-		p.rep.Failed += int64(len(targets))
+		p.rep.Unrecoverable += int64(len(targets))
+		if len(p.rep.Lost) < maxLostListed {
+			p.rep.Lost = append(p.rep.Lost, id)
+		}
+		p.log.Error("repair: no readable copy of a chunk is left: its data is lost", "chunk", id, "version", newest.GetVersion())
 		return
 	}
 	for _, t := range targets {

@@ -44,6 +44,11 @@ type Report struct {
 	CopiedBytes     int64
 	Raced           int64 // copies skipped because a writer changed the chunk meanwhile
 	Failed          int64 // copies that failed; the next pass tries again
+	// Unrecoverable counts copies that could not be made because no store
+	// holds a readable copy of the chunk's newest version: data lost, which
+	// reads report as EIO. Lost lists some of those chunks.
+	Unrecoverable int64
+	Lost          []*weftpb.ChunkID
 	// Unreachable lists the stores whose listing failed: what they hold,
 	// and so what they lack, is unknown to this pass.
 	Unreachable []int
@@ -52,15 +57,17 @@ type Report struct {
 	Completed []int
 }
 
-// Clean reports whether the pass left every chunk on its replicas: nothing
-// failed, raced or was unreachable (a dry run that found nothing to do).
+// Clean reports whether the pass made every copy it could: nothing failed,
+// raced or was unreachable (a dry run: found nothing to do). Chunks with no
+// readable copy left (Unrecoverable) do not keep a pass from being clean:
+// no later pass can copy them either, and their reads fail with EIO.
 func (r *Report) Clean() bool {
-	return r.Failed == 0 && r.Raced == 0 && len(r.Unreachable) == 0 && r.Copied == r.Missing+r.Stale+r.Bad
+	return r.Failed == 0 && r.Raced == 0 && len(r.Unreachable) == 0 && r.Copied+r.Unrecoverable == r.Missing+r.Stale+r.Bad
 }
 
 func (r *Report) String() string {
-	return fmt.Sprintf("%d chunks, %d under-replicated (%d missing, %d stale, %d bad copies); copied %d (%d bytes), %d raced, %d failed, unreachable stores %v, completed stores %v",
-		r.Chunks, r.UnderReplicated, r.Missing, r.Stale, r.Bad, r.Copied, r.CopiedBytes, r.Raced, r.Failed, r.Unreachable, r.Completed)
+	return fmt.Sprintf("%d chunks, %d under-replicated (%d missing, %d stale, %d bad copies); copied %d (%d bytes), %d raced, %d failed, %d unrecoverable, unreachable stores %v, completed stores %v",
+		r.Chunks, r.UnderReplicated, r.Missing, r.Stale, r.Bad, r.Copied, r.CopiedBytes, r.Raced, r.Failed, r.Unrecoverable, r.Unreachable, r.Completed)
 }
 
 type pass struct {
