@@ -80,6 +80,9 @@ func TestFaults(t *testing.T) {
 	}
 	checkFsck(t, ctx, p)
 	checkNoLeftoverChunks(t, ctx, p)
+	for _, bad := range m.check(ctx, c) {
+		t.Errorf("after gc: %s", bad)
+	}
 }
 
 // checkNoLeftoverChunks waits for the meta servers' pending reclaims, runs

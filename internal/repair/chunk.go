@@ -58,7 +58,13 @@ func (p *pass) repairChunk(ctx context.Context, id *weftpb.ChunkID, holders []*w
 	if p.cfg.DryRun {
 		return
 	}
-	data, version, ok := p.readNewest(ctx, id, holders, newest.GetVersion(), bad)
+	data, version, ok, gone := p.readNewest(ctx, id, holders, newest.GetVersion(), bad)
+	if gone {
+		// Deleted since it was listed (its file was removed or
+		// truncated): nothing to copy, and copying would bring it back.
+		p.rep.Raced += int64(len(targets))
+		return
+	}
 	if !ok {
 		p.rep.Unrecoverable += int64(len(targets))
 		if len(p.rep.Lost) < maxLostListed {
@@ -108,7 +114,7 @@ func (p *pass) read(ctx context.Context, s int, h *weftpb.ChunkInfo) ([]byte, ui
 	case err != nil:
 		return nil, 0, err
 	case !reply.GetFound():
-		return nil, 0, errs.New(errs.Lost, "repair", "store %d no longer holds chunk %v", s, h.GetChunk())
+		return nil, 0, errs.New(errs.NotExist, "repair", "store %d no longer holds chunk %v", s, h.GetChunk())
 	case int64(len(data)) != h.GetSize() || reply.GetChunkSize() != h.GetSize():
 		return nil, 0, errs.New(errs.Lost, "repair", "store %d returned %d of chunk %v's %d bytes", s, len(data), h.GetChunk(), h.GetSize())
 	}
@@ -116,20 +122,27 @@ func (p *pass) read(ctx context.Context, s int, h *weftpb.ChunkInfo) ([]byte, ui
 }
 
 // readNewest reads the chunk from a store that holds its newest version,
-// placed copies first, skipping copies known bad.
-func (p *pass) readNewest(ctx context.Context, id *weftpb.ChunkID, holders []*weftpb.ChunkInfo, version uint64, bad map[int]bool) ([]byte, uint64, bool) {
+// placed copies first, skipping copies known bad. gone says that every
+// source tried no longer holds the chunk: it was deleted since the listing.
+func (p *pass) readNewest(ctx context.Context, id *weftpb.ChunkID, holders []*weftpb.ChunkInfo, version uint64, bad map[int]bool) (data []byte, v uint64, ok, gone bool) {
+	tried, missing := 0, 0
 	for _, s := range p.sourceOrder(id, holders) {
 		h := holders[s]
 		if h.GetVersion() != version || bad[s] {
 			continue
 		}
+		tried++
 		data, v, err := p.read(ctx, s, h)
 		if err == nil && v == version {
-			return data, v, true
+			return data, v, true, false
+		}
+		if errs.Is(err, errs.NotExist) {
+			missing++
+			continue
 		}
 		p.log.Warn("repair: reading a source copy failed", "store", s, "chunk", id, "version", version, "got", v, "err", err)
 	}
-	return nil, 0, false
+	return nil, 0, false, tried > 0 && missing == tried
 }
 
 // sourceOrder lists the holders, placed replicas first.
