@@ -19,6 +19,7 @@ import (
 
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/repair"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
 )
@@ -31,6 +32,18 @@ type clusterStatus struct {
 	Meta        []metaStatus      `json:"meta"`
 	Store       []storeStatus     `json:"store"`
 	Top         []partitionStatus `json:"top_partitions"`
+	Replicas    *replicaStatus    `json:"replicas,omitempty"`
+}
+
+// replicaStatus is what a dry-run repair pass found: chunks whose placed
+// copies are missing or stale (internal/repair).
+type replicaStatus struct {
+	Replication     int    `json:"replication"`
+	Chunks          int64  `json:"chunks"`
+	UnderReplicated int64  `json:"under_replicated"`
+	Missing         int64  `json:"missing_copies"`
+	Stale           int64  `json:"stale_copies"`
+	Error           string `json:"error,omitempty"` // the pass could not list every store
 }
 
 // serverState is what every server's row has.
@@ -59,6 +72,9 @@ type storeStatus struct {
 	DiskUsed uint64 `json:"disk_used"` // bytes in use on its backend: a disk's whole file system
 	Capacity uint64 `json:"capacity"`
 	Chunks   uint64 `json:"chunks"`
+	// Incomplete: the store lost chunks (a replaced disk) and serves no
+	// reads until repair has copied them back.
+	Incomplete bool `json:"incomplete,omitempty"`
 }
 
 type partitionStatus struct {
@@ -161,7 +177,7 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, top int, timeout tim
 				// USED is what the store's chunks take; a server from
 				// before want_stored reports only its disk's use.
 				s.Used, s.Capacity, s.Chunks = r.GetStored(), r.GetCapacity(), r.GetChunks()
-				s.DiskUsed = r.GetUsed()
+				s.DiskUsed, s.Incomplete = r.GetUsed(), r.GetIncomplete()
 				if r.GetStored() == 0 && r.GetChunks() > 0 {
 					s.Used = r.GetUsed()
 				}
@@ -170,11 +186,38 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, top int, timeout tim
 	}
 	wg.Wait()
 	st.sumCounts(byOwner)
+	if len(cfg.Store) > 1 && cfg.Replication > 1 {
+		st.Replicas = gatherReplicas(ctx, cfg, timeout)
+	}
 
 	// Each meta server reports its own largest partitions; show the
 	// largest of all.
 	st.Top = largestPartitions(tops, top)
 	return st
+}
+
+// gatherReplicas lists every store's chunks (a dry-run repair pass: no
+// data is read) and counts the chunks whose placed copies are missing or
+// stale.
+func gatherReplicas(ctx context.Context, cfg *config.Cluster, timeout time.Duration) *replicaStatus {
+	stores := make([]repair.Store, len(cfg.Store))
+	for i, sv := range cfg.Store {
+		p := rpc.NewPeer(sv.Addr, rpc.DialOptions{})
+		defer p.Close()
+		stores[i] = p
+	}
+	r, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: cfg.Replication, Only: -1, DryRun: true, CallTimeout: timeout})
+	rs := &replicaStatus{Replication: cfg.Replication}
+	switch {
+	case err != nil:
+		rs.Error = err.Error()
+	case len(r.Unreachable) > 0:
+		rs.Error = fmt.Sprintf("stores %v could not be listed", r.Unreachable)
+	}
+	if r != nil {
+		rs.Chunks, rs.UnderReplicated, rs.Missing, rs.Stale = r.Chunks, r.UnderReplicated, r.Missing, r.Stale
+	}
+	return rs
 }
 
 // sumCounts sets each meta server's INODES and DIRS: the inodes it
@@ -275,9 +318,23 @@ func printStatus(w io.Writer, st *clusterStatus) {
 			fmt.Fprintf(tw, "store\t%d\t%s\tdown: %s\n", s.ID, s.Addr, s.Error)
 			continue
 		}
-		fmt.Fprintf(tw, "store\t%d\t%s\tup\t%s\t%s\t%s\t%d\n", s.ID, s.Addr, humanBytes(s.Used), humanBytes(s.DiskUsed), humanBytes(s.Capacity), s.Chunks)
+		state := "up"
+		if s.Incomplete {
+			state = "repairing"
+		}
+		fmt.Fprintf(tw, "store\t%d\t%s\t%s\t%s\t%s\t%s\t%d\n", s.ID, s.Addr, state, humanBytes(s.Used), humanBytes(s.DiskUsed), humanBytes(s.Capacity), s.Chunks)
 	}
 	tw.Flush()
+	if r := st.Replicas; r != nil {
+		fmt.Fprintf(w, "\nreplicas (R=%d): %d chunks, %d under-replicated", r.Replication, r.Chunks, r.UnderReplicated)
+		if r.UnderReplicated > 0 {
+			fmt.Fprintf(w, " (copies missing %d, stale %d): the stores repair them in the background, or run weft repair", r.Missing, r.Stale)
+		}
+		if r.Error != "" {
+			fmt.Fprintf(w, "; incomplete count: %s", r.Error)
+		}
+		fmt.Fprintln(w)
+	}
 
 	if len(st.Top) > 0 {
 		fmt.Fprintf(w, "\nlargest directory partitions\n")

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -106,5 +107,40 @@ func TestSumCounts(t *testing.T) {
 		if m := st.Meta[i]; m.Inodes != want.inodes || m.Dirs != want.dirs {
 			t.Errorf("meta %d: %d inodes, %d dirs; want %d and %d", i, m.Inodes, m.Dirs, want.inodes, want.dirs)
 		}
+	}
+}
+
+// TestStatusCountsReplicas: with R=2, status says how many chunks the
+// stores hold and how many lack a copy; a store that cannot be listed makes
+// the count incomplete, said so.
+func TestStatusCountsReplicas(t *testing.T) {
+	dir := t.TempDir()
+	startCluster(t, dir, "--meta", "1", "--store", "3", "--replication", "2")
+	file := filepath.Join(dir, "weft.toml")
+	ctx := context.Background()
+	local := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(local, make([]byte, 300<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := run(ctx, "--cluster", file, "put", local, "/big"); err != nil {
+		t.Fatalf("put: %v\n%s", err, stderr)
+	}
+	out, _, err := run(ctx, "--cluster", file, "status")
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`(?m)^replicas \(R=2\): 1 chunks, 0 under-replicated$`).MatchString(out) {
+		t.Errorf("status of a healthy R=2 cluster:\n%s", out)
+	}
+	p, err := cluster.OpenProcs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Kill(cluster.RoleStore, 2); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = run(ctx, "--cluster", file, "status")
+	if !strings.Contains(out, "incomplete count: stores [2] could not be listed") {
+		t.Errorf("status with a store down does not say its replica count is incomplete:\n%s", out)
 	}
 }
