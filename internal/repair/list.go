@@ -21,7 +21,6 @@ type lister struct {
 	store Store
 	ino   uint64 // list only this file's chunks; 0: all
 	page  []*weftpb.ChunkInfo
-	more  bool
 	after *weftpb.ChunkID
 	err   error // the listing failed: the store's holdings are unknown
 	done  bool
