@@ -48,7 +48,7 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(5+2*rounds)*time.Minute)
 	defer cancel()
 	if err := c.Mkdir(ctx, "/w", 0o755); err != nil {
 		t.Fatal(err)
