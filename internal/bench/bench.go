@@ -61,6 +61,9 @@ type Options struct {
 	// MdtestServers lists the meta server counts mdtest runs (empty: 1, 2,
 	// 4, 8; 1, 2 with Quick).
 	MdtestServers []int
+	// RepairBytes is what the repair benchmark writes before it empties a
+	// store (0: 1 GiB; 64 MiB with Quick).
+	RepairBytes int64
 	// InstallDeps lets the suite install missing Debian packages (sshd,
 	// sshfs, redis-server, postmark, linux-source) with apt-get when it runs
 	// as root.
@@ -142,7 +145,7 @@ type Env struct {
 const GroupFUSE = "fuse"
 
 // Groups are the names that choose several benchmarks at once.
-var Groups = []string{"all", GroupFUSE}
+var Groups = []string{"all", GroupFUSE, GroupOps}
 
 // All returns the suite in report order.
 func All() []Benchmark {
@@ -152,6 +155,7 @@ func All() []Benchmark {
 		checkpointBenchmark(), untarBenchmark(), postmarkBenchmark(),
 		latfsBenchmark(), seqioBenchmark(),
 		fusemetaBenchmark(), fusePostmarkBenchmark(), fioBenchmark(), fuseUntarBenchmark(),
+		repairBenchmark(),
 	}
 }
 
