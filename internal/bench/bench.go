@@ -53,6 +53,10 @@ type Options struct {
 	// Weft is the weft binary that runs the weft FUSE target and the
 	// benchmarks' worker processes; empty means this executable.
 	Weft string
+	// BaseWeft, if set, is a weft binary built from an older commit: each
+	// weft FUSE target gets a "(base)" column run with it, and the goals
+	// give new/base ratios, so a change's cost is measured in one run.
+	BaseWeft string
 	// Progress, if set, receives progress bars (a terminal).
 	Progress io.Writer
 	// MdtestFiles is mdtest's K, the files of one run (0: 20,000; 2,000
@@ -245,6 +249,7 @@ func Run(ctx context.Context, names []string, opts Options) (*Report, error) {
 		if b.Goals != nil {
 			rep.Goals = append(rep.Goals, b.Goals(res)...)
 		}
+		rep.Goals = append(rep.Goals, baseGoals(res)...)
 		os.RemoveAll(dir)
 	}
 	rep.Skipped = append(rep.Skipped, st.skippedList()...)

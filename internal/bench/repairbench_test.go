@@ -72,3 +72,26 @@ func TestCompareWriterFindsADifference(t *testing.T) {
 		t.Error("a longer read gave no error")
 	}
 }
+
+// TestBaseColumns checks that a base build adds a column beside each weft
+// variant, run with the base binary, and that its ratios become goals.
+func TestBaseColumns(t *testing.T) {
+	env := testEnv(t, "weft", "local")
+	env.BaseWeft = "/old/weft"
+	var got []string
+	for _, tg := range env.targets(weftSync, weftAsync) {
+		got = append(got, tg.Name+"@"+tg.Binary)
+	}
+	want := []string{"weft (sync)@", "weft (sync, base)@/old/weft", "weft (async)@", "weft (async, base)@/old/weft", "local@"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("targets %q, want %q", got, want)
+	}
+	goals := baseGoals([]Result{
+		{Case: "create", Target: "weft (sync)", Samples: []float64{80}},
+		{Case: "create", Target: "weft (sync, base)", Samples: []float64{100}},
+		{Case: "create", Target: "local", Samples: []float64{500}},
+	})
+	if len(goals) != 1 || !strings.Contains(goals[0], "0.80×") || !strings.Contains(goals[0], "NOT met") {
+		t.Errorf("goals %q", goals)
+	}
+}

@@ -59,6 +59,8 @@ func newBenchCommand(a *app) *cobra.Command {
 	f.IntSliceVar(&opts.MdtestServers, "mdtest-servers", nil, "meta server counts mdtest runs (default 1,2,4,8)")
 	f.StringSliceVar(&opts.Targets, "targets", []string{"weft", "local"},
 		"file systems to measure: "+strings.Join(bench.TargetNames, ", "))
+	f.StringVar(&opts.BaseWeft, "base-weft", "",
+		"a weft binary built from an older commit: adds a \"(base)\" column beside each weft FUSE target, and new/base ratios")
 	f.StringVar(&opts.Cache, "cache", "", "directory for what the suite installs and generates once (default ~/.cache/weft-bench)")
 	f.BoolVar(&rewrite, "rewrite", false, "measure nothing: render report.md and the plots in --out again from its results.json")
 	f.BoolVar(&opts.InstallDeps, "install-deps", os.Geteuid() == 0,
