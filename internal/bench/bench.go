@@ -53,6 +53,10 @@ type Options struct {
 	// Weft is the weft binary that runs the weft FUSE target and the
 	// benchmarks' worker processes; empty means this executable.
 	Weft string
+	// BaseWeft, if set, is a weft binary built from an older commit: each
+	// weft FUSE target gets a "(base)" column run with it, and the goals
+	// give new/base ratios, so a change's cost is measured in one run.
+	BaseWeft string
 	// Progress, if set, receives progress bars (a terminal).
 	Progress io.Writer
 	// ProgressEvery is how often a run without Progress logs which
@@ -64,6 +68,9 @@ type Options struct {
 	// MdtestServers lists the meta server counts mdtest runs (empty: 1, 2,
 	// 4, 8; 1, 2 with Quick).
 	MdtestServers []int
+	// RepairBytes is what the repair benchmark writes before it empties a
+	// store (0: 1 GiB; 64 MiB with Quick).
+	RepairBytes int64
 	// InstallDeps lets the suite install missing Debian packages (sshd,
 	// sshfs, redis-server, postmark, linux-source) with apt-get when it runs
 	// as root.
@@ -145,7 +152,7 @@ type Env struct {
 const GroupFUSE = "fuse"
 
 // Groups are the names that choose several benchmarks at once.
-var Groups = []string{"all", GroupFUSE}
+var Groups = []string{"all", GroupFUSE, GroupOps}
 
 // All returns the suite in report order.
 func All() []Benchmark {
@@ -155,6 +162,7 @@ func All() []Benchmark {
 		checkpointBenchmark(), untarBenchmark(), postmarkBenchmark(),
 		latfsBenchmark(), seqioBenchmark(),
 		fusemetaBenchmark(), fusePostmarkBenchmark(), fioBenchmark(), fuseUntarBenchmark(),
+		repairBenchmark(),
 	}
 }
 
@@ -255,6 +263,7 @@ func Run(ctx context.Context, names []string, opts Options) (*Report, error) {
 		if b.Goals != nil {
 			rep.Goals = append(rep.Goals, b.Goals(res)...)
 		}
+		rep.Goals = append(rep.Goals, baseGoals(res)...)
 		os.RemoveAll(dir)
 	}
 	rep.Skipped = append(rep.Skipped, st.skippedList()...)

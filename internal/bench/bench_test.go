@@ -57,8 +57,8 @@ func TestQuickRun(t *testing.T) {
 		weft = "/nonexistent/weft" // the weft target is then skipped with that reason
 	}
 	start := time.Now()
-	rep, err := Run(context.Background(), []string{"all", GroupFUSE}, Options{
-		Out: out, Repeats: 1, Quick: true, Targets: []string{"weft,local"},
+	rep, err := Run(context.Background(), []string{"all", GroupFUSE, GroupOps}, Options{
+		Out: out, Repeats: 1, Quick: true, Targets: []string{"weft,local"}, RepairBytes: 8 << 20,
 		Cache: t.TempDir(), Weft: weft, Args: []string{"weft", "bench", "all", "--quick"},
 	})
 	if err != nil {

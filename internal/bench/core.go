@@ -367,6 +367,17 @@ func putGetBenchmark() Benchmark {
 			for _, t := range order {
 				out = append(out, *res[t])
 			}
+			if env.BaseWeft != "" {
+				// The library runs in this process: the base build
+				// measures itself, after the others (cp's base column
+				// shows how far the machine drifted meanwhile).
+				env.step("base build")
+				base, err := runBaseBench(ctx, env, "putget")
+				if err != nil {
+					env.skip("base build", err)
+				}
+				out = append(out, base...)
+			}
 			return out, nil
 		},
 		Goals: func(rs []Result) []string {

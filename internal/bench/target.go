@@ -74,6 +74,9 @@ type Target struct {
 	// Durability and Backend configure a weft target ("" is weft up's
 	// default: sync, disk).
 	Durability, Backend string
+	// Binary, if set, is the weft executable of this target instead of
+	// the run's (Options.BaseWeft for the "(base)" columns).
+	Binary string
 }
 
 // weftVariant is a weft configuration a benchmark compares.
@@ -88,7 +91,8 @@ var (
 )
 
 // targets returns the run's targets for this benchmark: weft once per
-// variant (weftDefault if none is given), the others as asked. NFS never
+// variant (weftDefault if none is given), each followed by its base build
+// when the run has one (Options.BaseWeft), the others as asked. NFS never
 // has a row (see nfsNote).
 func (e *Env) targets(variants ...weftVariant) []Target {
 	if len(variants) == 0 {
@@ -101,9 +105,41 @@ func (e *Env) targets(variants ...weftVariant) []Target {
 		case kindWeft:
 			for _, v := range variants {
 				out = append(out, Target{Name: v.name, Kind: k, Durability: v.durability, Backend: v.backend})
+				if e.BaseWeft != "" {
+					out = append(out, Target{Name: baseName(v.name), Kind: k, Durability: v.durability, Backend: v.backend, Binary: e.BaseWeft})
+				}
 			}
 		default:
 			out = append(out, Target{Name: k, Kind: k})
+		}
+	}
+	return out
+}
+
+// baseName names the base build's column of a weft target: "weft (base)",
+// "weft (sync, base)".
+func baseName(name string) string {
+	if strings.HasSuffix(name, ")") {
+		return strings.TrimSuffix(name, ")") + ", base)"
+	}
+	return name + " (base)"
+}
+
+// baseGoals compares every result of a base build's column with the same
+// case of the build under test: the cost of the changes since the base,
+// which should stay within 10%. Every unit the suite compares this way
+// (MB/s, ops/s) is better when higher.
+func baseGoals(rs []Result) []string {
+	var out []string
+	for _, b := range rs {
+		if len(b.Samples) == 0 {
+			continue
+		}
+		for _, r := range rs {
+			if r.Case == b.Case && baseName(r.Target) == b.Target && len(r.Samples) > 0 {
+				what := fmt.Sprintf("%s %s, %s / base build", r.Bench, r.Case, r.Target)
+				out = append(out, ratio(what, r.Median(), b.Median(), "≥ 0.9×", r.Median() >= 0.9*b.Median()))
+			}
 		}
 	}
 	return out

@@ -368,6 +368,10 @@ func (e *Env) mountWeft(ctx context.Context, m *Mount, base string) error {
 	if err != nil {
 		return err
 	}
+	version := "weft"
+	if m.Target.Binary != "" {
+		bin, version = m.Target.Binary, "weft (base)"
+	}
 	data := filepath.Join(base, "data")
 	m.Dir = filepath.Join(base, "mnt")
 	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
@@ -430,7 +434,7 @@ func (e *Env) mountWeft(ctx context.Context, m *Mount, base string) error {
 		return up(ctx)
 	}
 	if v := commandVersion(bin, "version"); v != "" {
-		e.run.version("weft", v)
+		e.run.version(version, v)
 	}
 	return up(ctx)
 }

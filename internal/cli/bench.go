@@ -24,7 +24,9 @@ func newBenchCommand(a *app) *cobra.Command {
 			"with Redis metadata, loopback = go-fuse's loopback over tmpfs). A target that cannot\n" +
 			"be set up is reported as skipped with the reason. Mounting needs root.\n\n" +
 			"Benchmarks (all, or no name, runs those of no group; fuse runs the FUSE\n" +
-			"issue's table against peers, at sizes that take about an hour):\n" + benchList(),
+			"issue's table against peers, at sizes that take about an hour; ops the operational\n" +
+			"measurements such as repair, minutes each). --base-weft adds a \"(base)\" column run\n" +
+			"with an older build beside each weft FUSE target (and putget), for new/base ratios:\n" + benchList(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The suite re-runs this binary as its worker processes.
 			if ran, err := bench.RunWorker(cmd.InOrStdin(), cmd.OutOrStdout()); ran {
@@ -59,6 +61,8 @@ func newBenchCommand(a *app) *cobra.Command {
 	f.IntSliceVar(&opts.MdtestServers, "mdtest-servers", nil, "meta server counts mdtest runs (default 1,2,4,8)")
 	f.StringSliceVar(&opts.Targets, "targets", []string{"weft", "local"},
 		"file systems to measure: "+strings.Join(bench.TargetNames, ", "))
+	f.StringVar(&opts.BaseWeft, "base-weft", "",
+		"a weft binary built from an older commit: adds a \"(base)\" column beside each weft FUSE target, and new/base ratios")
 	f.StringVar(&opts.Cache, "cache", "", "directory for what the suite installs and generates once (default ~/.cache/weft-bench)")
 	f.BoolVar(&rewrite, "rewrite", false, "measure nothing: render report.md and the plots in --out again from its results.json")
 	f.BoolVar(&opts.InstallDeps, "install-deps", os.Geteuid() == 0,
