@@ -57,19 +57,9 @@ func (d *dirMaps) learn(dir core.Ino, b []byte) {
 	if !ok {
 		old = []byte{1}
 	}
-	if grows(old, b) {
+	if core.BitmapGrows(old, b) {
 		d.m[dir] = core.BitmapOr(append([]byte(nil), old...), b)
 	}
-}
-
-// grows reports whether b names a partition a does not.
-func grows(a, b []byte) bool {
-	for i, x := range b {
-		if x != 0 && (i >= len(a) || x&^a[i] != 0) {
-			return true
-		}
-	}
-	return false
 }
 
 // Redirects returns how many requests a server sent back to the client for
@@ -116,7 +106,7 @@ func (c *Client) callName(ctx context.Context, dir core.Ino, name string, method
 		}
 		c.maps.redirects.Add(1)
 		c.maps.learn(dir, b)
-		if !grows(used, b) {
+		if !core.BitmapGrows(used, b) {
 			// The server knows no partition the request did not: the
 			// maps cannot converge.
 			return errs.Wrap(errs.Protocol, "route", name, err)

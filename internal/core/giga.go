@@ -72,6 +72,26 @@ func BitmapSet(bitmap []byte, p uint32) []byte {
 	return bitmap
 }
 
+// BitmapGrows reports whether b names a partition a does not: or-ing b
+// into a would change it. (Zero bytes past a's end name nothing.)
+func BitmapGrows(a, b []byte) bool {
+	for i, x := range b {
+		if x != 0 && (i >= len(a) || x&^a[i] != 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// PartitionHolds reports whether the partition with this index and radix
+// holds the names whose hash is h: their low radix bits are its index.
+func PartitionHolds(part, radix uint32, h uint64) bool {
+	if radix >= 32 {
+		return false
+	}
+	return uint32(h&(1<<radix-1)) == part
+}
+
 // BitmapOr returns a with every partition of b set too.
 func BitmapOr(a, b []byte) []byte {
 	for len(a) < len(b) {

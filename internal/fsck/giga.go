@@ -4,15 +4,6 @@ import "github.com/weftfs/weft/internal/core"
 
 // GIGA+ placement as fsck checks it. (The key layout is internal/layout's.)
 
-// holds reports whether a partition record with this partition index and
-// radix holds names with hash h.
-func holds(part, radix uint32, h uint64) bool {
-	if radix >= 32 {
-		return false
-	}
-	return uint32(h&(1<<radix-1)) == part
-}
-
 // owner is the meta server that holds ino's standalone record, in a
 // cluster of n; ok is false if ino names a server the cluster does not have.
 func owner(ino core.Ino, n int) (srv int, ok bool) {

@@ -207,7 +207,7 @@ func (ss stores) place(t *testing.T, dir core.Ino, name string) (int, uint32) {
 	for srv := range ss {
 		if v, found := ss.get(t, srv, layout.InodeKey(dir)); found {
 			r, _ := decodeInode(v)
-			if holds(r.Partition, r.Radix, h) {
+			if core.PartitionHolds(r.Partition, r.Radix, h) {
 				return srv, r.Partition
 			}
 		}

@@ -62,7 +62,7 @@ func (l *dirLayout) on(srv int) *part {
 // first is returned).
 func (l *dirLayout) place(h uint64) *part {
 	for _, p := range l.parts {
-		if holds(p.partition, p.radix, h) {
+		if core.PartitionHolds(p.partition, p.radix, h) {
 			return p
 		}
 	}
@@ -114,7 +114,7 @@ func (l *dirLayout) structure(n int) string {
 			if lo.radix > hi.radix {
 				lo, hi = hi, lo
 			}
-			if holds(lo.partition, lo.radix, uint64(hi.partition)) {
+			if core.PartitionHolds(lo.partition, lo.radix, uint64(hi.partition)) {
 				return fmt.Sprintf("directory %d: partitions %d (meta %d, radix %d) and %d (meta %d, radix %d) overlap",
 					l.dir, lo.partition, lo.srv, lo.radix, hi.partition, hi.srv, hi.radix)
 			}

@@ -217,7 +217,7 @@ func (t *txn) dirFor(dir core.Ino, name string) (*weftpb.InodeRecord, error) {
 		if !core.IsDir(d.Mode) {
 			return nil, errs.New(errs.NotDir, t.op, "inode %d is not a directory", dir)
 		}
-		if !holds(d, h) && !bitmapGrows(bitmap, d.Bitmap) {
+		if !holds(d, h) && !core.BitmapGrows(bitmap, d.Bitmap) {
 			return nil, errs.New(errs.Corrupt, t.op, "no partition of directory %d holds %q", dir, name)
 		}
 	}
@@ -269,17 +269,7 @@ func (t *txn) part(srv int, dir core.Ino) (*weftpb.InodeRecord, error) {
 
 // holds reports whether partition record d holds names with hash h.
 func holds(d *weftpb.InodeRecord, h uint64) bool {
-	return uint32(h&(1<<d.Radix-1)) == d.Partition
-}
-
-// bitmapGrows reports whether or-ing b into a adds a partition.
-func bitmapGrows(a, b []byte) bool {
-	for i, x := range b {
-		if i >= len(a) || x&^a[i] != 0 {
-			return true
-		}
-	}
-	return false
+	return core.PartitionHolds(d.Partition, d.Radix, h)
 }
 
 // partServer is the meta server of partition record d of dir.
