@@ -98,7 +98,7 @@ bench-deps:
 	DEBIAN_FRONTEND=noninteractive apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BENCH_DEBS)
 
-## proto: regenerate proto/weftpb from proto/*.proto (the output is committed)
+## proto: regenerate proto/weftpb from proto/*.proto (the output is committed); proto/rawnames lets names be any bytes
 proto: check-go
 	@if ! command -v protoc >/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -114,6 +114,7 @@ proto: check-go
 		GOBIN="$(BIN)" $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION); \
 	fi
 	PATH="$(BIN):$$PATH" protoc -I proto --go_out=proto/weftpb --go_opt=paths=source_relative proto/*.proto
+	$(GO) run ./proto/rawnames proto/weftpb/meta.pb.go proto/weftpb/common.pb.go proto/weftpb/peer.pb.go
 
 check-go:
 	@command -v $(GO) >/dev/null || { echo "weft needs Go $(GO_MIN) or newer: https://go.dev/dl/"; exit 1; }

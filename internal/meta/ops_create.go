@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"unicode/utf8"
 
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
@@ -161,8 +160,6 @@ func (s *Server) Symlink(_ context.Context, req *weftpb.SymlinkRequest) (*weftpb
 		return nil, errs.New(errs.NotExist, op, "empty symlink target")
 	case len(req.Target) > core.MaxSymlinkLen:
 		return nil, errs.New(errs.NameTooLong, op, "symlink target longer than %d bytes", core.MaxSymlinkLen)
-	case !utf8.ValidString(req.Target):
-		return nil, errs.New(errs.Invalid, op, "symlink target is not UTF-8")
 	}
 	for i := 0; i < len(req.Target); i++ {
 		if req.Target[i] == 0 {

@@ -52,7 +52,6 @@ func TestCreateErrors(t *testing.T) {
 		{"slash", &weftpb.CreateRequest{Creds: rootCreds(), Parent: root, Name: "a/b"}, errs.Invalid},
 		{"empty", &weftpb.CreateRequest{Creds: rootCreds(), Parent: root, Name: ""}, errs.NotExist},
 		{"long", &weftpb.CreateRequest{Creds: rootCreds(), Parent: root, Name: strings.Repeat("a", 256)}, errs.NameTooLong},
-		{"not utf8", &weftpb.CreateRequest{Creds: rootCreds(), Parent: root, Name: "\xff"}, errs.Invalid},
 		{"dir type", &weftpb.CreateRequest{Creds: rootCreds(), Parent: root, Name: "x", Mode: core.ModeDir | 0o755}, errs.Invalid},
 		{"symlink type", &weftpb.CreateRequest{Creds: rootCreds(), Parent: root, Name: "x", Mode: core.ModeLink | 0o777}, errs.Invalid},
 		{"device by user", &weftpb.CreateRequest{Creds: alice, Parent: root, Name: "x", Mode: core.ModeChar | 0o666}, errs.NotPermitted},

@@ -1,7 +1,6 @@
 package meta
 
 import (
-	"unicode/utf8"
 
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
@@ -94,15 +93,9 @@ func newRecord(c core.Creds, d *weftpb.InodeRecord, mode uint32, now int64) *wef
 	}
 }
 
-// validName checks a name from a request: core's rules, and UTF-8 because
-// names travel in proto3 strings (a stored name that is not UTF-8 could never
-// be listed).
+// validName checks a name from a request by core's rules. A name may be any
+// bytes but NUL and '/', as on Linux: the wire's name fields are exempt from
+// proto3's UTF-8 check (proto/rawnames).
 func validName(op, name string) error {
-	if err := core.ValidateName(op, name); err != nil {
-		return err
-	}
-	if !utf8.ValidString(name) {
-		return errs.New(errs.Invalid, op, "name is not UTF-8")
-	}
-	return nil
+	return core.ValidateName(op, name)
 }

@@ -28,6 +28,30 @@ var nameCases = []testCase{
 	{"NameEmpty", testNameEmpty},
 	{"NameLength", testNameLength},
 	{"NameDots", testNameDots},
+	{"NameBytes", testNameBytes},
+}
+
+// testNameBytes: a name is any bytes but NUL and '/', UTF-8 or not (Latin-1
+// names from old archives, for one); so is a symlink's target.
+func testNameBytes(t *testing.T, fs FS) {
+	latin1 := "caf\xe9"             // "café" in Latin-1: not UTF-8
+	odd := "\xff\xfe-\x01\x7f-\xc3" // invalid UTF-8, control bytes, a cut sequence
+	writeFile(t, fs, "/"+latin1, []byte("bytes"), 0o644)
+	must(t, fs.Mkdir("/"+odd, 0o755), "mkdir of a name that is not UTF-8")
+	wantNames(t, fs, "/", latin1, odd)
+	wantContent(t, fs, "/"+latin1, []byte("bytes"))
+	must(t, fs.Rename("/"+latin1, "/"+odd+"/"+latin1+"2", 0), "rename to a name that is not UTF-8")
+	wantNames(t, fs, "/"+odd, latin1+"2")
+	must(t, fs.Symlink("../"+latin1+"\xa0", "/"+odd+"/link"), "symlink to a target that is not UTF-8")
+	got, err := fs.Readlink("/" + odd + "/link")
+	must(t, err, "readlink")
+	if got != "../"+latin1+"\xa0" {
+		t.Errorf("readlink = %q, want %q", got, "../"+latin1+"\xa0")
+	}
+	must(t, fs.Unlink("/"+odd+"/"+latin1+"2"), "unlink")
+	must(t, fs.Unlink("/"+odd+"/link"), "unlink")
+	must(t, fs.Rmdir("/"+odd), "rmdir")
+	wantNames(t, fs, "/")
 }
 
 func testMkdir(t *testing.T, fs FS) {
