@@ -30,12 +30,13 @@ const (
 	TagSplit   = 's'
 	TagIntent  = 'I'
 	TagReclaim = 'r'
+	TagFence   = 'F' // txid(8) -> one byte: 1 if the txn's writes were applied here, 0 if not
 )
 
 // Tags lists every key tag, for checks that the format's documentation and
 // readers cover them all.
 func Tags() []byte {
-	return []byte{TagSystem, TagInode, TagEntry, TagXattr, TagSplit, TagIntent, TagReclaim}
+	return []byte{TagSystem, TagInode, TagEntry, TagXattr, TagSplit, TagIntent, TagReclaim, TagFence}
 }
 
 // System keys (tag "S").
@@ -46,7 +47,23 @@ const (
 	KeyDirs     = "Sdirs"      // int64 counter (merge operand): directories
 	KeyServerID = "Sserver-id" // uint64: the meta server id this store belongs to
 	KeyServers  = "Sservers"   // uint64: meta servers in the cluster (GIGA+ placement depends on it)
+	// KeyInodesOf and KeyDirsOf, followed by an owner's id (uint16), are
+	// int64 counters (merge operands): this server's share of another
+	// server's inodes and directories in use (removes of its inodes here).
+	KeyInodesOf = "Sinodes-of/"
+	KeyDirsOf   = "Sdirs-of/"
 )
+
+// CounterOfKey is the key of this server's share of owner's count kind
+// (KeyInodesOf or KeyDirsOf).
+func CounterOfKey(kind string, owner int) []byte {
+	return binary.BigEndian.AppendUint16([]byte(kind), uint16(owner))
+}
+
+// FenceKey is the key of the fence of cross-server operation txid.
+func FenceKey(txid uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{TagFence}, txid)
+}
 
 // FormatVersion is the on-disk format the meta server writes and reads.
 const FormatVersion = 1

@@ -14,10 +14,10 @@ package meta
 // statfs shares add up to the cluster's total.
 
 import (
-	"encoding/binary"
 	"sync/atomic"
 
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/layout"
 )
 
 // ownerDelta is a change to another server's counts.
@@ -26,13 +26,9 @@ type ownerDelta struct{ inodes, dirs int64 }
 // ownerCounts are this server's shares of another server's counts.
 type ownerCounts struct{ inodes, dirs atomic.Int64 }
 
-func keyInodesOf(owner int) []byte {
-	return binary.BigEndian.AppendUint16([]byte("Sinodes-of/"), uint16(owner))
-}
+func keyInodesOf(owner int) []byte { return layout.CounterOfKey(layout.KeyInodesOf, owner) }
 
-func keyDirsOf(owner int) []byte {
-	return binary.BigEndian.AppendUint16([]byte("Sdirs-of/"), uint16(owner))
-}
+func keyDirsOf(owner int) []byte { return layout.CounterOfKey(layout.KeyDirsOf, owner) }
 
 // uncount accounts for the removal of inode ino, a directory if dir: it is
 // no longer in use on the server that allocated it.

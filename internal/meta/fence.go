@@ -2,9 +2,9 @@ package meta
 
 import (
 	"context"
-	"encoding/binary"
 
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -43,13 +43,9 @@ import (
 // the replay releases the locks. Fences are not deleted: they are written
 // only when locks are lost and by replays, which are rare.
 
-// tagFence keys a fence: "F" txid(8) -> one byte, 1 if the txn's writes
+// fenceKey keys a fence (layout.TagFence): one byte, 1 if the txn's writes
 // were applied here, 0 if not.
-const tagFence = 'F'
-
-func fenceKey(txid uint64) []byte {
-	return binary.BigEndian.AppendUint64([]byte{tagFence}, txid)
-}
+func fenceKey(txid uint64) []byte { return layout.FenceKey(txid) }
 
 // loseLocks records fences for the given txns' locks, then releases them.
 // The caller has marked each as expiring (so PeerApply leaves them alone).
