@@ -51,7 +51,7 @@ func (s *Server) partitionTimes(op string, dir core.Ino, r *weftpb.InodeRecord, 
 				found, err = getRecord(s.db, inodeKey(dir), p)
 				s.closeMu.RUnlock()
 			} else {
-				found, err = s.peerGet(op, srv, weftpb.PeerGetRequest_PART, dir, "", p)
+				found, err = s.peerGet(s.giga.ctx, op, srv, weftpb.PeerGetRequest_PART, dir, "", p)
 			}
 			if err != nil {
 				s.log.Debug("meta: partition times of a split directory", "dir", dir, "server", srv, "err", err)

@@ -186,13 +186,19 @@ func (s *Server) peer(op string, srv int) (*rpc.Peer, error) {
 	return s.peers[srv], nil
 }
 
-func (s *Server) peerCall(op string, srv int, method uint16, req, resp proto.Message) error {
+// peerCall calls server srv, bounded by ctx, by peerTimeout and by this
+// server's life. ctx is the caller's for what a txn does before it commits
+// (locks, reads: a caller that gave up stops them), and the server's own
+// (s.giga.ctx) for what must finish once a commit has begun.
+func (s *Server) peerCall(ctx context.Context, op string, srv int, method uint16, req, resp proto.Message) error {
 	p, err := s.peer(op, srv)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(s.giga.ctx, peerTimeout)
+	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
 	defer cancel()
+	stop := context.AfterFunc(s.giga.ctx, cancel)
+	defer stop()
 	if err := p.Call(ctx, method, req, resp); err != nil {
 		return errs.Wrap(errs.KindOf(err), op, "meta server "+itoa(srv), err)
 	}
@@ -200,9 +206,9 @@ func (s *Server) peerCall(op string, srv int, method uint16, req, resp proto.Mes
 }
 
 // peerGet reads a record of server srv into m; found is false when absent.
-func (s *Server) peerGet(op string, srv int, kind weftpb.PeerGetRequest_Kind, ino core.Ino, name string, m proto.Message) (bool, error) {
+func (s *Server) peerGet(ctx context.Context, op string, srv int, kind weftpb.PeerGetRequest_Kind, ino core.Ino, name string, m proto.Message) (bool, error) {
 	var r weftpb.PeerGetReply
-	if err := s.peerCall(op, srv, weftpb.MethodPeerGet, &weftpb.PeerGetRequest{Kind: kind, Ino: uint64(ino), Name: name}, &r); err != nil {
+	if err := s.peerCall(ctx, op, srv, weftpb.MethodPeerGet, &weftpb.PeerGetRequest{Kind: kind, Ino: uint64(ino), Name: name}, &r); err != nil {
 		return false, err
 	}
 	if !r.Found {
@@ -232,12 +238,12 @@ func (l lockSet) add(srv, stripe int) { l[srv] = addStripe(l[srv], stripe) }
 
 // distUpdate runs fn as a distributed txn, starting with the locks a local
 // attempt found it needs.
-func (s *Server) distUpdate(op string, locks lockSet, renameMu bool, fn func(t *txn) error) error {
+func (s *Server) distUpdate(ctx context.Context, op string, locks lockSet, renameMu bool, fn func(t *txn) error) error {
 	for attempt := 0; ; attempt++ {
 		if attempt > 64 {
 			return errs.New(errs.Busy, op, "could not settle the locks it needs")
 		}
-		t := &txn{s: s, op: op, b: s.db.NewBatch(), now: s.nowNs(),
+		t := &txn{s: s, ctx: ctx, op: op, b: s.db.NewBatch(), now: s.nowNs(),
 			dist:   &distState{txid: s.txid(s.giga.txSeq.Add(1))},
 			remote: map[int]*remoteTx{}}
 		err := s.distLock(t, locks, renameMu)
@@ -271,7 +277,7 @@ func (s *Server) distLock(t *txn, locks lockSet, renameMu bool) error {
 			s.renameMu.Lock()
 			t.renameMu = true
 		} else {
-			if err := s.peerCall(t.op, 0, weftpb.MethodPeerLock, &weftpb.PeerLockRequest{Txid: t.dist.txid, RenameMu: true}, &weftpb.Empty{}); err != nil {
+			if err := s.peerCall(t.ctx, t.op, 0, weftpb.MethodPeerLock, &weftpb.PeerLockRequest{Txid: t.dist.txid, RenameMu: true}, &weftpb.Empty{}); err != nil {
 				return err
 			}
 			t.remote[0] = &remoteTx{}
@@ -296,13 +302,16 @@ func (s *Server) distLock(t *txn, locks lockSet, renameMu bool) error {
 		for _, st := range stripes {
 			req.Stripes = append(req.Stripes, uint32(st))
 		}
-		if err := s.peerCall(t.op, srv, weftpb.MethodPeerLock, req, &weftpb.Empty{}); err != nil {
-			return err
-		}
+		// Known before the call: a call that fails (its caller gave up)
+		// may still have taken the locks there, and the release must
+		// reach them.
 		rt := t.remote[srv]
 		if rt == nil {
 			rt = &remoteTx{}
 			t.remote[srv] = rt
+		}
+		if err := s.peerCall(t.ctx, t.op, srv, weftpb.MethodPeerLock, req, &weftpb.Empty{}); err != nil {
+			return err
 		}
 		rt.held = slices.Clone(stripes)
 	}
@@ -312,7 +321,7 @@ func (s *Server) distLock(t *txn, locks lockSet, renameMu bool) error {
 // distRelease releases every lock of a txn that does not commit.
 func (s *Server) distRelease(t *txn) {
 	for srv := range t.remote {
-		if err := s.peerCall(t.op, srv, weftpb.MethodPeerUnlock, &weftpb.PeerUnlockRequest{Txid: t.dist.txid}, &weftpb.Empty{}); err != nil {
+		if err := s.peerCall(s.giga.ctx, t.op, srv, weftpb.MethodPeerUnlock, &weftpb.PeerUnlockRequest{Txid: t.dist.txid}, &weftpb.Empty{}); err != nil {
 			s.log.Warn("meta: releasing remote locks failed; they expire", "server", srv, "err", err)
 		}
 	}
@@ -365,7 +374,7 @@ func (s *Server) distCommit(t *txn) error {
 		if len(ops) == 0 {
 			continue
 		}
-		err := s.peerCall(t.op, srv, weftpb.MethodPeerApply, &weftpb.PeerApplyRequest{Txid: t.dist.txid, Ops: ops, KeepLocks: true}, &weftpb.Empty{})
+		err := s.peerCall(s.giga.ctx, t.op, srv, weftpb.MethodPeerApply, &weftpb.PeerApplyRequest{Txid: t.dist.txid, Ops: ops, KeepLocks: true}, &weftpb.Empty{})
 		if errs.KindOf(err) == errs.Stale {
 			// This txn outlived its locks there: the replay decides
 			// whether it goes on or is abandoned, so it is not
@@ -395,7 +404,7 @@ func (s *Server) distCommit(t *txn) error {
 			if missing[srv] {
 				continue
 			}
-			if err := s.peerCall(t.op, srv, weftpb.MethodPeerUnlock, &weftpb.PeerUnlockRequest{Txid: t.dist.txid}, &weftpb.Empty{}); err != nil {
+			if err := s.peerCall(s.giga.ctx, t.op, srv, weftpb.MethodPeerUnlock, &weftpb.PeerUnlockRequest{Txid: t.dist.txid}, &weftpb.Empty{}); err != nil {
 				s.log.Warn("meta: releasing remote locks failed; they expire", "server", srv, "err", err)
 			}
 		}
@@ -444,7 +453,7 @@ func (s *Server) replayLoop() {
 			released = true
 			for srv := range s.n {
 				if srv != s.cfg.ID {
-					_ = s.peerCall("release", srv, weftpb.MethodPeerRelease,
+					_ = s.peerCall(s.giga.ctx, "release", srv, weftpb.MethodPeerRelease,
 						&weftpb.PeerReleaseRequest{Coordinator: uint32(s.cfg.ID), BelowTxid: g.firstTxid}, &weftpb.Empty{})
 				}
 			}
@@ -529,7 +538,7 @@ func (s *Server) replayIntent(key, val []byte) error {
 	var refused []uint32
 	var firstErr error
 	for _, so := range in.Servers {
-		err := s.peerCall("replay", int(so.Server), weftpb.MethodPeerApply, &weftpb.PeerApplyRequest{Txid: txid, Ops: so.Ops}, &weftpb.Empty{})
+		err := s.peerCall(s.giga.ctx, "replay", int(so.Server), weftpb.MethodPeerApply, &weftpb.PeerApplyRequest{Txid: txid, Ops: so.Ops}, &weftpb.Empty{})
 		switch {
 		case err == nil:
 			applied++
@@ -612,6 +621,11 @@ func (s *Server) lockFor(ctx context.Context, txid uint64, stripes []int, rename
 			return err
 		}
 		h.stripes = append(h.stripes, st)
+	}
+	if err := ctx.Err(); err != nil {
+		// The coordinator gave up meanwhile: nobody would release them.
+		release()
+		return errs.Wrap(errs.Timeout, "peer lock", "", err)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -153,7 +153,7 @@ func (s *Server) endApply(txid uint64, h *heldLocks, applied, keep bool) {
 // PeerApply applies a coordinator's writes in one synced batch, under the
 // txn's locks (see the fencing above), and releases them unless asked to
 // keep them.
-func (s *Server) PeerApply(_ context.Context, req *weftpb.PeerApplyRequest) (*weftpb.Empty, error) {
+func (s *Server) PeerApply(ctx context.Context, req *weftpb.PeerApplyRequest) (*weftpb.Empty, error) {
 	const op = "peer apply"
 	if err := s.enter(op); err != nil {
 		return nil, err

@@ -10,7 +10,7 @@ import (
 
 // Lookup resolves a name in a directory. The caller needs search permission on
 // the directory; "." and ".." are the client's business and Invalid here.
-func (s *Server) Lookup(_ context.Context, req *weftpb.LookupRequest) (*weftpb.LookupReply, error) {
+func (s *Server) Lookup(ctx context.Context, req *weftpb.LookupRequest) (*weftpb.LookupReply, error) {
 	const op = "lookup"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
@@ -21,7 +21,7 @@ func (s *Server) Lookup(_ context.Context, req *weftpb.LookupRequest) (*weftpb.L
 	}
 	reply := &weftpb.LookupReply{}
 	var child *node
-	err = s.view(op, func(t *txn) error {
+	err = s.view(ctx, op, func(t *txn) error {
 		t.route(core.Ino(req.Parent), req.Name)
 		d, err := t.dirFor(core.Ino(req.Parent), req.Name)
 		if err != nil {
@@ -49,14 +49,14 @@ func (s *Server) Lookup(_ context.Context, req *weftpb.LookupRequest) (*weftpb.L
 
 // GetAttr returns a node's attributes. Like stat(2) it needs no permission on
 // the node itself (the client searched the path to reach it).
-func (s *Server) GetAttr(_ context.Context, req *weftpb.GetAttrRequest) (*weftpb.GetAttrReply, error) {
+func (s *Server) GetAttr(ctx context.Context, req *weftpb.GetAttrRequest) (*weftpb.GetAttrReply, error) {
 	const op = "getattr"
 	if _, err := credsOf(op, req.GetCreds()); err != nil {
 		return nil, err
 	}
 	reply := &weftpb.GetAttrReply{}
 	var got *node
-	err := s.view(op, func(t *txn) error {
+	err := s.view(ctx, op, func(t *txn) error {
 		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
@@ -73,7 +73,7 @@ func (s *Server) GetAttr(_ context.Context, req *weftpb.GetAttrRequest) (*weftpb
 
 // Access checks the caller's permission (R=4, W=2, X=1) on a node; mask 0
 // checks only that it exists.
-func (s *Server) Access(_ context.Context, req *weftpb.AccessRequest) (*weftpb.Empty, error) {
+func (s *Server) Access(ctx context.Context, req *weftpb.AccessRequest) (*weftpb.Empty, error) {
 	const op = "access"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
@@ -82,7 +82,7 @@ func (s *Server) Access(_ context.Context, req *weftpb.AccessRequest) (*weftpb.E
 	if req.Mask > mayRead|mayWrite|mayExec {
 		return nil, errs.New(errs.Invalid, op, "mask %#o", req.Mask)
 	}
-	err = s.view(op, func(t *txn) error {
+	err = s.view(ctx, op, func(t *txn) error {
 		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
@@ -96,10 +96,10 @@ func (s *Server) Access(_ context.Context, req *weftpb.AccessRequest) (*weftpb.E
 }
 
 // StatFS reports inode usage and the store's size.
-func (s *Server) StatFS(_ context.Context, _ *weftpb.StatFSRequest) (*weftpb.StatFSReply, error) {
+func (s *Server) StatFS(ctx context.Context, _ *weftpb.StatFSRequest) (*weftpb.StatFSReply, error) {
 	const op = "statfs"
 	reply := &weftpb.StatFSReply{NameMax: core.MaxNameLen}
-	err := s.view(op, func(t *txn) error {
+	err := s.view(ctx, op, func(t *txn) error {
 		// The servers' shares add up to the cluster's count; one may
 		// be negative (counters.go), and uint64 addition wraps, so the
 		// client's sum is right all the same.
@@ -132,7 +132,7 @@ func (s *Server) SetAttr(ctx context.Context, req *weftpb.SetAttrRequest) (*weft
 	reply := &weftpb.SetAttrReply{}
 	var spread *weftpb.PeerSetPermRequest
 	var truncated []core.Ino
-	err = s.update(op, refLock(req.Node), func(t *txn) error {
+	err = s.update(ctx, op, refLock(req.Node), func(t *txn) error {
 		spread, truncated = nil, nil
 		n, err := t.resolveHere(req.Node)
 		if err != nil {
@@ -185,7 +185,7 @@ func (s *Server) spreadPerm(req *weftpb.PeerSetPermRequest) {
 		if srv == s.cfg.ID {
 			continue
 		}
-		if err := s.peerCall("setattr", srv, weftpb.MethodPeerSetPerm, req, &weftpb.Empty{}); err != nil {
+		if err := s.peerCall(s.giga.ctx, "setattr", srv, weftpb.MethodPeerSetPerm, req, &weftpb.Empty{}); err != nil {
 			s.log.Warn("meta: could not copy directory permissions to a partition", "dir", req.Dir, "server", srv, "err", err)
 		}
 	}

@@ -36,7 +36,7 @@ func (s *Server) Create(ctx context.Context, req *weftpb.CreateRequest) (*weftpb
 	parent := core.Ino(req.Parent)
 	reply := &weftpb.CreateReply{}
 	var truncated []core.Ino
-	err = s.update(op, []core.Ino{parent}, func(t *txn) error {
+	err = s.update(ctx, op, []core.Ino{parent}, func(t *txn) error {
 		truncated = nil
 		defer func() { truncated = t.truncated }()
 		t.route(parent, req.Name)
@@ -102,7 +102,7 @@ func openExisting(t *txn, c core.Creds, n *node, req *weftpb.CreateRequest, inli
 
 // Mkdir makes a directory. It inherits a setgid parent's group and setgid bit;
 // the parent gains a link (the child's "..").
-func (s *Server) Mkdir(_ context.Context, req *weftpb.MkdirRequest) (*weftpb.MkdirReply, error) {
+func (s *Server) Mkdir(ctx context.Context, req *weftpb.MkdirRequest) (*weftpb.MkdirReply, error) {
 	const op = "mkdir"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
@@ -113,7 +113,7 @@ func (s *Server) Mkdir(_ context.Context, req *weftpb.MkdirRequest) (*weftpb.Mkd
 	}
 	parent := core.Ino(req.Parent)
 	reply := &weftpb.MkdirReply{}
-	err = s.update(op, []core.Ino{parent}, func(t *txn) error {
+	err = s.update(ctx, op, []core.Ino{parent}, func(t *txn) error {
 		t.route(parent, req.Name)
 		d, err := s.checkNewName(t, c, parent, req.Name)
 		if err != nil {
@@ -146,7 +146,7 @@ func (s *Server) Mkdir(_ context.Context, req *weftpb.MkdirRequest) (*weftpb.Mkd
 }
 
 // Symlink makes a symbolic link. The target is stored in the record.
-func (s *Server) Symlink(_ context.Context, req *weftpb.SymlinkRequest) (*weftpb.SymlinkReply, error) {
+func (s *Server) Symlink(ctx context.Context, req *weftpb.SymlinkRequest) (*weftpb.SymlinkReply, error) {
 	const op = "symlink"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
@@ -168,7 +168,7 @@ func (s *Server) Symlink(_ context.Context, req *weftpb.SymlinkRequest) (*weftpb
 	}
 	parent := core.Ino(req.Parent)
 	reply := &weftpb.SymlinkReply{}
-	err = s.update(op, []core.Ino{parent}, func(t *txn) error {
+	err = s.update(ctx, op, []core.Ino{parent}, func(t *txn) error {
 		t.route(parent, req.Name)
 		d, err := s.checkNewName(t, c, parent, req.Name)
 		if err != nil {

@@ -23,7 +23,7 @@ const (
 // entry present for the whole listing appears exactly once however many names
 // are created, removed or moved by splits meanwhile. "." and ".." are the
 // client's.
-func (s *Server) ReadDir(_ context.Context, req *weftpb.ReadDirRequest) (*weftpb.ReadDirReply, error) {
+func (s *Server) ReadDir(ctx context.Context, req *weftpb.ReadDirRequest) (*weftpb.ReadDirReply, error) {
 	const op = "readdir"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
@@ -40,7 +40,7 @@ func (s *Server) ReadDir(_ context.Context, req *weftpb.ReadDirRequest) (*weftpb
 		limit = defaultReadDirLimit
 	}
 	reply := &weftpb.ReadDirReply{Cookie: req.Cookie}
-	err = s.view(op, func(t *txn) error {
+	err = s.view(ctx, op, func(t *txn) error {
 		d, err := t.dir(dir)
 		if err != nil {
 			return err

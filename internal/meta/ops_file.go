@@ -41,10 +41,10 @@ func (s *Server) Open(ctx context.Context, req *weftpb.OpenRequest) (*weftpb.Ope
 		return nil
 	}
 	if req.Flags&oTrunc != 0 {
-		err = s.update(op, refLock(req.Node), fn)
+		err = s.update(ctx, op, refLock(req.Node), fn)
 	} else {
 		// Without O_TRUNC open changes nothing (weft keeps no atime on open).
-		err = s.view(op, fn)
+		err = s.view(ctx, op, fn)
 	}
 	if err != nil {
 		return nil, err
@@ -144,7 +144,7 @@ func truncate(op string, r *weftpb.InodeRecord, size uint64, limit int) error {
 // an inline file, the whole content. inline=false turns a file chunked.
 // Allowed to the owner, root or a caller with write permission; a non-root
 // writer loses setuid/setgid as on Linux.
-func (s *Server) Commit(_ context.Context, req *weftpb.CommitRequest) (*weftpb.CommitReply, error) {
+func (s *Server) Commit(ctx context.Context, req *weftpb.CommitRequest) (*weftpb.CommitReply, error) {
 	const op = "commit"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
@@ -158,7 +158,7 @@ func (s *Server) Commit(_ context.Context, req *weftpb.CommitRequest) (*weftpb.C
 		return nil, errs.New(errs.Invalid, op, "inline content for a chunked file")
 	}
 	reply := &weftpb.CommitReply{}
-	err = s.update(op, refLock(req.Node), func(t *txn) error {
+	err = s.update(ctx, op, refLock(req.Node), func(t *txn) error {
 		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
@@ -202,13 +202,13 @@ func (s *Server) Commit(_ context.Context, req *weftpb.CommitRequest) (*weftpb.C
 }
 
 // Readlink returns a symlink's target.
-func (s *Server) Readlink(_ context.Context, req *weftpb.ReadlinkRequest) (*weftpb.ReadlinkReply, error) {
+func (s *Server) Readlink(ctx context.Context, req *weftpb.ReadlinkRequest) (*weftpb.ReadlinkReply, error) {
 	const op = "readlink"
 	if _, err := credsOf(op, req.GetCreds()); err != nil {
 		return nil, err
 	}
 	reply := &weftpb.ReadlinkReply{}
-	err := s.view(op, func(t *txn) error {
+	err := s.view(ctx, op, func(t *txn) error {
 		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err

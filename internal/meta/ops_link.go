@@ -14,7 +14,7 @@ const maxLinks = 65000
 // Link adds a name for a non-directory. A file's second link moves its
 // attributes out of its entry into a standalone inode record that every entry
 // then points to (DESIGN: namespace).
-func (s *Server) Link(_ context.Context, req *weftpb.LinkRequest) (*weftpb.LinkReply, error) {
+func (s *Server) Link(ctx context.Context, req *weftpb.LinkRequest) (*weftpb.LinkReply, error) {
 	const op = "link"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
@@ -25,7 +25,7 @@ func (s *Server) Link(_ context.Context, req *weftpb.LinkRequest) (*weftpb.LinkR
 	}
 	newParent := core.Ino(req.NewParent)
 	reply := &weftpb.LinkReply{}
-	err = s.update(op, append(refLock(req.Node), newParent), func(t *txn) error {
+	err = s.update(ctx, op, append(refLock(req.Node), newParent), func(t *txn) error {
 		t.route(newParent, req.NewName)
 		n, err := t.resolve(req.Node)
 		if err != nil {

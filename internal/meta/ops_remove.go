@@ -13,7 +13,7 @@ import (
 // Unlink removes a name of a non-directory. The reply says freed when the
 // last link of a chunked file went; its chunks are recorded for the
 // reclaimer in the same batch (reclaim.go).
-func (s *Server) Unlink(_ context.Context, req *weftpb.UnlinkRequest) (*weftpb.UnlinkReply, error) {
+func (s *Server) Unlink(ctx context.Context, req *weftpb.UnlinkRequest) (*weftpb.UnlinkReply, error) {
 	const op = "unlink"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
@@ -24,7 +24,7 @@ func (s *Server) Unlink(_ context.Context, req *weftpb.UnlinkRequest) (*weftpb.U
 	}
 	parent := core.Ino(req.Parent)
 	reply := &weftpb.UnlinkReply{}
-	err = s.update(op, []core.Ino{parent}, func(t *txn) error {
+	err = s.update(ctx, op, []core.Ino{parent}, func(t *txn) error {
 		d, n, err := t.removable(c, parent, req.Name)
 		if err != nil {
 			return err
@@ -56,7 +56,7 @@ func (s *Server) Unlink(_ context.Context, req *weftpb.UnlinkRequest) (*weftpb.U
 }
 
 // Rmdir removes an empty directory.
-func (s *Server) Rmdir(_ context.Context, req *weftpb.RmdirRequest) (*weftpb.Empty, error) {
+func (s *Server) Rmdir(ctx context.Context, req *weftpb.RmdirRequest) (*weftpb.Empty, error) {
 	const op = "rmdir"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
@@ -66,7 +66,7 @@ func (s *Server) Rmdir(_ context.Context, req *weftpb.RmdirRequest) (*weftpb.Emp
 		return nil, err
 	}
 	parent := core.Ino(req.Parent)
-	err = s.update(op, []core.Ino{parent}, func(t *txn) error {
+	err = s.update(ctx, op, []core.Ino{parent}, func(t *txn) error {
 		d, n, err := t.removable(c, parent, req.Name)
 		if err != nil {
 			return err

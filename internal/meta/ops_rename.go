@@ -24,7 +24,7 @@ const maxDepth = 1 << 16
 // RENAME_EXCHANGE swaps two existing names. Both parents are locked (in
 // stripe order); a directory that changes parent also takes renameMu, so the
 // check that it is not moved under itself cannot race with another move.
-func (s *Server) Rename(_ context.Context, req *weftpb.RenameRequest) (*weftpb.RenameReply, error) {
+func (s *Server) Rename(ctx context.Context, req *weftpb.RenameRequest) (*weftpb.RenameReply, error) {
 	const op = "rename"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
@@ -41,7 +41,7 @@ func (s *Server) Rename(_ context.Context, req *weftpb.RenameRequest) (*weftpb.R
 	}
 	srcP, dstP := core.Ino(req.SrcParent), core.Ino(req.DstParent)
 	reply := &weftpb.RenameReply{}
-	err = s.update(op, []core.Ino{srcP, dstP}, func(t *txn) error {
+	err = s.update(ctx, op, []core.Ino{srcP, dstP}, func(t *txn) error {
 		*reply = weftpb.RenameReply{}
 		return s.rename(t, c, req, reply)
 	})
@@ -246,7 +246,7 @@ func (s *Server) readInode(op string, ino core.Ino) (*weftpb.InodeRecord, bool, 
 	if srv == s.cfg.ID {
 		found, err = getRecord(s.db, inodeKey(ino), r)
 	} else {
-		found, err = s.peerGet(op, srv, weftpb.PeerGetRequest_INODE, ino, "", r)
+		found, err = s.peerGet(s.giga.ctx, op, srv, weftpb.PeerGetRequest_INODE, ino, "", r)
 	}
 	return r, found, err
 }

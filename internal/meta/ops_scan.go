@@ -23,7 +23,7 @@ const (
 // fsck. It reads without locks: each reply is a consistent snapshot of its
 // own range, but a walk over many replies sees operations that commit
 // meanwhile, so fsck checks what it finds again before repairing it.
-func (s *Server) Scan(_ context.Context, req *weftpb.ScanRequest) (*weftpb.ScanReply, error) {
+func (s *Server) Scan(ctx context.Context, req *weftpb.ScanRequest) (*weftpb.ScanReply, error) {
 	const op = "scan"
 	if err := s.enter(op); err != nil {
 		return nil, err

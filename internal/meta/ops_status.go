@@ -17,7 +17,7 @@ const maxTopPartitions = 100
 
 // Status summarises what this server holds, for weft status: it walks the
 // directory records (one key per directory or partition, not per entry).
-func (s *Server) Status(_ context.Context, req *weftpb.StatusRequest) (*weftpb.StatusReply, error) {
+func (s *Server) Status(ctx context.Context, req *weftpb.StatusRequest) (*weftpb.StatusReply, error) {
 	const op = "status"
 	if err := s.enter(op); err != nil {
 		return nil, err

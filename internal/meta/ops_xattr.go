@@ -58,7 +58,7 @@ func checkXattrAccess(op string, c core.Creds, r *weftpb.InodeRecord, name strin
 }
 
 // GetXattr returns one extended attribute; NoData when it is absent.
-func (s *Server) GetXattr(_ context.Context, req *weftpb.GetXattrRequest) (*weftpb.GetXattrReply, error) {
+func (s *Server) GetXattr(ctx context.Context, req *weftpb.GetXattrRequest) (*weftpb.GetXattrReply, error) {
 	const op = "getxattr"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
@@ -68,7 +68,7 @@ func (s *Server) GetXattr(_ context.Context, req *weftpb.GetXattrRequest) (*weft
 		return nil, err
 	}
 	reply := &weftpb.GetXattrReply{}
-	err = s.view(op, func(t *txn) error {
+	err = s.view(ctx, op, func(t *txn) error {
 		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
@@ -93,14 +93,14 @@ func (s *Server) GetXattr(_ context.Context, req *weftpb.GetXattrRequest) (*weft
 }
 
 // ListXattr lists the extended attribute names the caller may see.
-func (s *Server) ListXattr(_ context.Context, req *weftpb.ListXattrRequest) (*weftpb.ListXattrReply, error) {
+func (s *Server) ListXattr(ctx context.Context, req *weftpb.ListXattrRequest) (*weftpb.ListXattrReply, error) {
 	const op = "listxattr"
 	c, err := credsOf(op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}
 	reply := &weftpb.ListXattrReply{}
-	err = s.view(op, func(t *txn) error {
+	err = s.view(ctx, op, func(t *txn) error {
 		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
@@ -128,7 +128,7 @@ func (s *Server) ListXattr(_ context.Context, req *weftpb.ListXattrRequest) (*we
 
 // SetXattr sets an extended attribute: XATTR_CREATE fails with Exist if it is
 // present, XATTR_REPLACE with NoData if it is absent.
-func (s *Server) SetXattr(_ context.Context, req *weftpb.SetXattrRequest) (*weftpb.Empty, error) {
+func (s *Server) SetXattr(ctx context.Context, req *weftpb.SetXattrRequest) (*weftpb.Empty, error) {
 	const op = "setxattr"
 	if len(req.GetValue()) > core.MaxXattrValue {
 		return nil, errs.New(errs.Range, op, "value of %d bytes exceeds %d", len(req.Value), core.MaxXattrValue)
@@ -136,7 +136,7 @@ func (s *Server) SetXattr(_ context.Context, req *weftpb.SetXattrRequest) (*weft
 	if req.GetFlags()&^(xattrCreate|xattrReplace) != 0 {
 		return nil, errs.New(errs.Invalid, op, "unknown flags %#x", req.Flags)
 	}
-	return s.changeXattr(op, req.GetCreds(), req.GetNode(), req.GetName(), func(t *txn, key []byte, exists bool) error {
+	return s.changeXattr(ctx, op, req.GetCreds(), req.GetNode(), req.GetName(), func(t *txn, key []byte, exists bool) error {
 		if exists && req.Flags&xattrCreate != 0 {
 			return &errs.Error{Kind: errs.Exist, Op: op, Path: req.Name}
 		}
@@ -149,9 +149,9 @@ func (s *Server) SetXattr(_ context.Context, req *weftpb.SetXattrRequest) (*weft
 }
 
 // RemoveXattr removes an extended attribute; NoData if it is absent.
-func (s *Server) RemoveXattr(_ context.Context, req *weftpb.RemoveXattrRequest) (*weftpb.Empty, error) {
+func (s *Server) RemoveXattr(ctx context.Context, req *weftpb.RemoveXattrRequest) (*weftpb.Empty, error) {
 	const op = "removexattr"
-	return s.changeXattr(op, req.GetCreds(), req.GetNode(), req.GetName(), func(t *txn, key []byte, exists bool) error {
+	return s.changeXattr(ctx, op, req.GetCreds(), req.GetNode(), req.GetName(), func(t *txn, key []byte, exists bool) error {
 		if !exists {
 			return &errs.Error{Kind: errs.NoData, Op: op, Path: req.Name}
 		}
@@ -162,7 +162,7 @@ func (s *Server) RemoveXattr(_ context.Context, req *weftpb.RemoveXattrRequest) 
 
 // changeXattr runs a set or remove of name on ref under the node's lock, and
 // moves the node's ctime.
-func (s *Server) changeXattr(op string, creds *weftpb.Creds, ref *weftpb.NodeRef, name string,
+func (s *Server) changeXattr(ctx context.Context, op string, creds *weftpb.Creds, ref *weftpb.NodeRef, name string,
 	change func(t *txn, key []byte, exists bool) error) (*weftpb.Empty, error) {
 	c, err := credsOf(op, creds)
 	if err != nil {
@@ -171,7 +171,7 @@ func (s *Server) changeXattr(op string, creds *weftpb.Creds, ref *weftpb.NodeRef
 	if err := core.ValidateXattrName(op, name); err != nil {
 		return nil, err
 	}
-	err = s.update(op, refLock(ref), func(t *txn) error {
+	err = s.update(ctx, op, refLock(ref), func(t *txn) error {
 		n, err := t.resolveHere(ref)
 		if err != nil {
 			return err

@@ -44,7 +44,7 @@ func (s *Server) PeerLock(ctx context.Context, req *weftpb.PeerLockRequest) (*we
 }
 
 // PeerUnlock releases a coordinator's locks.
-func (s *Server) PeerUnlock(_ context.Context, req *weftpb.PeerUnlockRequest) (*weftpb.Empty, error) {
+func (s *Server) PeerUnlock(ctx context.Context, req *weftpb.PeerUnlockRequest) (*weftpb.Empty, error) {
 	s.releaseHeld(req.Txid)
 	return &weftpb.Empty{}, nil
 }
@@ -52,7 +52,7 @@ func (s *Server) PeerUnlock(_ context.Context, req *weftpb.PeerUnlockRequest) (*
 // PeerRelease releases every lock held for a previous life of a coordinator
 // that restarted (and has replayed its intents), fencing them (fence.go).
 // Its new life's txns, at or above BelowTxid, keep theirs.
-func (s *Server) PeerRelease(_ context.Context, req *weftpb.PeerReleaseRequest) (*weftpb.Empty, error) {
+func (s *Server) PeerRelease(ctx context.Context, req *weftpb.PeerReleaseRequest) (*weftpb.Empty, error) {
 	g := &s.giga
 	lost := map[uint64]*heldLocks{}
 	g.mu.Lock()
@@ -69,7 +69,7 @@ func (s *Server) PeerRelease(_ context.Context, req *weftpb.PeerReleaseRequest) 
 
 // PeerGet reads one record for a coordinator, which holds its lock (or reads
 // without one, as a view).
-func (s *Server) PeerGet(_ context.Context, req *weftpb.PeerGetRequest) (*weftpb.PeerGetReply, error) {
+func (s *Server) PeerGet(ctx context.Context, req *weftpb.PeerGetRequest) (*weftpb.PeerGetReply, error) {
 	const op = "peer get"
 	if err := s.enter(op); err != nil {
 		return nil, err
@@ -187,7 +187,7 @@ func (s *Server) applyKeyOp(b *pebble.Batch, o *weftpb.KeyOp) error {
 }
 
 // PeerInstallPartition creates a partition split off by another server.
-func (s *Server) PeerInstallPartition(_ context.Context, req *weftpb.PeerInstallPartitionRequest) (*weftpb.Empty, error) {
+func (s *Server) PeerInstallPartition(ctx context.Context, req *weftpb.PeerInstallPartitionRequest) (*weftpb.Empty, error) {
 	const op = "install partition"
 	if f := s.failed.Load(); f != nil {
 		return nil, s.refusal(op, f)
@@ -226,10 +226,10 @@ func (s *Server) PeerInstallPartition(_ context.Context, req *weftpb.PeerInstall
 
 // PeerSetPerm copies a directory's new mode and owner into this server's
 // stub of it.
-func (s *Server) PeerSetPerm(_ context.Context, req *weftpb.PeerSetPermRequest) (*weftpb.Empty, error) {
+func (s *Server) PeerSetPerm(ctx context.Context, req *weftpb.PeerSetPermRequest) (*weftpb.Empty, error) {
 	const op = "peer setperm"
 	dir := core.Ino(req.Dir)
-	err := s.update(op, []core.Ino{dir}, func(t *txn) error {
+	err := s.update(ctx, op, []core.Ino{dir}, func(t *txn) error {
 		r := &weftpb.InodeRecord{}
 		found, err := getRecord(s.db, inodeKey(dir), r)
 		if err != nil || !found || !r.Stub {

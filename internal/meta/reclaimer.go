@@ -440,7 +440,7 @@ func (s *Server) refreshFloor(ino core.Ino) (uint64, bool) {
 
 // ReleaseReclaim lets the held reclaim records of an unlinked file go ahead:
 // the client that kept it open closed its last handle.
-func (s *Server) ReleaseReclaim(_ context.Context, req *weftpb.ReleaseReclaimRequest) (*weftpb.Empty, error) {
+func (s *Server) ReleaseReclaim(ctx context.Context, req *weftpb.ReleaseReclaimRequest) (*weftpb.Empty, error) {
 	const op = "release reclaim"
 	var keys [][]byte
 	var recs []*weftpb.ReclaimRecord

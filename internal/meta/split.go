@@ -151,7 +151,7 @@ func (s *Server) splitOnce(dir core.Ino) (done bool, err error) {
 			Bitmap: bitmap,
 		}
 		go func() {
-			errc <- s.peerCall(op, core.PartitionServer(dir, pt.p, s.n), weftpb.MethodPeerInstallPartition,
+			errc <- s.peerCall(s.giga.ctx, op, core.PartitionServer(dir, pt.p, s.n), weftpb.MethodPeerInstallPartition,
 				&weftpb.PeerInstallPartitionRequest{Dir: uint64(dir), Stub: stub, Ops: m.ops}, &weftpb.Empty{})
 		}()
 	}

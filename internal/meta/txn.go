@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -47,7 +48,10 @@ func (e *relockError) Error() string { return "meta: relock" }
 // that touches the same directory twice (rename within a directory) sees its
 // own changes.
 type txn struct {
-	s        *Server
+	s *Server
+	// ctx is the caller's: it bounds what the txn waits for on other
+	// servers before its commit (a caller that gave up stops the txn).
+	ctx      context.Context
 	op       string
 	readOnly bool
 	held     []int // stripes held, ascending
@@ -145,7 +149,7 @@ func (t *txn) inode(ino core.Ino) (*weftpb.InodeRecord, error) {
 			return nil, errs.New(errs.Corrupt, t.op, "inode %d: this server owns it but holds a partition stub", ino)
 		}
 	} else {
-		found, err = t.s.peerGet(t.op, srv, weftpb.PeerGetRequest_INODE, ino, "", r)
+		found, err = t.s.peerGet(t.ctx, t.op, srv, weftpb.PeerGetRequest_INODE, ino, "", r)
 	}
 	if err != nil {
 		return nil, err
@@ -252,7 +256,7 @@ func (t *txn) part(srv int, dir core.Ino) (*weftpb.InodeRecord, error) {
 	if srv == t.s.cfg.ID {
 		found, err = getRecord(t.s.db, inodeKey(dir), r)
 	} else {
-		found, err = t.s.peerGet(t.op, srv, weftpb.PeerGetRequest_PART, dir, "", r)
+		found, err = t.s.peerGet(t.ctx, t.op, srv, weftpb.PeerGetRequest_PART, dir, "", r)
 	}
 	if err != nil {
 		return nil, err
@@ -357,7 +361,7 @@ func (t *txn) moveXattrs(from, to int, ino core.Ino) error {
 		pairs, err = t.s.xattrPairs(ino)
 	} else {
 		var r weftpb.PeerGetReply
-		err = t.s.peerCall(t.op, from, weftpb.MethodPeerGet, &weftpb.PeerGetRequest{Kind: weftpb.PeerGetRequest_XATTRS, Ino: uint64(ino)}, &r)
+		err = t.s.peerCall(t.ctx, t.op, from, weftpb.MethodPeerGet, &weftpb.PeerGetRequest{Kind: weftpb.PeerGetRequest_XATTRS, Ino: uint64(ino)}, &r)
 		pairs = r.Pairs
 	}
 	if err != nil || len(pairs) == 0 {
@@ -411,7 +415,7 @@ func (t *txn) entry(dir core.Ino, d *weftpb.InodeRecord, name string) (e *weftpb
 	}
 	e = &weftpb.EntryRecord{}
 	if srv != t.s.cfg.ID {
-		found, err = t.s.peerGet(t.op, srv, weftpb.PeerGetRequest_ENTRY, dir, name, e)
+		found, err = t.s.peerGet(t.ctx, t.op, srv, weftpb.PeerGetRequest_ENTRY, dir, name, e)
 		return e, found, err
 	}
 	found, err = getRecord(t.s.db, entryKeyIn(dir, d, name), e)
@@ -468,14 +472,14 @@ func mustMarshal(m proto.Message) []byte {
 // record can race with a link count change that moves the attributes (the
 // record is then gone), so a Stale result is retried once before it is
 // believed.
-func (s *Server) view(op string, fn func(t *txn) error) error {
+func (s *Server) view(ctx context.Context, op string, fn func(t *txn) error) error {
 	if err := s.enter(op); err != nil {
 		return err
 	}
 	defer s.closeMu.RUnlock()
-	err := fn(&txn{s: s, op: op, readOnly: true, now: s.nowNs()})
+	err := fn(&txn{s: s, ctx: ctx, op: op, readOnly: true, now: s.nowNs()})
 	if errs.Is(err, errs.Stale) {
-		err = fn(&txn{s: s, op: op, readOnly: true, now: s.nowNs()})
+		err = fn(&txn{s: s, ctx: ctx, op: op, readOnly: true, now: s.nowNs()})
 	}
 	return err
 }
@@ -484,9 +488,12 @@ func (s *Server) view(op string, fn func(t *txn) error) error {
 // need, then commits its batch. In sync mode the commit is acknowledged only
 // after the WAL fsync, but the locks are released before waiting for it, so
 // concurrent operations (even in the same directory) share one fsync.
-func (s *Server) update(op string, lock []core.Ino, fn func(t *txn) error) error {
+func (s *Server) update(ctx context.Context, op string, lock []core.Ino, fn func(t *txn) error) error {
 	if f := s.failed.Load(); f != nil {
 		return s.refusal(op, f)
+	}
+	if err := ctx.Err(); err != nil {
+		return ctxError(op, err)
 	}
 	if err := s.enter(op); err != nil {
 		return err
@@ -501,7 +508,7 @@ func (s *Server) update(op string, lock []core.Ino, fn func(t *txn) error) error
 		if attempt > 64 {
 			return errs.New(errs.Busy, op, "could not settle the locks it needs")
 		}
-		t := &txn{s: s, op: op, held: held, renameMu: renameMu, b: s.db.NewBatch(), now: s.nowNs()}
+		t := &txn{s: s, ctx: ctx, op: op, held: held, renameMu: renameMu, b: s.db.NewBatch(), now: s.nowNs()}
 		if renameMu {
 			s.renameMu.Lock()
 		}
@@ -531,7 +538,7 @@ func (s *Server) update(op string, lock []core.Ino, fn func(t *txn) error) error
 				if !rl.renameMu {
 					locks.add(rl.srv, stripeOf(rl.ino))
 				}
-				return s.distUpdate(op, locks, renameMu || rl.renameMu, fn)
+				return s.distUpdate(ctx, op, locks, renameMu || rl.renameMu, fn)
 			case rl.renameMu:
 				renameMu = true
 			default:
@@ -590,4 +597,13 @@ func (s *Server) commitLocked(t *txn) error {
 func (s *Server) finishCommit(t *txn) error {
 	defer s.release(t.b)
 	return s.syncWait(t.op, t.b, s.sync)
+}
+
+// ctxError is the error of an operation whose caller gave up (Canceled) or
+// ran out of time (Timeout) before it started.
+func ctxError(op string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return errs.Wrap(errs.Timeout, op, "", err)
+	}
+	return errs.Wrap(errs.Canceled, op, "", err)
 }
