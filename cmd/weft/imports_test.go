@@ -32,8 +32,9 @@ var onlyDeps = map[string][]string{
 	"rpc":    {"core", "errs", "weftpb"},
 	"config": {"core", "errs"},
 	// repair restores chunks over the wire; stores run it for themselves.
-	"repair": {"core", "errs", "weftpb", "rpc"},
-	"layout": {"core", "errs"}, // the meta store's key layout, for meta and fsck
+	"repair":  {"core", "errs", "weftpb", "rpc"},
+	"layout":  {"core", "errs"}, // the meta store's key layout, for meta and fsck
+	"waitfor": {},               // tests' waits for a condition
 }
 
 // upper are the components that assemble the system; nothing below them

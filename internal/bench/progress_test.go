@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftfs/weft/internal/waitfor"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 )
@@ -43,13 +44,7 @@ func TestProgressLinesWithoutTerminal(t *testing.T) {
 		defer close(done)
 		st.heartbeat(ctx)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "still running") {
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.Until(t, 10*time.Second, "a progress line", func() bool { return strings.Contains(logs.String(), "still running") })
 	cancel()
 	<-done
 	l := logs.String()

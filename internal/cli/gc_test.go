@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/internal/waitfor"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -72,15 +74,11 @@ func TestGC(t *testing.T) {
 	if _, _, err := run(ctx, "--cluster", file, "rm", "/kept"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out, _, err = run(ctx, "--cluster", file, "fsck")
-		if err == nil && strings.Contains(out, "chunks: 0 on 2 stores") && strings.Contains(out, "pending reclaims: 0") {
-			break
+	waitfor.NoError(t, 30*time.Second, "weft rm leaves no chunks", func() error {
+		out, _, err := run(ctx, "--cluster", file, "fsck")
+		if err == nil && (!strings.Contains(out, "chunks: 0 on 2 stores") || !strings.Contains(out, "pending reclaims: 0")) {
+			err = fmt.Errorf("chunks left:\n%s", out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("chunks left after weft rm: %v\n%s", err, out)
-		}
-		time.Sleep(100 * time.Millisecond) // polling a condition
-	}
+		return err
+	})
 }

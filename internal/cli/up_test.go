@@ -12,6 +12,7 @@ import (
 
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/fusefs"
+	"github.com/weftfs/weft/internal/waitfor"
 )
 
 // upBackground runs the real binary's weft up -d with args and returns its
@@ -115,13 +116,7 @@ func TestUpAfterKill9(t *testing.T) {
 	if err := syscall.Kill(rec.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !fusefs.Stale(mnt) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the mount of the killed weft up is not stale")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.Until(t, 10*time.Second, "the mount of the killed weft up goes stale", func() bool { return fusefs.Stale(mnt) })
 	out := upBackground(t, data, "--mount", mnt)
 	if !strings.Contains(out, "cleared a stale weft mount") {
 		t.Errorf("weft up does not say it cleared the stale mount:\n%s", out)

@@ -15,6 +15,7 @@ import (
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/internal/waitfor"
 	pb "github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -119,18 +120,6 @@ func (rc *reclaimCluster) chunksOn(i int) uint64 {
 	return r.Chunks
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond) // polling a condition, not synchronising
-	}
-}
-
 func (rc *reclaimCluster) writeFile(path string, data []byte) core.Ino {
 	rc.t.Helper()
 	ctx := context.Background()
@@ -161,9 +150,9 @@ func TestUnlinkWithStoreDownReclaimsLater(t *testing.T) {
 	if err := rc.c.Unlink(ctx, "/big"); err != nil {
 		t.Fatalf("unlink with a store down: %v", err)
 	}
-	waitFor(t, 20*time.Second, "store 0 still holds chunks of the unlinked file", func() bool { return rc.chunksOn(0) == 0 })
+	waitfor.Until(t, 20*time.Second, "store 0 still holds chunks of the unlinked file", func() bool { return rc.chunksOn(0) == 0 })
 	rc.startStore(1, nil)
-	waitFor(t, 30*time.Second, "store 1 still holds chunks of the unlinked file after it came back", func() bool { return rc.chunksOn(1) == 0 })
+	waitfor.Until(t, 30*time.Second, "store 1 still holds chunks of the unlinked file after it came back", func() bool { return rc.chunksOn(1) == 0 })
 }
 
 // TestTruncateLostTailDoesNotReappear: a truncate whose drop on the stores
@@ -191,7 +180,7 @@ func TestTruncateLostTailDoesNotReappear(t *testing.T) {
 	}
 	rc.startStore(down, nil)
 	full := int64(len(data))
-	waitFor(t, 30*time.Second, "the file could not grow again", func() bool {
+	waitfor.Until(t, 30*time.Second, "the file could not grow again", func() bool {
 		err := rc.c.Truncate(ctx, "/f", full)
 		if err != nil && !errs.Is(err, errs.Unavailable) {
 			t.Fatalf("grow: %v", err)
@@ -240,7 +229,7 @@ func TestTruncateThenWriteSurvivesReclaim(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Let any reclaim the truncate left run, then read.
-		waitFor(t, 10*time.Second, "reclaims pending", func() bool { return pendingReclaims(t, rc) == 0 })
+		waitfor.Until(t, 10*time.Second, "reclaims pending", func() bool { return pendingReclaims(t, rc) == 0 })
 		var buf bytes.Buffer
 		if _, err := rc.c.ReadTo(ctx, path, &buf, nil); err != nil {
 			t.Fatal(err)
@@ -284,7 +273,7 @@ func TestOpenUnlinkedFileKeepsChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Give a wrongly unheld record every chance to run.
-	waitFor(t, 10*time.Second, "no held reclaim record", func() bool { return pendingReclaims(t, rc) == 1 })
+	waitfor.Until(t, 10*time.Second, "no held reclaim record", func() bool { return pendingReclaims(t, rc) == 1 })
 	got := make([]byte, len(data))
 	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("open-unlinked file lost its bytes: %v", err)
@@ -292,7 +281,7 @@ func TestOpenUnlinkedFileKeepsChunks(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "chunks of the closed unlinked file remain", func() bool {
+	waitfor.Until(t, 20*time.Second, "chunks of the closed unlinked file remain", func() bool {
 		return rc.chunksOn(0) == 0 && rc.chunksOn(1) == 0
 	})
 }
@@ -342,5 +331,5 @@ func TestReclaimAcrossMetaServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc := &reclaimCluster{t: t, cfg: cfg}
-	waitFor(t, 30*time.Second, "chunks left after every file went", func() bool { return rc.chunksOn(0) == 0 })
+	waitfor.Until(t, 30*time.Second, "chunks left after every file went", func() bool { return rc.chunksOn(0) == 0 })
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/weftfs/weft/internal/fsck"
 	"github.com/weftfs/weft/internal/repair"
 	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/internal/waitfor"
 )
 
 // faultBound is how long any one client call may take while servers are
@@ -95,21 +96,17 @@ func checkNoLeftoverChunks(t *testing.T, ctx context.Context, p *Procs) {
 		t.Fatalf("fsck connect: %v", err)
 	}
 	defer fc.Close()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	waitfor.NoError(t, time.Minute, "the meta servers finish their reclaims and gc the rest", func() error {
 		r, err := fsck.GC(ctx, fc, fsck.GCOptions{ChunkSize: int64(p.Config().ChunkSize), Grace: time.Millisecond})
-		if err != nil {
-			t.Fatalf("gc: %v", err)
+		switch {
+		case err != nil:
+			return err
+		case r.PendingReclaims != 0 || len(r.Errors) != 0:
+			return fmt.Errorf("%+v", r)
 		}
-		if r.PendingReclaims == 0 && len(r.Errors) == 0 {
-			t.Logf("gc: %d chunks, %d orphans reclaimed", r.Chunks, r.Reclaimed)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reclaims still pending a minute after the workload: %+v", r)
-		}
-		time.Sleep(time.Second)
-	}
+		t.Logf("gc: %d chunks, %d orphans reclaimed", r.Chunks, r.Reclaimed)
+		return nil
+	})
 	r, err := fsck.GC(ctx, fc, fsck.GCOptions{ChunkSize: int64(p.Config().ChunkSize), Grace: time.Millisecond, DryRun: true})
 	if err != nil {
 		t.Fatalf("gc --dry-run: %v", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/internal/waitfor"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -78,28 +79,17 @@ func TestRmKilledAfterCommitLeaksNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rm.Process.Kill()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitfor.Until(t, 30*time.Second, "weft rm commits the unlink", func() bool {
 		_, err := c.Stat(ctx, "/victim")
-		if errs.Is(err, errs.NotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("weft rm did not commit the unlink: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition
-	}
+		return errs.Is(err, errs.NotExist)
+	})
 	if err := rm.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Logf("kill weft rm: %v (it had finished)", err)
 	}
 	rm.Wait()
 	signalServer(t, p, RoleStore, 0, syscall.SIGCONT)
 	stopped = false
-	deadline = time.Now().Add(40 * time.Second)
-	for n := storeChunks(t, p, 0); n != 0; n = storeChunks(t, p, 0) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d chunks of the removed file leaked after weft rm was killed", n)
-		}
-		time.Sleep(100 * time.Millisecond) // polling a condition
-	}
+	waitfor.Until(t, 40*time.Second, "the chunks of the file removed by the killed weft rm are reclaimed", func() bool {
+		return storeChunks(t, p, 0) == 0
+	})
 }

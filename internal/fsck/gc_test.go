@@ -7,6 +7,7 @@ import (
 
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/internal/waitfor"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -106,11 +107,5 @@ func TestGCLeavesHeldFilesAlone(t *testing.T) {
 	if err != nil || r.Released != 1 {
 		t.Fatalf("release held: %+v, %v", r, err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for tc.gc(true, later).Chunks != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the released reclaim did not delete the chunks")
-		}
-		time.Sleep(50 * time.Millisecond) // polling a condition
-	}
+	waitfor.Until(t, 20*time.Second, "the released reclaim deletes the chunks", func() bool { return tc.gc(true, later).Chunks == 0 })
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/internal/waitfor"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -179,13 +180,7 @@ func (c *testCluster) on(call func(s *Server) error) error {
 // eventually waits for cond with a deadline.
 func (c *testCluster) eventually(what string, cond func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("%s: not within 15s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.Until(c.t, 15*time.Second, what, cond)
 }
 
 // keysWithTag counts server id's keys with the given tag.

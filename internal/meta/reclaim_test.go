@@ -10,6 +10,7 @@ import (
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/internal/waitfor"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -96,17 +97,6 @@ func (e *env) chunked(name string, size uint64) uint64 {
 	return a.Ino
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition
-	}
-}
-
 // TestReclaimRecordedInTheBatch: an unlink, a truncate and an O_TRUNC of a
 // chunked file each leave a durable reclaim record (it survives a restart
 // of a server that has no stores to carry it out); an inline file's unlink
@@ -153,12 +143,12 @@ func TestReclaimerRetriesUntilStoresConfirm(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.Stores = []string{a.addr, b.addr}; c.ReclaimRetryMax = 100 * time.Millisecond })
 	ino := e.chunked("f", 9<<20)
 	must[*weftpb.UnlinkReply](t)(e.Unlink(ctx, &weftpb.UnlinkRequest{Creds: rootCreds(), Parent: root, Name: "f"}))
-	waitUntil(t, "store a never got the delete", func() bool { return len(a.deleted(ino)) > 0 })
+	waitfor.Until(t, 10*time.Second, "store a never got the delete", func() bool { return len(a.deleted(ino)) > 0 })
 	if len(e.reclaims()) != 1 {
 		t.Fatal("the record went while store b had not confirmed")
 	}
 	b.setDown(false)
-	waitUntil(t, "the record stayed after both stores confirmed", func() bool { return len(e.reclaims()) == 0 })
+	waitfor.Until(t, 10*time.Second, "the record stayed after both stores confirmed", func() bool { return len(e.reclaims()) == 0 })
 	if froms := b.deleted(ino); len(froms) == 0 || froms[0] != 0 {
 		t.Fatalf("store b's deletes: %v, want from 0", froms)
 	}
@@ -206,7 +196,7 @@ func TestTruncateDropsBeforeAnswering(t *testing.T) {
 	_, err := e.Commit(ctx, &weftpb.CommitRequest{Creds: rootCreds(), Node: ref, Size: 2 << 20})
 	wantKind(t, err, errs.Unavailable)
 	a.setDown(false)
-	waitUntil(t, "growth still refused after the store came back", func() bool { return setSize(3<<20) == nil })
+	waitfor.Until(t, 10*time.Second, "growth still refused after the store came back", func() bool { return setSize(3<<20) == nil })
 }
 
 // TestHeldReclaimWaitsForRelease: an unlink by a client that has the file
@@ -219,12 +209,12 @@ func TestHeldReclaimWaitsForRelease(t *testing.T) {
 	e.reclaim.poke()
 	// A reclaimer pass that ignored the hold would have deleted by now;
 	// wait for one pass to have counted the record.
-	waitUntil(t, "no pass counted the held record", func() bool { return e.reclaim.held.Load() == 1 })
+	waitfor.Until(t, 10*time.Second, "no pass counted the held record", func() bool { return e.reclaim.held.Load() == 1 })
 	if len(a.deleted(ino)) != 0 {
 		t.Fatal("a held record was carried out")
 	}
 	must[*weftpb.Empty](t)(e.ReleaseReclaim(ctx, &weftpb.ReleaseReclaimRequest{Ino: ino}))
-	waitUntil(t, "the released record was not carried out", func() bool { return len(e.reclaims()) == 0 })
+	waitfor.Until(t, 10*time.Second, "the released record was not carried out", func() bool { return len(e.reclaims()) == 0 })
 	if len(a.deleted(ino)) == 0 {
 		t.Fatal("the record went without a delete")
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/waitfor"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -70,14 +71,14 @@ func TestCancelReturnsPromptly(t *testing.T) {
 	defer cancel()
 	errc := make(chan error, 3)
 	go func() { errc <- c.Call(ctx, mEcho, msg("x"), nil) }()
-	waitFor(t, "the first call", 5*time.Second, func() bool { return c.inFlight() == 1 })
+	waitfor.Until(t, 5*time.Second, "the first call", func() bool { return c.inFlight() == 1 })
 	go func() {
 		_, err := c.CallData(ctx, mData, msg("size"), bytes.Repeat([]byte("x"), 32<<20), nil)
 		errc <- err
 	}()
-	waitFor(t, "the stuck call", 5*time.Second, func() bool { return c.inFlight() == 2 })
+	waitfor.Until(t, 5*time.Second, "the stuck call", func() bool { return c.inFlight() == 2 })
 	go func() { errc <- c.Call(ctx, mEcho, msg("y"), nil) }()
-	waitFor(t, "the call behind it", 5*time.Second, func() bool { return c.inFlight() == 3 })
+	waitfor.Until(t, 5*time.Second, "the call behind it", func() bool { return c.inFlight() == 3 })
 	cancel()
 	start := time.Now()
 	for range 3 {

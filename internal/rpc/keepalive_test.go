@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/waitfor"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -103,7 +104,7 @@ func TestSlowHandlerIsNotDeclaredDead(t *testing.T) {
 	go func() { done <- c.Call(ctx, mGate, msg("slow"), &weftpb.ReadlinkReply{}) }()
 	// Wait for many more pings than a PeerTimeout holds: the call runs
 	// for several PeerTimeouts.
-	waitFor(t, "pings", 10*time.Second, func() bool { return c.pingsReceived() >= 20 })
+	waitfor.Until(t, 10*time.Second, "pings", func() bool { return c.pingsReceived() >= 20 })
 	close(ts.gate("slow"))
 	if err := <-done; err != nil {
 		t.Fatalf("slow call: %v", err)
@@ -162,7 +163,7 @@ func TestPeerCallBehindStuckWriteReturnsAtItsDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stuck call", 5*time.Second, func() bool { return c.inFlight() == 1 })
+	waitfor.Until(t, 5*time.Second, "the stuck call", func() bool { return c.inFlight() == 1 })
 	ctx, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancelShort()
 	start := time.Now()

@@ -14,6 +14,7 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/weftfs/weft/internal/waitfor"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -70,18 +71,6 @@ func headerOnly(t *testing.T, nc net.Conn, n int, data bool) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // polling a condition, not synchronising on time
-	}
-}
-
 // Issue 12 item 8: connections that declare large bodies and send nothing
 // more must not make the server allocate what they declared.
 func TestHeaderOnlyFramesCostLittleMemory(t *testing.T) {
@@ -97,7 +86,7 @@ func TestHeaderOnlyFramesCostLittleMemory(t *testing.T) {
 		nc.SetDeadline(time.Time{})
 		headerOnly(t, nc, declared, i%2 == 0)
 	}
-	waitFor(t, "the server to read every header", 10*time.Second, func() bool {
+	waitfor.Until(t, 10*time.Second, "the server to read every header", func() bool {
 		return ts.srv.bodiesInProgress() == conns
 	})
 	heap, rss := heapObjectBytes(), residentBytes(t)

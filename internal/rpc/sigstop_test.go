@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/waitfor"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -109,7 +110,7 @@ func TestStoppedServerProcessFailsCallsInFlight(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- p.Call(ctx, mGate, msg("never"), &weftpb.ReadlinkReply{}) }()
-	waitFor(t, "the call to be in flight", 5*time.Second, func() bool { return c.inFlight() == 1 })
+	waitfor.Until(t, 5*time.Second, "the call to be in flight", func() bool { return c.inFlight() == 1 })
 	if err := proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

@@ -85,12 +85,11 @@ func TestLateDropKeepsNewerChunks(t *testing.T) {
 	})
 }
 
-// afterClockTick returns the time once the file system's coarse clock has
-// surely moved past it (file times tick every few ms).
+// afterClockTick returns a time that file times stamped before the call
+// are below and file times stamped after it are above. Here the wait is the
+// point: file times come from a coarse clock that ticks every few ms.
 func afterClockTick() int64 {
 	t := time.Now()
-	for time.Since(t) < 20*time.Millisecond {
-		time.Sleep(time.Millisecond)
-	}
+	time.Sleep(20 * time.Millisecond)
 	return t.Add(10 * time.Millisecond).UnixNano()
 }
