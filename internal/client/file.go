@@ -27,11 +27,18 @@ const (
 
 // File is an open file: a handle with its own offset and access mode over
 // the file's shared open state. Its methods implement io.Reader, io.ReaderAt,
-// io.Writer, io.WriterAt, io.Seeker and io.Closer.
+// io.Writer, io.WriterAt, io.Seeker and io.Closer; each has a variant that
+// takes the caller's context (ReadAtContext, ...).
 type File struct {
 	c     *Client
 	n     *openInode
 	flags int
+	// opened is the context of the methods the io interfaces leave without
+	// one: the opener's, without its cancellation (the open call has
+	// returned), so they run with its identity. Their bound is that of each
+	// call they make (Config.StoreTimeout per store call, rpc's call
+	// timeout per meta call).
+	opened context.Context
 
 	mu struct {
 		sync.Mutex
@@ -70,7 +77,7 @@ func (c *Client) newFile(ctx context.Context, ref Ref, r *pb.OpenReply, flags in
 		n.mu.size, n.mu.inline, n.mu.data = 0, r.Attr.GetInline(), nil
 		n.mu.Unlock()
 	}
-	f := &File{c: c, n: n, flags: flags}
+	f := &File{c: c, n: n, flags: flags, opened: context.WithoutCancel(ctx)}
 	return f, nil
 }
 
@@ -97,7 +104,7 @@ func (f *File) check(op string, write bool) error {
 
 // ReadAt reads len(p) bytes at off; it returns io.EOF when fewer were there.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
-	return f.ReadAtContext(context.Background(), p, off)
+	return f.ReadAtContext(f.opened, p, off)
 }
 
 // ReadAtContext is ReadAt bounded by ctx: it returns when ctx ends, with
@@ -141,7 +148,7 @@ func (f *File) noteReadLocked(off int64, n int) bool {
 
 // Read reads from the handle's offset.
 func (f *File) Read(p []byte) (int, error) {
-	return f.ReadContext(context.Background(), p)
+	return f.ReadContext(f.opened, p)
 }
 
 // ReadContext is Read bounded by ctx.
@@ -163,7 +170,7 @@ func (f *File) ReadContext(ctx context.Context, p []byte) (int, error) {
 
 // WriteAt writes p at off (at the end of the file with O_APPEND).
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
-	return f.WriteAtContext(context.Background(), p, off)
+	return f.WriteAtContext(f.opened, p, off)
 }
 
 // WriteAtContext is WriteAt bounded by ctx: a write waits only when the
@@ -196,7 +203,7 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 
 // Write writes at the handle's offset (or the end with O_APPEND).
 func (f *File) Write(p []byte) (int, error) {
-	return f.WriteContext(context.Background(), p)
+	return f.WriteContext(f.opened, p)
 }
 
 // WriteContext is Write bounded by ctx (see WriteAtContext).
@@ -252,7 +259,7 @@ func (f *File) Seek(offset int64, whence int) (int64, error) {
 
 // Truncate sets the file's size (ftruncate: the handle must be writable).
 func (f *File) Truncate(size int64) error {
-	return f.TruncateContext(context.Background(), size)
+	return f.TruncateContext(f.opened, size)
 }
 
 // TruncateContext is Truncate with the caller's context (and identity).
@@ -283,7 +290,7 @@ func (f *File) TruncateContext(ctx context.Context, size int64) error {
 // so does every later Write, Flush, Sync and Close of the file: nothing is
 // committed after it, and the file keeps its last committed state.
 func (f *File) Flush() error {
-	return f.FlushContext(context.Background())
+	return f.FlushContext(f.opened)
 }
 
 // FlushContext is Flush bounded by ctx.
@@ -293,7 +300,7 @@ func (f *File) FlushContext(ctx context.Context) error {
 
 // Sync makes the file's data and size durable (fsync).
 func (f *File) Sync() error {
-	return f.SyncContext(context.Background())
+	return f.SyncContext(f.opened)
 }
 
 // SyncContext is Sync bounded by ctx.
@@ -303,13 +310,13 @@ func (f *File) SyncContext(ctx context.Context) error {
 
 // Stat returns the file's attributes as this client sees them.
 func (f *File) Stat() (core.Attr, error) {
-	return f.c.GetAttr(context.Background(), f.Ref())
+	return f.c.GetAttr(f.opened, f.Ref())
 }
 
 // Close flushes (see Flush) and releases the handle. The handle is released
 // even when the flush fails; the error says the writes may be lost.
 func (f *File) Close() error {
-	return f.CloseContext(context.Background())
+	return f.CloseContext(f.opened)
 }
 
 // CloseContext is Close bounded by ctx: the handle is released whether or
