@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/fsck"
 )
@@ -43,11 +44,7 @@ func newFsckCommand(a *app) *cobra.Command {
 			if wait < 0 {
 				return usageErrorf(cmd, "--wait %v: want a duration of 0 or more", wait)
 			}
-			cfg, err := a.loadCluster("")
-			if err != nil {
-				return err
-			}
-			c, err := fsck.Connect(cmd.Context(), cfg, timeout)
+			cfg, c, err := a.connectMeta(cmd, timeout)
 			if err != nil {
 				return err
 			}
@@ -73,6 +70,20 @@ func newFsckCommand(a *app) *cobra.Command {
 	fl.DurationVar(&timeout, "timeout", 15*time.Second, "how long to wait for each call to a server")
 	fl.DurationVar(&wait, "wait", fsck.DefaultWait, "on a running cluster, how long to let unfinished cross-server operations and splits finish")
 	return cmd
+}
+
+// connectMeta loads the cluster file and connects to its meta servers (all
+// running, or all stopped: their stores opened), as fsck and gc do.
+func (a *app) connectMeta(cmd *cobra.Command, timeout time.Duration) (*config.Cluster, *fsck.Cluster, error) {
+	cfg, err := a.loadCluster("")
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := fsck.Connect(cmd.Context(), cfg, timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, c, nil
 }
 
 // fsckProblem is the error fsck exits with: findings left, or work

@@ -42,11 +42,7 @@ func newGCCommand(a *app) *cobra.Command {
 			if grace <= 0 {
 				return usageErrorf(cmd, "--grace %v: want a duration above 0", grace)
 			}
-			cfg, err := a.loadCluster("")
-			if err != nil {
-				return err
-			}
-			c, err := fsck.Connect(cmd.Context(), cfg, timeout)
+			cfg, c, err := a.connectMeta(cmd, timeout)
 			if err != nil {
 				return err
 			}

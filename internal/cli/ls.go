@@ -132,26 +132,36 @@ func newOwnerNames() *ownerNames {
 }
 
 func (o *ownerNames) user(uid uint32) string {
-	if n, ok := o.users[uid]; ok {
-		return n
-	}
-	n := strconv.FormatUint(uint64(uid), 10)
-	if u, err := user.LookupId(n); err == nil && u.Username != "" {
-		n = u.Username
-	}
-	o.users[uid] = n
-	return n
+	return cachedName(o.users, uid, func(id string) (string, error) {
+		u, err := user.LookupId(id)
+		if err != nil {
+			return "", err
+		}
+		return u.Username, nil
+	})
 }
 
 func (o *ownerNames) group(gid uint32) string {
-	if n, ok := o.groups[gid]; ok {
+	return cachedName(o.groups, gid, func(id string) (string, error) {
+		g, err := user.LookupGroupId(id)
+		if err != nil {
+			return "", err
+		}
+		return g.Name, nil
+	})
+}
+
+// cachedName returns id's name from cache, looking it up once; an id
+// without a name is shown as its number.
+func cachedName(cache map[uint32]string, id uint32, lookup func(id string) (string, error)) string {
+	if n, ok := cache[id]; ok {
 		return n
 	}
-	n := strconv.FormatUint(uint64(gid), 10)
-	if g, err := user.LookupGroupId(n); err == nil && g.Name != "" {
-		n = g.Name
+	n := strconv.FormatUint(uint64(id), 10)
+	if name, err := lookup(n); err == nil && name != "" {
+		n = name
 	}
-	o.groups[gid] = n
+	cache[id] = n
 	return n
 }
 

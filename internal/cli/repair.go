@@ -42,12 +42,8 @@ func newRepairCommand(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			stores := make([]repair.Store, len(cfg.Store))
-			for i, s := range cfg.Store {
-				p := rpc.NewPeer(s.Addr, rpc.DialOptions{})
-				defer p.Close()
-				stores[i] = p
-			}
+			stores, closeStores := storePeers(cfg)
+			defer closeStores()
 			r, err := repair.Run(cmd.Context(), repair.Config{
 				Stores: stores, Replication: cfg.Replication, Only: -1,
 				DryRun: dryRun, Verify: verify, RateBytes: int64(rateBytes), CallTimeout: timeout,
@@ -72,6 +68,22 @@ func newRepairCommand(a *app) *cobra.Command {
 	fl.StringVar(&rate, "rate", "0", "bytes copied per second at most (0: no limit)")
 	fl.DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for each call to a store")
 	return cmd
+}
+
+// storePeers connects to every store of cfg, in its order (repair and
+// status's replica count list them all); done closes them.
+func storePeers(cfg *config.Cluster) (stores []repair.Store, done func()) {
+	peers := make([]*rpc.Peer, len(cfg.Store))
+	stores = make([]repair.Store, len(cfg.Store))
+	for i, s := range cfg.Store {
+		peers[i] = rpc.NewPeer(s.Addr, rpc.DialOptions{})
+		stores[i] = peers[i]
+	}
+	return stores, func() {
+		for _, p := range peers {
+			p.Close()
+		}
+	}
 }
 
 func printRepair(w io.Writer, r *repair.Report, dryRun bool) {

@@ -200,12 +200,8 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, top int, timeout tim
 // data is read) and counts the chunks whose placed copies are missing or
 // stale.
 func gatherReplicas(ctx context.Context, cfg *config.Cluster, timeout time.Duration) *replicaStatus {
-	stores := make([]repair.Store, len(cfg.Store))
-	for i, sv := range cfg.Store {
-		p := rpc.NewPeer(sv.Addr, rpc.DialOptions{})
-		defer p.Close()
-		stores[i] = p
-	}
+	stores, closeStores := storePeers(cfg)
+	defer closeStores()
 	r, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: cfg.Replication, Only: -1, DryRun: true, CallTimeout: timeout})
 	rs := &replicaStatus{Replication: cfg.Replication}
 	switch {
