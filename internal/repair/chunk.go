@@ -58,7 +58,7 @@ func (p *pass) repairChunk(ctx context.Context, id *weftpb.ChunkID, holders []*w
 	if p.cfg.DryRun {
 		return
 	}
-	data, version, ok, gone := p.readNewest(ctx, id, holders, newest.GetVersion(), bad)
+	data, version, ok, gone := p.readNewest(ctx, id, sourceOrder(placed, holders), holders, newest.GetVersion(), bad)
 	if gone {
 		// Deleted since it was listed (its file was removed or
 		// truncated): nothing to copy, and copying would bring it back.
@@ -124,9 +124,9 @@ func (p *pass) read(ctx context.Context, s int, h *weftpb.ChunkInfo) ([]byte, ui
 // readNewest reads the chunk from a store that holds its newest version,
 // placed copies first, skipping copies known bad. gone says that every
 // source tried no longer holds the chunk: it was deleted since the listing.
-func (p *pass) readNewest(ctx context.Context, id *weftpb.ChunkID, holders []*weftpb.ChunkInfo, version uint64, bad map[int]bool) (data []byte, v uint64, ok, gone bool) {
+func (p *pass) readNewest(ctx context.Context, id *weftpb.ChunkID, order []int, holders []*weftpb.ChunkInfo, version uint64, bad map[int]bool) (data []byte, v uint64, ok, gone bool) {
 	tried, missing := 0, 0
-	for _, s := range p.sourceOrder(id, holders) {
+	for _, s := range order {
 		h := holders[s]
 		if h.GetVersion() != version || bad[s] {
 			continue
@@ -146,8 +146,7 @@ func (p *pass) readNewest(ctx context.Context, id *weftpb.ChunkID, holders []*we
 }
 
 // sourceOrder lists the holders, placed replicas first.
-func (p *pass) sourceOrder(id *weftpb.ChunkID, holders []*weftpb.ChunkInfo) []int {
-	placed := core.ChunkReplicas(core.Ino(id.GetIno()), id.GetIndex(), len(p.cfg.Stores), p.cfg.Replication)
+func sourceOrder(placed []int, holders []*weftpb.ChunkInfo) []int {
 	seen := map[int]bool{}
 	var out []int
 	for _, s := range placed {
