@@ -225,11 +225,9 @@ func (s *Server) DeleteChunks(ctx context.Context, req *weftpb.DeleteChunksReque
 func (s *Server) deleteChangedBefore(ino, from uint64, before int64) (*weftpb.DeleteChunksReply, error) {
 	const op = "delete chunks"
 	var n uint64
-	q := ListQuery{Ino: ino, After: &ChunkKey{Ino: ino, Index: from}, Limit: MaxListLimit}
+	q := ListQuery{Ino: ino, Limit: MaxListLimit}
 	if from > 0 {
-		q.After.Index = from - 1
-	} else {
-		q.After = nil
+		q.After = &ChunkKey{Ino: ino, Index: from - 1} // the listing starts after it
 	}
 	for {
 		keys, more, err := s.backend.Keys(q)
