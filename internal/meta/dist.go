@@ -59,6 +59,7 @@ type gigaState struct {
 	firstTxid uint64 // of this life of the server
 	splits    atomic.Uint64
 	redirects atomic.Uint64
+	moving    movingSet // partitions splitting now (splitmove.go)
 
 	mu struct {
 		sync.Mutex
@@ -239,8 +240,8 @@ func (l lockSet) add(srv, stripe int) { l[srv] = addStripe(l[srv], stripe) }
 // distUpdate runs fn as a distributed txn, starting with the locks a local
 // attempt found it needs.
 func (s *Server) distUpdate(ctx context.Context, op string, locks lockSet, renameMu bool, fn func(t *txn) error) error {
-	for attempt := 0; ; attempt++ {
-		if attempt > 64 {
+	for attempt, waits := 0, 0; ; attempt++ {
+		if attempt-waits > 64 {
 			return errs.New(errs.Busy, op, "could not settle the locks it needs")
 		}
 		t := &txn{s: s, ctx: ctx, op: op, b: s.db.NewBatch(), now: s.nowNs(),
@@ -259,6 +260,12 @@ func (s *Server) distUpdate(ctx context.Context, op string, locks lockSet, renam
 		s.distRelease(t)
 		t.b.Close()
 		switch {
+		case isMoving(err):
+			// A name it needs is being split away, here or there.
+			if err := s.awaitMove(ctx, op, err, waits); err != nil {
+				return err
+			}
+			waits++
 		case errors.As(err, &rl) && rl.renameMu:
 			renameMu = true
 		case errors.As(err, &rl):

@@ -17,6 +17,9 @@ const (
 	// The splitting server (split.go).
 	FailSplitIntentWritten = "split.intent-written" // split intent synced, no partition installed
 	FailSplitInstalled     = "split.installed"      // new partitions installed, the moved entries not yet deleted here
+	// The server a split installs a new partition on (peer.go): the
+	// install arrived, nothing of it is written yet.
+	FailInstallReceived = "install.received"
 )
 
 // failpoint runs the test's hook at the named point.

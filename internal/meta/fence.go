@@ -159,6 +159,9 @@ func (s *Server) PeerApply(ctx context.Context, req *weftpb.PeerApplyRequest) (*
 		return nil, err
 	}
 	defer s.closeMu.RUnlock()
+	if err := s.refuseMoving(req.Ops); err != nil {
+		return nil, err
+	}
 	var h *heldLocks
 	if req.Txid != 0 {
 		var done bool

@@ -98,6 +98,11 @@ func (s *Server) PeerGet(ctx context.Context, req *weftpb.PeerGetRequest) (*weft
 		if !holds(d, core.NameHash(req.Name)) {
 			return nil, wrongServer(d.Bitmap)
 		}
+		if s.giga.moving.moving(ino, d.Partition, core.NameHash(req.Name)) != nil {
+			// The caller may hold this stripe, which the split needs
+			// to commit: it waits without its locks (splitmove.go).
+			return nil, errMoving
+		}
 		key := entryKeyIn(ino, d, req.Name)
 		v, found, err := getValue(s.db, key)
 		if err != nil || !found {
@@ -203,6 +208,9 @@ func (s *Server) PeerInstallPartition(ctx context.Context, req *weftpb.PeerInsta
 	}
 	if s.n == 1 || core.PartitionServer(dir, st.Partition, s.n) != s.cfg.ID {
 		return nil, errs.New(errs.Invalid, op, "partition %d of directory %d is not this server's", st.Partition, dir)
+	}
+	if err := s.failpoint(FailInstallReceived); err != nil {
+		return nil, err
 	}
 	b := s.db.NewBatch()
 	defer s.release(b)

@@ -28,10 +28,17 @@ import (
 // partition on its server (one synced batch there, replacing anything an
 // earlier attempt left), then deletes the moved entries, raises its radix and
 // deletes the intent in one synced batch. Until that last batch the moved
-// entries stay here, and this server's ops on the directory wait for the
-// split (it holds the directory's stripe), while no client can know of the
-// new partitions. A restart finds the intent and does the same split again.
-// Either way every entry ends up in exactly one partition.
+// entries stay here, while no client can know of the new partitions. A
+// restart finds the intent and does the same split again. Either way every
+// entry ends up in exactly one partition.
+//
+// No lock is held across the installs: the split takes the directory's
+// stripe to read what moves and mark it moving (splitmove.go), and again to
+// commit. Meanwhile the names that stay are served as usual and writes of
+// the moving ones wait, so the final batch applies the moves to the
+// partition record as it is then (entry count, nlink, times, bitmap), not
+// to the copy read before the installs. A failed install clears the mark
+// and leaves the intent; the replay tries again.
 
 // grew notes that partition record d of dir gained entries; update queues a
 // split after the commit if d is over the threshold.
@@ -93,62 +100,113 @@ func (s *Server) splitOnce(dir core.Ino) (done bool, err error) {
 		return true, nil
 	}
 	defer s.closeMu.RUnlock()
-	mu := &s.locks[stripeOf(dir)]
-	mu.Lock()
-	defer mu.Unlock()
 	start := time.Now()
+	pl, err := s.planMove(dir)
+	if err != nil || pl == nil {
+		return true, err
+	}
+	defer s.giga.moving.end(dir, pl.mark)
+	collected := time.Now()
+	if err := s.installMove(dir, pl); err != nil {
+		return true, err
+	}
+	if err := s.failpoint(FailSplitInstalled); err != nil {
+		return true, err
+	}
+	installed := time.Now()
+	moved, d, err := s.commitMove(dir, pl)
+	if err != nil {
+		return true, err
+	}
+	if d.Mode != pl.d.Mode || d.Uid != pl.d.Uid || d.Gid != pl.d.Gid {
+		// A chmod or chown during the installs missed the new
+		// partitions' stubs, which check permissions for their names.
+		s.copyPerm(dir, d, pl.parts[1:])
+	}
+	s.giga.splits.Add(1)
+	s.log.Debug("meta: split", "dir", dir, "partition", pl.intent.Partition, "partitions", len(pl.parts),
+		"moved", moved, "took", time.Since(start), "prepare", collected.Sub(start),
+		"install", installed.Sub(collected), "commit", time.Since(installed))
+	return false, nil
+}
 
+// splitPlan is one split step: the partition record when it began, what
+// moves where, and the mark that makes writes of the moving names wait.
+type splitPlan struct {
+	d      *weftpb.InodeRecord
+	intent *weftpb.SplitIntent
+	parts  []splitPart
+	moves  map[uint32]*splitMove
+	bitmap []byte // d's bitmap with the new partitions
+	mark   *movingPart
+}
+
+// planMove reads what a split of this server's partition of dir moves,
+// writes the intent and marks the moving names, under dir's stripe. nil
+// means there is nothing to split.
+func (s *Server) planMove(dir core.Ino) (*splitPlan, error) {
+	const op = "split"
+	mu := &s.locks[stripeOf(dir)]
+	if err := lockCtx(s.giga.ctx, mu); err != nil {
+		return nil, err
+	}
+	defer mu.Unlock()
 	d := &weftpb.InodeRecord{}
 	found, err := getRecord(s.db, inodeKey(dir), d)
 	if err != nil || !found || !core.IsDir(d.Mode) {
-		return true, err
+		return nil, err
 	}
 	intent := &weftpb.SplitIntent{}
 	resumed, err := getRecord(s.db, splitKey(dir), intent)
 	if err != nil {
-		return true, err
+		return nil, err
 	}
 	if resumed {
 		if intent.Partition != d.Partition || intent.Radix != d.Radix {
 			// The split finished but the intent outlived it: impossible
 			// with one batch, so the store is not what we wrote.
-			return true, errs.New(errs.Corrupt, op, "split intent of directory %d does not match its partition", dir)
+			return nil, errs.New(errs.Corrupt, op, "split intent of directory %d does not match its partition", dir)
 		}
 	} else {
 		if !s.needsSplit(dir, d) {
-			return true, nil
+			return nil, nil
 		}
 		intent = &weftpb.SplitIntent{Partition: d.Partition, Radix: d.Radix, Bits: uint32(s.cfg.SplitBits)}
 	}
-	parts := planSplit(d.Partition, d.Radix, int(max(intent.Bits, 1)), s.n)
-	moves, err := s.collectSplit(dir, d.Partition, d.Radix, parts)
-	if err != nil {
-		return true, err
+	pl := &splitPlan{d: d, intent: intent, parts: planSplit(d.Partition, d.Radix, int(max(intent.Bits, 1)), s.n)}
+	if pl.moves, err = s.collectSplit(dir, d.Partition, d.Radix, pl.parts); err != nil {
+		return nil, err
 	}
-	collected := time.Now()
 	if !resumed {
 		if err := s.setSync(op, splitKey(dir), mustMarshal(intent)); err != nil {
-			return true, err
+			return nil, err
 		}
 	}
 	if err := s.failpoint(FailSplitIntentWritten); err != nil {
-		return true, err
+		return nil, err
 	}
-	intended := time.Now()
-	bitmap := slices.Clone(d.Bitmap)
-	for _, pt := range parts {
-		bitmap = core.BitmapSet(bitmap, pt.p)
+	pl.bitmap = slices.Clone(d.Bitmap)
+	for _, pt := range pl.parts {
+		pl.bitmap = core.BitmapSet(pl.bitmap, pt.p)
 	}
-	// The new partitions' installs go out together: the split takes as long
-	// as the slowest, not their sum.
-	errc := make(chan error, len(parts))
-	for _, pt := range parts[1:] {
-		m := moves[pt.p]
+	pl.mark = s.giga.moving.begin(dir, d.Partition, d.Radix, pl.parts[0].radix)
+	return pl, nil
+}
+
+// installMove installs the new partitions on their servers, holding no
+// lock. They go out together: the split takes as long as the slowest, not
+// their sum.
+func (s *Server) installMove(dir core.Ino, pl *splitPlan) error {
+	const op = "split"
+	d := pl.d
+	errc := make(chan error, len(pl.parts))
+	for _, pt := range pl.parts[1:] {
+		m := pl.moves[pt.p]
 		stub := &weftpb.InodeRecord{
 			Mode: d.Mode, Uid: d.Uid, Gid: d.Gid, Nlink: 2 + m.subdirs, Size: dirSize,
 			AtimeNs: d.AtimeNs, MtimeNs: d.MtimeNs, CtimeNs: d.CtimeNs,
 			Parent: d.Parent, Entries: m.entries, Radix: pt.radix, Partition: pt.p, Stub: true,
-			Bitmap: bitmap,
+			Bitmap: pl.bitmap,
 		}
 		go func() {
 			errc <- s.peerCall(s.giga.ctx, op, core.PartitionServer(dir, pt.p, s.n), weftpb.MethodPeerInstallPartition,
@@ -156,42 +214,69 @@ func (s *Server) splitOnce(dir core.Ino) (done bool, err error) {
 		}()
 	}
 	var errList []error
-	for range parts[1:] {
+	for range pl.parts[1:] {
 		errList = append(errList, <-errc)
 	}
-	if err := errors.Join(errList...); err != nil {
-		return true, err
+	return errors.Join(errList...)
+}
+
+// commitMove deletes the moved entries here, raises the partition's radix
+// and deletes the intent, in one synced batch under dir's stripe, and ends
+// the mark. The partition record is read again: operations on the names
+// that stay changed it during the installs. It returns how many entries
+// moved and the record written.
+func (s *Server) commitMove(dir core.Ino, pl *splitPlan) (uint64, *weftpb.InodeRecord, error) {
+	const op = "split"
+	mu := &s.locks[stripeOf(dir)]
+	if err := lockCtx(s.giga.ctx, mu); err != nil {
+		return 0, nil, err
 	}
-	if err := s.failpoint(FailSplitInstalled); err != nil {
-		return true, err
+	defer mu.Unlock()
+	d := &weftpb.InodeRecord{}
+	found, err := getRecord(s.db, inodeKey(dir), d)
+	if err != nil {
+		return 0, nil, err
 	}
-	installed := time.Now()
+	if !found || d.Partition != pl.d.Partition || d.Radix != pl.d.Radix {
+		// Only this split changes the radix, and a directory with
+		// entries is not removed.
+		return 0, nil, errs.New(errs.Corrupt, op, "partition %d of directory %d changed during its split", pl.d.Partition, dir)
+	}
 	b := s.db.NewBatch()
 	defer s.release(b)
 	var moved uint64
 	var subdirs uint32
-	for _, pt := range parts[1:] {
-		m := moves[pt.p]
+	for _, pt := range pl.parts[1:] {
+		m := pl.moves[pt.p]
 		for _, k := range m.dels {
 			b.Delete(k, nil)
 		}
 		moved += m.entries
 		subdirs += m.subdirs
 	}
-	d.Radix = parts[0].radix
-	d.Bitmap = bitmap
+	d.Radix = pl.parts[0].radix
+	d.Bitmap = core.BitmapOr(d.Bitmap, pl.bitmap)
 	d.Entries -= min(d.Entries, moved)
-	d.Nlink -= min(d.Nlink-2, subdirs)
+	d.Nlink -= min(d.Nlink-min(d.Nlink, 2), subdirs)
 	b.Set(inodeKey(dir), mustMarshal(d), nil)
 	b.Delete(splitKey(dir), nil)
 	if err := s.commit(op, b, true); err != nil {
-		return true, err
+		return 0, nil, err
 	}
-	s.giga.splits.Add(1)
-	s.log.Debug("meta: split", "dir", dir, "partition", intent.Partition, "partitions", len(parts),
-		"moved", moved, "took", time.Since(start), "collect", collected.Sub(start),
-		"intent", intended.Sub(collected), "install", installed.Sub(intended), "commit", time.Since(installed))
-	return false, nil
+	s.giga.moving.end(dir, pl.mark)
+	return moved, d, nil
+}
+
+// copyPerm copies directory record d's mode and owner to the stubs of the
+// given partitions, as spreadPerm does for a chmod.
+func (s *Server) copyPerm(dir core.Ino, d *weftpb.InodeRecord, parts []splitPart) {
+	req := &weftpb.PeerSetPermRequest{Dir: uint64(dir), Mode: d.Mode, Uid: d.Uid, Gid: d.Gid}
+	for _, pt := range parts {
+		srv := core.PartitionServer(dir, pt.p, s.n)
+		if err := s.peerCall(s.giga.ctx, "split", srv, weftpb.MethodPeerSetPerm, req, &weftpb.Empty{}); err != nil {
+			s.log.Warn("meta: could not copy directory permissions to a new partition", "dir", dir, "server", srv, "err", err)
+		}
+	}
 }
 
 // splitPart is a partition and its radix.

@@ -413,6 +413,13 @@ func (t *txn) entry(dir core.Ino, d *weftpb.InodeRecord, name string) (e *weftpb
 	if err := t.needOn(srv, dir); err != nil {
 		return nil, false, err
 	}
+	if srv == t.s.cfg.ID && !t.readOnly {
+		// A write of a name a split is copying away waits for the split
+		// (splitmove.go); a read sees the entry the split copies.
+		if done := t.s.giga.moving.moving(dir, d.Partition, core.NameHash(name)); done != nil {
+			return nil, false, &movingError{done: done}
+		}
+	}
 	e = &weftpb.EntryRecord{}
 	if srv != t.s.cfg.ID {
 		found, err = t.s.peerGet(t.ctx, t.op, srv, weftpb.PeerGetRequest_ENTRY, dir, name, e)
@@ -478,6 +485,13 @@ func (s *Server) view(ctx context.Context, op string, fn func(t *txn) error) err
 	}
 	defer s.closeMu.RUnlock()
 	err := fn(&txn{s: s, ctx: ctx, op: op, readOnly: true, now: s.nowNs()})
+	for n := 0; isMoving(err); n++ {
+		// Another server is splitting a partition this view reads.
+		if err := s.awaitMove(ctx, op, err, n); err != nil {
+			return err
+		}
+		err = fn(&txn{s: s, ctx: ctx, op: op, readOnly: true, now: s.nowNs()})
+	}
 	if errs.Is(err, errs.Stale) {
 		err = fn(&txn{s: s, ctx: ctx, op: op, readOnly: true, now: s.nowNs()})
 	}
@@ -504,8 +518,8 @@ func (s *Server) update(ctx context.Context, op string, lock []core.Ino, fn func
 		held = addStripe(held, stripeOf(ino))
 	}
 	renameMu := false
-	for attempt := 0; ; attempt++ {
-		if attempt > 64 {
+	for attempt, waits := 0, 0; ; attempt++ {
+		if attempt-waits > 64 {
 			return errs.New(errs.Busy, op, "could not settle the locks it needs")
 		}
 		t := &txn{s: s, ctx: ctx, op: op, held: held, renameMu: renameMu, b: s.db.NewBatch(), now: s.nowNs()}
@@ -525,6 +539,14 @@ func (s *Server) update(ctx context.Context, op string, lock []core.Ino, fn func
 		}
 		if renameMu {
 			s.renameMu.Unlock()
+		}
+		if isMoving(err) {
+			s.release(t.b)
+			if err := s.awaitMove(ctx, op, err, waits); err != nil {
+				return err
+			}
+			waits++
+			continue
 		}
 		var rl *relockError
 		if errors.As(err, &rl) {
