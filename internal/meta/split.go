@@ -146,10 +146,10 @@ type splitPlan struct {
 // means there is nothing to split.
 func (s *Server) planMove(dir core.Ino) (*splitPlan, error) {
 	const op = "split"
+	// A plain Lock, not lockCtx: polling would starve behind a busy
+	// directory's operations, which queue on the mutex.
 	mu := &s.locks[stripeOf(dir)]
-	if err := lockCtx(s.giga.ctx, mu); err != nil {
-		return nil, err
-	}
+	mu.Lock()
 	defer mu.Unlock()
 	d := &weftpb.InodeRecord{}
 	found, err := getRecord(s.db, inodeKey(dir), d)
@@ -227,10 +227,10 @@ func (s *Server) installMove(dir core.Ino, pl *splitPlan) error {
 // moved and the record written.
 func (s *Server) commitMove(dir core.Ino, pl *splitPlan) (uint64, *weftpb.InodeRecord, error) {
 	const op = "split"
+	// A plain Lock, not lockCtx: polling would starve behind a busy
+	// directory's operations, which queue on the mutex.
 	mu := &s.locks[stripeOf(dir)]
-	if err := lockCtx(s.giga.ctx, mu); err != nil {
-		return 0, nil, err
-	}
+	mu.Lock()
 	defer mu.Unlock()
 	d := &weftpb.InodeRecord{}
 	found, err := getRecord(s.db, inodeKey(dir), d)

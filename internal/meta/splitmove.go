@@ -40,6 +40,9 @@ type movingSet struct {
 		sync.Mutex
 		dirs map[core.Ino]*movingPart
 	}
+	// active is len(mu.dirs): most operations find it zero and skip the
+	// mutex.
+	active atomic.Int32
 	// waits counts the operations that found their name moving.
 	waits atomic.Uint64
 }
@@ -64,6 +67,9 @@ func (m *movingSet) begin(dir core.Ino, part, from, to uint32) *movingPart {
 	if m.mu.dirs == nil {
 		m.mu.dirs = map[core.Ino]*movingPart{}
 	}
+	if m.mu.dirs[dir] == nil {
+		m.active.Add(1)
+	}
 	m.mu.dirs[dir] = mp
 	return mp
 }
@@ -76,12 +82,18 @@ func (m *movingSet) end(dir core.Ino, mp *movingPart) {
 		return
 	}
 	delete(m.mu.dirs, dir)
+	m.active.Add(-1)
 	close(mp.done)
 }
 
 // moving returns a channel closed when the split that moves the names of
 // partition part of dir with hash h ends, or nil if no split moves them.
 func (m *movingSet) moving(dir core.Ino, part uint32, h uint64) <-chan struct{} {
+	if m.active.Load() == 0 {
+		// The caller holds dir's stripe (or reads without a lock, as a
+		// view may): a mark set meanwhile is ordered by the stripe.
+		return nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mp := m.mu.dirs[dir]

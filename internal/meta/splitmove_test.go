@@ -122,8 +122,8 @@ func (c *testCluster) record(id int, dir core.Ino) *weftpb.InodeRecord {
 
 // TestSplitServesTheStayingHalf splits the root from server 0 to server 1
 // with the install on server 1 stalled. Meanwhile (a) creates, a mkdir, an
-// unlink, a lookup, a stat and a readdir page of names that stay on server 0
-// complete at once, (b) a create of a name that moves waits for the split
+// unlink, a lookup, a stat, a chmod and a readdir page of names that stay on
+// server 0 complete at once, (b) a create of a name that moves waits for the split
 // and then lands on server 1, and (c) the root's records count what
 // happened during the split.
 func TestSplitServesTheStayingHalf(t *testing.T) {
@@ -183,6 +183,11 @@ func TestSplitServesTheStayingHalf(t *testing.T) {
 	}))
 	pending = append(pending, soon(t, "stat of the splitting directory", func(ctx context.Context) error {
 		_, err := s0.GetAttr(ctx, &weftpb.GetAttrRequest{Creds: rootCreds(), Node: inoRef(root)})
+		return err
+	}))
+	pending = append(pending, soon(t, "chmod of the splitting directory", func(ctx context.Context) error {
+		_, err := s0.SetAttr(ctx, &weftpb.SetAttrRequest{Creds: rootCreds(), Node: inoRef(root),
+			Valid: uint32(weftpb.SetAttrBits_SETATTR_MODE), Mode: 0o750})
 		return err
 	}))
 	var page *weftpb.ReadDirReply
@@ -257,6 +262,12 @@ func TestSplitServesTheStayingHalf(t *testing.T) {
 		t.Errorf("root's partition on server 1: stub %v, partition %d, %d entries, nlink %d; want a stub of partition 1, %d, 2",
 			p.Stub, p.Partition, p.Entries, p.Nlink, there)
 	}
+
+	// The new partition checks permissions with the mode set during the
+	// split.
+	c.eventually("the new partition has the directory's new mode", func() bool {
+		return c.record(1, core.RootIno).Mode&core.ModeBits == 0o750
+	})
 
 	// The readdir page taken during the split, continued on both
 	// partitions, lists every name once (mv was created after the page:
