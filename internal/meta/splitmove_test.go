@@ -451,3 +451,74 @@ func TestSplitAbortLeavesDirectoryAsBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestCrashAfterMoveInstalled crashes the splitting server after the
+// stalled install went in, with operations on the staying half done
+// during the install: after the restart the split is done again from the
+// partition as it then is, and nothing of those operations is lost.
+func TestCrashAfterMoveInstalled(t *testing.T) {
+	const threshold = 20
+	c := newTestCluster(t, 2, func(_ int, cfg *Config) { cfg.SplitThreshold, cfg.SplitBits = threshold, 1 })
+	st := c.stallAt(1, FailInstallReceived)
+	create := func(s *Server, name string) error {
+		_, err := s.Create(ctx, &weftpb.CreateRequest{Creds: rootCreds(), Parent: root, Name: name, Mode: 0o644, Exclusive: true})
+		return err
+	}
+	want := map[string]bool{}
+	for i := range threshold + 1 {
+		name := fmt.Sprintf("n%d", i)
+		if err := create(c.srv(0), name); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = true
+	}
+	st.wait(c)
+	stay := freshName("s", 0, 1, true)
+	for range 3 {
+		name := stay()
+		if err := create(c.srv(0), name); err != nil {
+			t.Fatalf("create of a staying name during the install: %v", err)
+		}
+		want[name] = true
+	}
+	sub := stay()
+	if _, err := c.srv(0).Mkdir(ctx, &weftpb.MkdirRequest{Creds: rootCreds(), Parent: root, Name: sub, Mode: 0o755}); err != nil {
+		t.Fatalf("mkdir of a staying name during the install: %v", err)
+	}
+	want[sub] = true
+	crashed := c.crashAt(0, FailSplitInstalled)
+	st.free(nil)
+	c.eventually("server 0 crashes after the install", func() bool {
+		select {
+		case <-crashed:
+			return true
+		default:
+			return false
+		}
+	})
+	c.restart(0)
+	c.eventually("the restarted server finishes the split", func() bool {
+		return c.keysWithTag(0, tagSplit) == 0 && c.record(0, core.RootIno).Radix == 1
+	})
+	seen := map[string]int{}
+	here := 0
+	for id := range 2 {
+		for _, name := range c.entryNames(id, core.RootIno) {
+			seen[name]++
+			if id == 0 {
+				here++
+			}
+		}
+	}
+	for name := range want {
+		if seen[name] != 1 {
+			t.Errorf("%s is in %d partitions", name, seen[name])
+		}
+	}
+	if len(seen) != len(want) {
+		t.Errorf("%d names in the partitions, want %d", len(seen), len(want))
+	}
+	if d := c.record(0, core.RootIno); d.Entries != uint64(here) || d.Nlink != 3 {
+		t.Errorf("root on server 0: %d entries, nlink %d; want %d, 3", d.Entries, d.Nlink, here)
+	}
+}
