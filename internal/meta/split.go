@@ -72,11 +72,21 @@ func (s *Server) queueSplit(dir core.Ino) {
 	go func() {
 		defer g.wg.Done()
 		err := s.split(dir)
+		if err != nil && g.ctx.Err() == nil {
+			s.log.Warn("meta: split failed; retried later", "dir", dir, "err", err)
+			// Not at once: each attempt makes the writes of the moving
+			// names wait, and a target that is down fails it again.
+			t := time.NewTimer(replayInterval)
+			select {
+			case <-t.C:
+			case <-g.ctx.Done():
+				t.Stop()
+			}
+		}
 		g.mu.Lock()
 		delete(g.mu.splitting, dir)
 		g.mu.Unlock()
 		if err != nil && g.ctx.Err() == nil {
-			s.log.Warn("meta: split failed; retried later", "dir", dir, "err", err)
 			s.kickReplay()
 		}
 	}()

@@ -522,3 +522,41 @@ func TestCrashAfterMoveInstalled(t *testing.T) {
 		t.Errorf("root on server 0: %d entries, nlink %d; want %d, 3", d.Entries, d.Nlink, here)
 	}
 }
+
+// TestFailedSplitRetriesPaced fails every install of a split: the split is
+// retried about once per replay interval, not in a loop that keeps the
+// moving names waiting (and logs a warning per attempt).
+func TestFailedSplitRetriesPaced(t *testing.T) {
+	const threshold = 20
+	c := newTestCluster(t, 2, func(_ int, cfg *Config) { cfg.SplitThreshold, cfg.SplitBits = threshold, 1 })
+	var mu sync.Mutex
+	var attempts []time.Time
+	c.mu.Lock()
+	c.hooks[1] = func(point string) error {
+		if point != FailInstallReceived {
+			return nil
+		}
+		mu.Lock()
+		attempts = append(attempts, time.Now())
+		mu.Unlock()
+		return errors.New("target down")
+	}
+	c.mu.Unlock()
+	for i := range threshold + 1 {
+		if _, err := c.srv(0).Create(ctx, &weftpb.CreateRequest{Creds: rootCreds(), Parent: root, Name: fmt.Sprintf("n%d", i), Mode: 0o644, Exclusive: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.eventually("the split is tried three times", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(attempts) >= 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < 3; i++ {
+		if gap := attempts[i].Sub(attempts[i-1]); gap < replayInterval/2 {
+			t.Errorf("attempt %d came %v after the one before; want about %v", i+1, gap, replayInterval)
+		}
+	}
+}
