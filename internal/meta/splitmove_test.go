@@ -21,7 +21,7 @@ import (
 
 // promptly is how long an operation on the half of a splitting directory
 // that stays may take; the install stalls until the test releases it.
-const promptly = 2 * time.Second
+const promptly = 3 * time.Second
 
 // stall holds a server's failpoint until the test releases it.
 type stall struct {
