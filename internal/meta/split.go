@@ -3,6 +3,7 @@ package meta
 import (
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -118,6 +119,7 @@ func (s *Server) splitOnce(dir core.Ino) (done bool, err error) {
 	defer s.giga.moving.end(dir, pl.mark)
 	collected := time.Now()
 	if err := s.installMove(dir, pl); err != nil {
+		s.uninstallMove(dir, pl)
 		return true, err
 	}
 	if err := s.failpoint(FailSplitInstalled); err != nil {
@@ -228,6 +230,27 @@ func (s *Server) installMove(dir core.Ino, pl *splitPlan) error {
 		errList = append(errList, <-errc)
 	}
 	return errors.Join(errList...)
+}
+
+// uninstallMove removes, as far as their servers answer, the partitions a
+// failed split step installed: a stub nobody routes to must not take the
+// writes its own server's cross-server operations would send it until the
+// split is tried again (which replaces it).
+func (s *Server) uninstallMove(dir core.Ino, pl *splitPlan) {
+	var wg sync.WaitGroup
+	for _, pt := range pl.parts[1:] {
+		ops := []*weftpb.KeyOp{{Key: inodeKey(dir), Delete: true}}
+		for _, o := range pl.moves[pt.p].ops {
+			ops = append(ops, &weftpb.KeyOp{Key: o.Key, Delete: true})
+		}
+		srv := core.PartitionServer(dir, pt.p, s.n)
+		wg.Go(func() {
+			if err := s.peerCall(s.giga.ctx, "split", srv, weftpb.MethodPeerApply, &weftpb.PeerApplyRequest{Ops: ops}, &weftpb.Empty{}); err != nil {
+				s.log.Debug("meta: removing the partition of a failed split", "dir", dir, "server", srv, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // commitMove deletes the moved entries here, raises the partition's radix

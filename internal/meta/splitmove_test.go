@@ -560,3 +560,53 @@ func TestFailedSplitRetriesPaced(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedSplitRemovesWhatItInstalled splits the root of three servers
+// two levels deep, to servers 1 and 2, with the install on server 2
+// failing: server 1's new partition is removed again (nothing routes
+// there, and it would take server 1's own cross-server writes), and once
+// server 2 answers the split is done.
+func TestFailedSplitRemovesWhatItInstalled(t *testing.T) {
+	const threshold = 20
+	c := newTestCluster(t, 3, func(_ int, cfg *Config) { cfg.SplitThreshold, cfg.SplitBits = threshold, 2 })
+	var failing atomic.Bool
+	var attempts atomic.Int32
+	failing.Store(true)
+	c.mu.Lock()
+	c.hooks[2] = func(point string) error {
+		if point != FailInstallReceived || !failing.Load() {
+			return nil
+		}
+		attempts.Add(1)
+		return errors.New("target down")
+	}
+	c.mu.Unlock()
+	var names []string
+	for i := range threshold + 1 {
+		name := fmt.Sprintf("n%d", i)
+		if _, err := c.srv(0).Create(ctx, &weftpb.CreateRequest{Creds: rootCreds(), Parent: root, Name: name, Mode: 0o644, Exclusive: true}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	c.eventually("the split fails on server 2", func() bool { return attempts.Load() > 0 })
+	c.eventually("server 1 holds nothing of the root", func() bool {
+		found, err := getRecord(c.srv(1).db, inodeKey(core.RootIno), &weftpb.InodeRecord{})
+		return err == nil && !found && len(c.entryNames(1, core.RootIno)) == 0
+	})
+	failing.Store(false)
+	c.eventually("the split is retried and finishes", func() bool {
+		return c.keysWithTag(0, tagSplit) == 0 && c.record(0, core.RootIno).Radix == 2
+	})
+	seen := map[string]int{}
+	for id := range 3 {
+		for _, name := range c.entryNames(id, core.RootIno) {
+			seen[name]++
+		}
+	}
+	for _, name := range names {
+		if seen[name] != 1 {
+			t.Errorf("%s is in %d partitions", name, seen[name])
+		}
+	}
+}
