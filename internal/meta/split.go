@@ -38,8 +38,9 @@ import (
 // commit. Meanwhile the names that stay are served as usual and writes of
 // the moving ones wait, so the final batch applies the moves to the
 // partition record as it is then (entry count, nlink, times, bitmap), not
-// to the copy read before the installs. A failed install clears the mark
-// and leaves the intent; the replay tries again.
+// to the copy read before the installs. A failed install removes what it
+// did install (as far as those servers answer), clears the mark and leaves
+// the intent; the replay tries again a replay interval later.
 
 // grew notes that partition record d of dir gained entries; update queues a
 // split after the commit if d is over the threshold.
