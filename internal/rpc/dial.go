@@ -38,6 +38,10 @@ type DialOptions struct {
 	// deadline the request carries and the longest the caller waits.
 	// 0 means DefaultCallTimeout; negative, no bound.
 	CallTimeout time.Duration
+	// Identity is the identity in-process calls (Local) carry to the
+	// server's handlers and policy: what the TLS certificate would say on
+	// a connection.
+	Identity any
 }
 
 // DefaultCallTimeout bounds a call whose context has no deadline. A dead

@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"net"
@@ -44,6 +45,14 @@ type ServerOptions struct {
 	// CallTimeout bounds the server's calls back to its clients whose
 	// contexts have no deadline, as DialOptions.CallTimeout.
 	CallTimeout time.Duration
+	// Identify, with TLS, returns the identity of a client from its
+	// verified certificate chain (leaf first); an error refuses the
+	// connection. Handlers find the identity with PeerIdentity.
+	Identify func(chain []*x509.Certificate) (any, error)
+	// Authorize, if set, is asked before every request and one-way
+	// message is handled, with the method and the caller's identity (nil
+	// if it has none); an error refuses the call with errs.Permission.
+	Authorize func(method uint16, peer any) error
 }
 
 // DefaultFrameTimeout is the default FrameTimeout: ample for the largest
@@ -157,6 +166,7 @@ func (s *Server) setup(nc net.Conn) {
 	defer cancel()
 	raw := nc
 	var features uint16
+	var peerID any
 	err := func() (err error) {
 		if s.opts.TLS != nil {
 			tc := tls.Server(nc, s.opts.TLS)
@@ -164,6 +174,9 @@ func (s *Server) setup(nc net.Conn) {
 				return errs.Wrap(errs.Unavailable, "rpc tls handshake", nc.RemoteAddr().String(), err)
 			}
 			nc = tc
+		}
+		if peerID, err = s.identify(nc); err != nil {
+			return err
 		}
 		features, err = handshake(ctx, nc)
 		return err
@@ -193,6 +206,8 @@ func (s *Server) setup(nc net.Conn) {
 		peerTimeout:  optTimeout(s.opts.PeerTimeout, DefaultPeerTimeout),
 		callTimeout:  optTimeout(s.opts.CallTimeout, DefaultCallTimeout),
 		peerFeatures: features,
+		peerID:       peerID,
+		authorize:    s.opts.Authorize,
 	})
 	s.mu.conns[c] = struct{}{}
 	s.wg.Add(1) // the read loop; we still hold our own count, so not from zero
@@ -258,6 +273,16 @@ func (c *Conn) startHandler(h *header, bp *[]byte, msg, data []byte, inline bool
 		}
 		err := errs.New(errs.NotSupported, "rpc", "method %d (%s) is not served here", h.method, weftpb.MethodName(h.method))
 		c.reply(h, nil, nil, err)
+		c.observe(h.method, 0, len(msg)+len(data), 0, err)
+		return false, nil
+	}
+	if err := authorize(c.cfg.authorize, h.method, c.cfg.peerID); err != nil {
+		putBuf(bp)
+		PutBuffer(data)
+		c.cfg.log.Warn("rpc: refused a call", "method", weftpb.MethodName(h.method), "remote", c.nc.RemoteAddr().String(), "err", err)
+		if h.typ == frameRequest {
+			c.reply(h, nil, nil, err)
+		}
 		c.observe(h.method, 0, len(msg)+len(data), 0, err)
 		return false, nil
 	}
