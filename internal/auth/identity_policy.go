@@ -9,7 +9,8 @@ import (
 // Servers check it on every request, before the handler runs: a verified
 // certificate says who the caller is, this table what it may do.
 //
-//   - meta-to-meta methods (40-59): meta servers only;
+//   - meta-to-meta methods (40-59): meta servers, and administrators,
+//     whose fsck --repair locks and rewrites records as a meta server does;
 //   - store-internal methods (ListChunks, MarkStoreComplete, DeleteChunks)
 //     and raw key reads (Scan): meta servers, stores and administrators,
 //     never a client, which would otherwise list or drop other users'
@@ -34,7 +35,7 @@ const peerMethodsFirst, peerMethodsLast = 40, 59
 // Allowed reports whether role may call method.
 func Allowed(role Role, method uint16) bool {
 	if method >= peerMethodsFirst && method <= peerMethodsLast {
-		return role == RoleMeta
+		return role == RoleMeta || role == RoleAdmin
 	}
 	roles, ok := internalMethods[method]
 	if !ok {

@@ -206,7 +206,7 @@ func TestRolesAndMethods(t *testing.T) {
 		{"client", pb.MethodDeleteChunks, false},
 		{"root", pb.MethodPeerApply, false},
 		{"root", pb.MethodListChunks, false},
-		{"admin", pb.MethodPeerApply, false},
+		{"admin", pb.MethodPeerApply, true},
 		{"admin", pb.MethodListChunks, true},
 		{"store", pb.MethodPeerApply, false},
 		{"store", pb.MethodListChunks, true},
