@@ -59,7 +59,8 @@ type Config struct {
 	// client's cluster identity (TLS certificate), zero for plaintext.
 	Dial rpc.DialOptions
 	// Identity, if set, is an identity directory (weft ca issue) that New
-	// loads into Dial: the certificate the client connects with.
+	// loads into Dial: the certificate the client connects with. Dial's
+	// IntegrityOnly says the record layer (the cluster's security mode).
 	Identity string
 	// ReplicaTimeout is how long a chunk read waits for one replica before
 	// it asks the next one as well (default 2s): a stopped or dead store

@@ -24,6 +24,7 @@ func ClientConfig(cfg *config.Cluster, creds core.Creds, log *slog.Logger) clien
 		// The cluster's administrator, unless the caller names another
 		// identity (weft --identity).
 		cc.Identity = cfg.AdminIdentity
+		cc.Dial.IntegrityOnly = cfg.SecurityMode() == config.SecuritySecure
 	}
 	if cc.InlineLimit == 0 {
 		cc.InlineLimit = -1 // the file turns inlining off; the library's 0 means default

@@ -129,6 +129,11 @@ func (o *ProcsOptions) Validate() error {
 		checkCount("meta", o.Meta, MaxLocalServers, "the most servers of a role a local cluster runs")
 	}
 	checkCount("store", o.Store, MaxLocalServers, "the most servers of a role a local cluster runs")
+	switch o.Security {
+	case "", config.SecurityNone, config.SecuritySecure, config.SecurityPrivate:
+	default:
+		bad("security: %q is not one of none, secure, private", o.Security)
+	}
 	if o.Durability != "" && o.Durability != config.DurabilitySync && o.Durability != config.DurabilityAsync {
 		bad("durability: %q is not one of sync, async", o.Durability)
 	}

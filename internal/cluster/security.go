@@ -45,6 +45,7 @@ func loadSecurity(cfg *config.Cluster, dir string) (*security, error) {
 func (s *security) serverOptions(opts *rpc.ServerOptions) {
 	if s.bundle != nil {
 		s.bundle.ServerOptions(opts)
+		opts.IntegrityOnly = s.mode == config.SecuritySecure
 	}
 }
 
@@ -53,6 +54,7 @@ func (s *security) dial() rpc.DialOptions {
 	var opts rpc.DialOptions
 	if s.bundle != nil {
 		s.bundle.DialOptions(&opts)
+		opts.IntegrityOnly = s.mode == config.SecuritySecure
 	}
 	return opts
 }

@@ -99,6 +99,7 @@ func ConnectAs(ctx context.Context, cfg *config.Cluster, timeout time.Duration, 
 			return nil, errs.WithPath(err, op, "admin identity")
 		}
 		b.DialOptions(&dial)
+		dial.IntegrityOnly = cfg.SecurityMode() == config.SecuritySecure
 	}
 	n := len(cfg.Meta)
 	if n == 0 {

@@ -53,6 +53,9 @@ type ServerOptions struct {
 	// message is handled, with the method and the caller's identity (nil
 	// if it has none); an error refuses the call with errs.Permission.
 	Authorize func(method uint16, peer any) error
+	// IntegrityOnly, with TLS, leaves TLS after its handshake for the
+	// integrity-only record layer (integrity.go; security = "secure").
+	IntegrityOnly bool
 }
 
 // DefaultFrameTimeout is the default FrameTimeout: ample for the largest
@@ -72,6 +75,8 @@ type Server struct {
 	// all of them.
 	wg     sync.WaitGroup
 	budget *bodyBudget
+	// tlsConfig is opts.TLS naming the record layer in its ALPN.
+	tlsConfig *tls.Config
 
 	mu struct {
 		sync.Mutex
@@ -98,6 +103,9 @@ func NewServer(mux *Mux, opts ServerOptions) *Server {
 		s.opts.MaxBodyInFlight = DefaultMaxBodyInFlight
 	}
 	s.budget = newBodyBudget(s.opts.MaxBodyInFlight)
+	if s.opts.TLS != nil {
+		s.tlsConfig = withALPN(s.opts.TLS, s.opts.IntegrityOnly)
+	}
 	s.base, s.stopBase = context.WithCancel(context.Background())
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.conns = make(map[*Conn]struct{})
@@ -169,13 +177,22 @@ func (s *Server) setup(nc net.Conn) {
 	var peerID any
 	err := func() (err error) {
 		if s.opts.TLS != nil {
-			tc := tls.Server(nc, s.opts.TLS)
+			tc := tls.Server(nc, s.tlsConfig)
 			if err := tc.HandshakeContext(ctx); err != nil {
 				return errs.Wrap(errs.Unavailable, "rpc tls handshake", nc.RemoteAddr().String(), err)
 			}
+			if peerID, err = s.identify(tc); err != nil {
+				return err
+			}
+			if s.opts.IntegrityOnly {
+				ic, f, err := integrityHandshake(ctx, tc, nc, false)
+				if err == nil {
+					nc, features = ic, f
+				}
+				return err
+			}
 			nc = tc
-		}
-		if peerID, err = s.identify(nc); err != nil {
+		} else if peerID, err = s.identify(nc); err != nil {
 			return err
 		}
 		features, err = handshake(ctx, nc)
