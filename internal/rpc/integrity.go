@@ -76,13 +76,19 @@ type integrityConn struct {
 		buf     []byte // a record payload longer than the caller's buffer
 		pending []byte // what of buf is not yet returned
 		err     error  // sticky
+		// Scratch space, here so that a record costs no allocation.
+		hdr   [integrityHdrLen]byte
+		tag   [integrityTagLen]byte
+		nonce [12]byte
 	}
 	w struct {
 		sync.Mutex
-		aead cipher.AEAD
-		seq  uint64
-		hdr  [integrityHdrLen]byte
-		tag  []byte
+		aead  cipher.AEAD
+		seq   uint64
+		hdr   [integrityHdrLen]byte
+		tag   []byte
+		nonce [12]byte
+		vec   [3][]byte
 	}
 }
 
@@ -124,8 +130,8 @@ func newGMAC(key []byte) (cipher.AEAD, error) {
 	return a, nil
 }
 
-func nonceOf(seq uint64) []byte {
-	var n [12]byte
+// nonceOf fills n with the nonce of record seq.
+func nonceOf(n *[12]byte, seq uint64) []byte {
 	binary.BigEndian.PutUint64(n[4:], seq)
 	return n[:]
 }
@@ -150,10 +156,12 @@ func (c *integrityConn) Write(p []byte) (int, error) {
 
 func (c *integrityConn) writeRecordLocked(payload []byte) error {
 	binary.BigEndian.PutUint32(c.w.hdr[:], uint32(len(payload)))
-	tag := c.w.aead.Seal(c.w.tag[:0], nonceOf(c.w.seq), nil, payload)
+	tag := c.w.aead.Seal(c.w.tag[:0], nonceOf(&c.w.nonce, c.w.seq), nil, payload)
 	c.w.seq++
-	bufs := net.Buffers{c.w.hdr[:], payload, tag}
+	c.w.vec = [3][]byte{c.w.hdr[:], payload, tag}
+	bufs := net.Buffers(c.w.vec[:])
 	_, err := bufs.WriteTo(c.Conn)
+	c.w.vec = [3][]byte{} // keep no reference to the caller's payload
 	return err
 }
 
@@ -190,11 +198,10 @@ func (c *integrityConn) Read(p []byte) (int, error) {
 // its length; an empty record returns -1, to read on), else into r.buf,
 // leaving it pending (and returning -1).
 func (c *integrityConn) readRecord(p []byte) (int, error) {
-	var hdr [integrityHdrLen]byte
-	if _, err := io.ReadFull(c.r.br, hdr[:]); err != nil {
+	if _, err := io.ReadFull(c.r.br, c.r.hdr[:]); err != nil {
 		return 0, err
 	}
-	n := int(binary.BigEndian.Uint32(hdr[:]))
+	n := int(binary.BigEndian.Uint32(c.r.hdr[:]))
 	if n > maxIntegrityData {
 		return 0, errTampered(c.RemoteAddr())
 	}
@@ -206,14 +213,13 @@ func (c *integrityConn) readRecord(p []byte) (int, error) {
 		dst = c.r.buf
 	}
 	dst = dst[:n]
-	var tag [integrityTagLen]byte
 	if _, err := io.ReadFull(c.r.br, dst); err != nil {
 		return 0, unexpectedEOF(err)
 	}
-	if _, err := io.ReadFull(c.r.br, tag[:]); err != nil {
+	if _, err := io.ReadFull(c.r.br, c.r.tag[:]); err != nil {
 		return 0, unexpectedEOF(err)
 	}
-	if _, err := c.r.aead.Open(nil, nonceOf(c.r.seq), tag[:], dst); err != nil {
+	if _, err := c.r.aead.Open(c.r.tag[:0], nonceOf(&c.r.nonce, c.r.seq), c.r.tag[:], dst); err != nil {
 		return 0, errTampered(c.RemoteAddr())
 	}
 	c.r.seq++

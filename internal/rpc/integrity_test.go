@@ -93,7 +93,7 @@ func (c *integrityConn) sealForTest(payload []byte) []byte {
 	var b []byte
 	b = binary.BigEndian.AppendUint32(b, uint32(len(payload)))
 	b = append(b, payload...)
-	b = c.w.aead.Seal(b, nonceOf(c.w.seq), nil, payload)
+	b = c.w.aead.Seal(b, nonceOf(&c.w.nonce, c.w.seq), nil, payload)
 	c.w.seq++
 	return b
 }
