@@ -79,3 +79,32 @@ func startSecurityBench(b *testing.B, sopts ServerOptions, dopts DialOptions) (*
 	}
 	return conn, func() { conn.Close(); srv.Close() }
 }
+
+// BenchmarkSecurityDial is the cost of a new connection in each mode: TCP,
+// the handshakes and, for secure, the switch to the record layer.
+func BenchmarkSecurityDial(b *testing.B) {
+	serverTLS, clientTLS := testTLS(b)
+	for _, mode := range []struct {
+		name      string
+		tls       bool
+		integrity bool
+	}{{"none", false, false}, {"secure", true, true}, {"private", true, false}} {
+		b.Run(mode.name, func(b *testing.B) {
+			sopts, dopts := ServerOptions{}, DialOptions{}
+			if mode.tls {
+				sopts.TLS, dopts.TLS = serverTLS, clientTLS
+				sopts.IntegrityOnly, dopts.IntegrityOnly = mode.integrity, mode.integrity
+			}
+			c, stop := startSecurityBench(b, sopts, dopts)
+			defer stop()
+			addr := c.nc.RemoteAddr().String()
+			for b.Loop() {
+				conn, err := Dial(context.Background(), addr, dopts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				conn.Close()
+			}
+		})
+	}
+}
