@@ -114,10 +114,14 @@ func runRepairBenchmark(ctx context.Context, env *Env) ([]Result, error) {
 		env.run.version("weft", v)
 	}
 	cfg := p.Config()
+	dial, err := cluster.DialOptions(cfg, "")
+	if err != nil {
+		return nil, err
+	}
 	peers := make([]*rpc.Peer, len(cfg.Store))
 	stores := make([]repair.Store, len(cfg.Store))
 	for i, s := range cfg.Store {
-		peers[i] = rpc.NewPeer(s.Addr, rpc.DialOptions{})
+		peers[i] = rpc.NewPeer(s.Addr, dial)
 		defer peers[i].Close()
 		stores[i] = peers[i]
 	}

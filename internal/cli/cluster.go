@@ -43,6 +43,7 @@ type clusterStartFlags struct {
 	replication    int
 	backend        string
 	memLimit       string
+	security       string
 	metaCPU        float64
 	metrics        bool
 	binary         string
@@ -73,6 +74,7 @@ func newClusterStartCommand(a *app) *cobra.Command {
 	fl.IntVar(&f.replication, "replication", 0, "store servers holding each chunk (default: as before, else 1); cannot change later")
 	fl.StringVar(&f.backend, "backend", "", "where stores keep file data: disk or mem (default: as before, else disk); cannot change later")
 	fl.StringVar(&f.memLimit, "mem-limit", "", "bytes each mem backend may hold, such as 2GiB (default: as before, else 1GiB)")
+	fl.StringVar(&f.security, "security", "", securityFlagUsage)
 	fl.Float64Var(&f.metaCPU, "meta-cpu", 0, "cap each meta server at this many cores, such as 0.5 (cgroups; needs root)")
 	fl.BoolVar(&f.metrics, "metrics", false, "give every server a Prometheus metrics address (recorded in the cluster file)")
 	fl.StringVar(&f.binary, "binary", "", "weft executable the servers run (default: this one)")
@@ -134,6 +136,10 @@ func (f clusterStartFlags) options(cmd *cobra.Command) (cluster.ProcsOptions, er
 		Backend:        f.backend,
 		Metrics:        f.metrics,
 		MetaCPU:        f.metaCPU,
+		Security:       f.security,
+	}
+	if err := checkChoice(cmd, "security", f.security, config.SecurityNone, config.SecuritySecure, config.SecurityPrivate); err != nil {
+		return cluster.ProcsOptions{}, err
 	}
 	if f.memLimit != "" {
 		n, err := config.ParseByteSize(f.memLimit)

@@ -116,10 +116,14 @@ func serverAddrs(cfg *config.Cluster) []string {
 	return addrs
 }
 
-func answers(addr string) bool {
+func answers(cfg *config.Cluster, addr string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	c, err := rpc.Dial(ctx, addr, rpc.DialOptions{})
+	dial, err := cluster.DialOptions(cfg, "")
+	if err != nil {
+		return false
+	}
+	c, err := rpc.Dial(ctx, addr, dial)
 	if err != nil {
 		return false
 	}
@@ -168,7 +172,7 @@ func TestClusterStartStatusStop(t *testing.T) {
 		if host != "127.0.0.1" || slices.Index(addrs, a) != i {
 			t.Errorf("server address %q: want a distinct 127.0.0.1 port", a)
 		}
-		if !answers(a) {
+		if !answers(cfg, a) {
 			t.Errorf("no weft server answers at %s", a)
 		}
 	}
@@ -295,7 +299,7 @@ func TestClusterRestartAfterCrash(t *testing.T) {
 		t.Errorf("start after a crash says:\n%s", out)
 	}
 	for _, s := range servers(t, dir) {
-		if !s.Running || !answers(s.Addr) {
+		if !s.Running || !answers(p.Config(), s.Addr) {
 			t.Errorf("%s %d not running after restart: %+v", s.Role, s.ID, s)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/internal/waitfor"
@@ -39,7 +40,11 @@ func TestGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := rpc.NewPeer(cfg.Store[1].Addr, rpc.DialOptions{})
+	dial, err := cluster.DialOptions(cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rpc.NewPeer(cfg.Store[1].Addr, dial)
 	defer p.Close()
 	req := &weftpb.WriteChunkRequest{Chunk: &weftpb.ChunkID{Ino: 1<<40 + 7, Index: 2}, Sync: true}
 	if _, err := p.CallData(ctx, weftpb.MethodWriteChunk, req, []byte("orphan"), &weftpb.WriteChunkReply{}); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/repair"
@@ -42,7 +43,11 @@ func newRepairCommand(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			stores, closeStores := storePeers(cfg)
+			dial, err := cluster.DialOptions(cfg, "")
+			if err != nil {
+				return err
+			}
+			stores, closeStores := storePeers(cfg, dial)
 			defer closeStores()
 			r, err := repair.Run(cmd.Context(), repair.Config{
 				Stores: stores, Replication: cfg.Replication, Only: -1,
@@ -72,11 +77,11 @@ func newRepairCommand(a *app) *cobra.Command {
 
 // storePeers connects to every store of cfg, in its order (repair and
 // status's replica count list them all); done closes them.
-func storePeers(cfg *config.Cluster) (stores []repair.Store, done func()) {
+func storePeers(cfg *config.Cluster, dial rpc.DialOptions) (stores []repair.Store, done func()) {
 	peers := make([]*rpc.Peer, len(cfg.Store))
 	stores = make([]repair.Store, len(cfg.Store))
 	for i, s := range cfg.Store {
-		peers[i] = rpc.NewPeer(s.Addr, rpc.DialOptions{})
+		peers[i] = rpc.NewPeer(s.Addr, dial)
 		stores[i] = peers[i]
 	}
 	return stores, func() {

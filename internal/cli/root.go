@@ -34,6 +34,7 @@ const ClusterEnv = "WEFT_CLUSTER"
 type app struct {
 	logLevel    string
 	clusterPath string
+	identity    string     // --identity: replaces the cluster file's admin_identity (identity.go)
 	level       slog.Level // parsed from logLevel before any command runs
 	self        string     // how to run this binary again, for hints: "weft" or "bin/weft"
 }
@@ -71,6 +72,8 @@ func NewRoot() *cobra.Command {
 	// (addClusterFlag): elsewhere it would be a flag that does nothing.
 	pf.StringVar(&a.clusterPath, "cluster", os.Getenv(ClusterEnv), clusterFlagUsage)
 	_ = pf.MarkHidden("cluster")
+	pf.StringVar(&a.identity, "identity", os.Getenv(IdentityEnv), identityFlagUsage)
+	_ = pf.MarkHidden("identity")
 
 	for _, newCmd := range []func(*app) *cobra.Command{
 		newUpCommand,
@@ -79,6 +82,7 @@ func NewRoot() *cobra.Command {
 		newClusterCommand,
 		newDownCommand,
 		newBenchCommand,
+		newCACommand,
 	} {
 		root.AddCommand(newCmd(a))
 	}
@@ -135,12 +139,23 @@ const clusterFlagUsage = "cluster file (default $" + ClusterEnv + "; weft up pri
 // calls it. The flag sets the same value as the root's hidden one.
 func (a *app) addClusterFlag(cmd *cobra.Command) *cobra.Command {
 	cmd.Flags().StringVar(&a.clusterPath, "cluster", os.Getenv(ClusterEnv), clusterFlagUsage)
+	cmd.Flags().StringVar(&a.identity, "identity", os.Getenv(IdentityEnv), identityFlagUsage)
 	return cmd
 }
 
 // loadCluster reads the cluster file named by path, or by --cluster (or
-// $WEFT_CLUSTER) if path is empty.
+// $WEFT_CLUSTER) if path is empty, with --identity applied.
 func (a *app) loadCluster(path string) (*config.Cluster, error) {
+	c, err := a.loadClusterFile(path)
+	if err != nil {
+		return nil, err
+	}
+	a.applyIdentity(c)
+	return c, nil
+}
+
+// loadClusterFile reads the cluster file as loadCluster does, as written.
+func (a *app) loadClusterFile(path string) (*config.Cluster, error) {
 	if path == "" {
 		path = a.clusterPath
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/repair"
@@ -113,7 +114,11 @@ func newStatusCommand(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st := gatherStatus(cmd.Context(), cfg, top, timeout)
+			dial, err := cluster.DialOptions(cfg, "")
+			if err != nil {
+				return err
+			}
+			st := gatherStatus(cmd.Context(), cfg, dial, top, timeout)
 			st.ClusterFile = a.clusterPath
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -135,7 +140,7 @@ func newStatusCommand(a *app) *cobra.Command {
 }
 
 // gatherStatus asks every server at once, each call bounded by timeout.
-func gatherStatus(ctx context.Context, cfg *config.Cluster, top int, timeout time.Duration) *clusterStatus {
+func gatherStatus(ctx context.Context, cfg *config.Cluster, dial rpc.DialOptions, top int, timeout time.Duration) *clusterStatus {
 	st := &clusterStatus{
 		Name:       cfg.Name,
 		Durability: cfg.Durability,
@@ -150,7 +155,7 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, top int, timeout tim
 			s := &st.Meta[i]
 			s.serverState = serverState{ID: i, Addr: m.Addr}
 			var r weftpb.StatusReply
-			if !callServer(ctx, &s.serverState, timeout, weftpb.MethodStatus, &weftpb.StatusRequest{TopPartitions: uint32(top)}, &r) {
+			if !callServer(ctx, &s.serverState, dial, timeout, weftpb.MethodStatus, &weftpb.StatusRequest{TopPartitions: uint32(top)}, &r) {
 				return
 			}
 			s.Servers, s.Inodes, s.Dirs = r.GetServers(), r.GetInodes(), r.GetDirs()
@@ -173,7 +178,7 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, top int, timeout tim
 			s := &st.Store[i]
 			s.serverState = serverState{ID: i, Addr: sv.Addr}
 			var r weftpb.StoreStatFSReply
-			if callServer(ctx, &s.serverState, timeout, weftpb.MethodStoreStatFS, &weftpb.StoreStatFSRequest{WantStored: true}, &r) {
+			if callServer(ctx, &s.serverState, dial, timeout, weftpb.MethodStoreStatFS, &weftpb.StoreStatFSRequest{WantStored: true}, &r) {
 				// USED is what the store's chunks take; a server from
 				// before want_stored reports only its disk's use.
 				s.Used, s.Capacity, s.Chunks = r.GetStored(), r.GetCapacity(), r.GetChunks()
@@ -187,7 +192,7 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, top int, timeout tim
 	wg.Wait()
 	st.sumCounts(byOwner)
 	if len(cfg.Store) > 1 && cfg.Replication > 1 {
-		st.Replicas = gatherReplicas(ctx, cfg, timeout)
+		st.Replicas = gatherReplicas(ctx, cfg, dial, timeout)
 	}
 
 	// Each meta server reports its own largest partitions; show the
@@ -199,8 +204,8 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, top int, timeout tim
 // gatherReplicas lists every store's chunks (a dry-run repair pass: no
 // data is read) and counts the chunks whose placed copies are missing or
 // stale.
-func gatherReplicas(ctx context.Context, cfg *config.Cluster, timeout time.Duration) *replicaStatus {
-	stores, closeStores := storePeers(cfg)
+func gatherReplicas(ctx context.Context, cfg *config.Cluster, dial rpc.DialOptions, timeout time.Duration) *replicaStatus {
+	stores, closeStores := storePeers(cfg, dial)
 	defer closeStores()
 	r, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: cfg.Replication, Only: -1, DryRun: true, CallTimeout: timeout})
 	rs := &replicaStatus{Replication: cfg.Replication}
@@ -250,10 +255,10 @@ func (st *clusterStatus) sumCounts(replies []*weftpb.StatusReply) {
 
 // callServer makes one call to the server of s and records whether it
 // answered.
-func callServer(ctx context.Context, s *serverState, timeout time.Duration, method uint16, req, resp proto.Message) bool {
+func callServer(ctx context.Context, s *serverState, dial rpc.DialOptions, timeout time.Duration, method uint16, req, resp proto.Message) bool {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	peer := rpc.NewPeer(s.Addr, rpc.DialOptions{})
+	peer := rpc.NewPeer(s.Addr, dial)
 	defer peer.Close()
 	if err := peer.Call(ctx, method, req, resp); err != nil {
 		s.Error = err.Error()

@@ -24,6 +24,7 @@ type upFlags struct {
 	memLimit    string
 	metricsAddr string
 	mount       string
+	security    string
 	mountFlags
 }
 
@@ -49,6 +50,7 @@ func newUpCommand(a *app) *cobra.Command {
 	fl.StringVar(&f.memLimit, "mem-limit", "", "bytes the mem backend may hold, such as 2GiB (default: as before, else 1GiB)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at host:port/metrics")
 	fl.StringVar(&f.mount, "mount", "", "also mount the cluster on this directory (FUSE)")
+	fl.StringVar(&f.security, "security", "", securityFlagUsage)
 	f.mountFlags.register(cmd)
 	return cmd
 }
@@ -60,6 +62,10 @@ func (a *app) runUp(cmd *cobra.Command, f upFlags) error {
 		Backend:     f.backend,
 		MetricsAddr: f.metricsAddr,
 		Logger:      a.serverLogger(cmd.ErrOrStderr()),
+		Security:    f.security,
+	}
+	if err := checkChoice(cmd, "security", f.security, config.SecurityNone, config.SecuritySecure, config.SecurityPrivate); err != nil {
+		return err
 	}
 	if err := checkChoice(cmd, "durability", f.durability, config.DurabilitySync, config.DurabilityAsync); err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
@@ -54,6 +55,13 @@ type Config struct {
 	// NoSameHost keeps WriteFrom and ReadTo on the wire even for store
 	// servers on this machine (samehost.go).
 	NoSameHost bool
+	// Dial is the template of the connections to the servers: the
+	// client's cluster identity (TLS certificate), zero for plaintext.
+	Dial rpc.DialOptions
+	// Identity, if set, is an identity directory (weft ca issue) that New
+	// loads into Dial: the certificate the client connects with. Dial's
+	// IntegrityOnly says the record layer (the cluster's security mode).
+	Identity string
 	// ReplicaTimeout is how long a chunk read waits for one replica before
 	// it asks the next one as well (default 2s): a stopped or dead store
 	// delays a read by about this much when another replica is healthy.
@@ -147,9 +155,18 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	if cfg.Identity != "" {
+		b, err := auth.LoadIdentity(cfg.Identity)
+		if err != nil {
+			return nil, err
+		}
+		b.DialOptions(&cfg.Dial)
+	}
 	c := &Client{cfg: cfg, log: cfg.Logger}
 	peer := func(addr string) *rpc.Peer {
-		return rpc.NewPeer(addr, rpc.DialOptions{Logger: cfg.Logger, Local: cfg.Local[addr]})
+		opts := cfg.Dial
+		opts.Logger, opts.Local = cfg.Logger, cfg.Local[addr]
+		return rpc.NewPeer(addr, opts)
 	}
 	for _, a := range cfg.MetaAddrs {
 		c.metas = append(c.metas, peer(a))

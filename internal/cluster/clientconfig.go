@@ -9,7 +9,8 @@ import (
 )
 
 // ClientConfig is the client library's view of a cluster file: where the
-// servers are and how data is laid out, with creds as the default identity.
+// servers are and how data is laid out, with creds as the default
+// credentials and, in a secured cluster, the admin identity to connect with.
 func ClientConfig(cfg *config.Cluster, creds core.Creds, log *slog.Logger) client.Config {
 	cc := client.Config{
 		ChunkSize:   int64(cfg.ChunkSize),
@@ -18,6 +19,12 @@ func ClientConfig(cfg *config.Cluster, creds core.Creds, log *slog.Logger) clien
 		SyncOnClose: cfg.Durability == config.DurabilitySync,
 		Creds:       creds,
 		Logger:      log,
+	}
+	if cfg.Secured() {
+		// The cluster's administrator, unless the caller names another
+		// identity (weft --identity).
+		cc.Identity = cfg.AdminIdentity
+		cc.Dial.IntegrityOnly = cfg.SecurityMode() == config.SecuritySecure
 	}
 	if cc.InlineLimit == 0 {
 		cc.InlineLimit = -1 // the file turns inlining off; the library's 0 means default

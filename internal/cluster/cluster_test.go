@@ -26,12 +26,17 @@ func startEmbedded(t *testing.T, opts EmbeddedOptions) *Embedded {
 	return e
 }
 
-// reachable reports whether a weft RPC handshake with addr succeeds.
-func reachable(t *testing.T, addr string) bool {
+// reachable reports whether a weft RPC handshake with addr succeeds, with
+// cfg's admin identity.
+func reachable(t *testing.T, cfg *config.Cluster, addr string) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	c, err := rpc.Dial(ctx, addr, rpc.DialOptions{})
+	dial, err := DialOptions(cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := rpc.Dial(ctx, addr, dial)
 	if err != nil {
 		return false
 	}
@@ -48,7 +53,7 @@ func TestEmbeddedStartWritesClusterFile(t *testing.T) {
 		if err != nil || host != "127.0.0.1" || port == "0" {
 			t.Errorf("server address %q, want 127.0.0.1 and a picked port", addr)
 		}
-		if !reachable(t, addr) {
+		if !reachable(t, e.Config(), addr) {
 			t.Errorf("no weft server answers at %s", addr)
 		}
 	}
@@ -94,7 +99,7 @@ func TestEmbeddedRestartKeepsAddressesAndSettings(t *testing.T) {
 		t.Errorf("restart lost settings: durability %q backend %q mem_limit %d",
 			cfg.Durability, cfg.Store[0].Backend, cfg.Store[0].MemLimit)
 	}
-	if !reachable(t, metaAddr) {
+	if !reachable(t, cfg, metaAddr) {
 		t.Error("meta server does not answer after restart")
 	}
 }
@@ -123,7 +128,7 @@ func TestEmbeddedCloseFreesPorts(t *testing.T) {
 
 func TestEmbeddedMetrics(t *testing.T) {
 	e := startEmbedded(t, EmbeddedOptions{Dir: t.TempDir(), MetricsAddr: "127.0.0.1:0"})
-	if !reachable(t, e.MetaAddr()) || !reachable(t, e.StoreAddr()) {
+	if !reachable(t, e.Config(), e.MetaAddr()) || !reachable(t, e.Config(), e.StoreAddr()) {
 		t.Fatal("servers do not answer")
 	}
 	resp, err := http.Get("http://" + e.MetricsAddr() + "/metrics")
@@ -203,7 +208,7 @@ func TestStartFromClusterFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	if m.Addr() != metaLn.Addr().String() || !reachable(t, m.Addr()) {
+	if m.Addr() != metaLn.Addr().String() || !reachable(t, cfg, m.Addr()) {
 		t.Errorf("meta server not serving at %s", metaLn.Addr())
 	}
 	if m.MetricsAddr() == "" || m.Registry() == nil {
@@ -216,7 +221,7 @@ func TestStartFromClusterFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	if !reachable(t, s.Addr()) {
+	if !reachable(t, cfg, s.Addr()) {
 		t.Errorf("store server not serving at %s", s.Addr())
 	}
 	if s.MetricsAddr() != "" {

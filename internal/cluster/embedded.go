@@ -43,6 +43,9 @@ type EmbeddedOptions struct {
 	// MetricsAddr, if set, serves both servers' metrics at /metrics. Port 0
 	// picks a free port, which is then recorded in the cluster file.
 	MetricsAddr string
+	// Security is a new cluster's security mode; "" means secure. An
+	// existing cluster keeps its file's.
+	Security string
 }
 
 // Embedded is one meta and one store server running in this process, as weft
@@ -143,6 +146,7 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (_ *Embedded, err 
 	onDisk := cfg.Clone()
 	onDisk.Meta[0].Dir = "meta0"
 	onDisk.Store[0].Dir = "store0"
+	relativeSecurityPaths(onDisk, dir)
 	if err := onDisk.Write(file); err != nil {
 		return nil, errors.Join(err, e.Close())
 	}
@@ -159,6 +163,10 @@ func embeddedConfig(file, dir string, opts EmbeddedOptions) (*config.Cluster, er
 		cfg = config.Default()
 		cfg.Meta = []config.MetaServer{config.DefaultMetaServer("127.0.0.1:0", "")}
 		cfg.Store = []config.StoreServer{config.DefaultStoreServer("127.0.0.1:0", "")}
+		cfg.Security = opts.Security
+		if err := InitSecurity(cfg, dir); err != nil {
+			return nil, errs.WithPath(err, op, dir)
+		}
 	case err != nil:
 		return nil, err
 	case len(cfg.Meta) != 1 || len(cfg.Store) != 1:

@@ -233,7 +233,7 @@ func corruptChunk(dir string) error {
 func storePeers(t *testing.T, p *Procs) []repair.Store {
 	var out []repair.Store
 	for _, s := range p.Config().Store {
-		peer := rpc.NewPeer(s.Addr, rpc.DialOptions{})
+		peer := rpc.NewPeer(s.Addr, p.dial)
 		t.Cleanup(func() { peer.Close() })
 		out = append(out, peer)
 	}

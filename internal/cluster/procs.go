@@ -100,6 +100,9 @@ type ProcsOptions struct {
 	// StartTimeout bounds the wait for every server to answer; 0 means
 	// DefaultProcsStartTimeout.
 	StartTimeout time.Duration
+	// Security is a new cluster's security mode; "" means secure. An
+	// existing cluster keeps its file's.
+	Security string
 }
 
 // Validate checks the options alone, before anything is started or written.
@@ -126,6 +129,11 @@ func (o *ProcsOptions) Validate() error {
 		checkCount("meta", o.Meta, MaxLocalServers, "the most servers of a role a local cluster runs")
 	}
 	checkCount("store", o.Store, MaxLocalServers, "the most servers of a role a local cluster runs")
+	switch o.Security {
+	case "", config.SecurityNone, config.SecuritySecure, config.SecurityPrivate:
+	default:
+		bad("security: %q is not one of none, secure, private", o.Security)
+	}
 	if o.Durability != "" && o.Durability != config.DurabilitySync && o.Durability != config.DurabilityAsync {
 		bad("durability: %q is not one of sync, async", o.Durability)
 	}
@@ -173,6 +181,7 @@ type Procs struct {
 	timeout  time.Duration
 	cfg      *config.Cluster // as the servers see it: absolute data directories
 	cgroup   *cpuCgroup      // nil without a CPU cap
+	dial     rpc.DialOptions // the admin identity's, for the readiness checks
 
 	mu struct {
 		sync.Mutex
@@ -257,6 +266,13 @@ func StartProcs(ctx context.Context, opts ProcsOptions) (_ *Procs, err error) {
 	if err := checkPortsFree(onDisk); err != nil {
 		return nil, err
 	}
+	if firstStart {
+		onDisk.Security = opts.Security
+		if err := InitSecurity(onDisk, dir); err != nil {
+			return nil, err
+		}
+		relativeSecurityPaths(onDisk, dir)
+	}
 	if err := onDisk.Write(file); err != nil {
 		return nil, err
 	}
@@ -284,6 +300,9 @@ func StartProcs(ctx context.Context, opts ProcsOptions) (_ *Procs, err error) {
 	}
 	if p.timeout == 0 {
 		p.timeout = DefaultProcsStartTimeout
+	}
+	if p.dial, err = DialOptions(cfg, ""); err != nil {
+		return nil, err
 	}
 	// p is not shared until it is returned: the ...Locked methods need no
 	// lock here.
@@ -558,7 +577,7 @@ func (p *Procs) waitReady(ctx context.Context, procs []*proc) error {
 			return errs.New(errs.Unavailable, "start "+pr.name(), "the server exited; its log %s says:\n%s", pr.log, logTail(pr.log, pr.logOff))
 		}
 		dctx, dcancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		c, err := rpc.Dial(dctx, pr.addr, rpc.DialOptions{})
+		c, err := rpc.Dial(dctx, pr.addr, p.dial)
 		dcancel()
 		if err == nil {
 			c.Close()

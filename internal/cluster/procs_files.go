@@ -128,6 +128,9 @@ func OpenProcs(dir string) (*Procs, error) {
 	if pf.Cgroup != "" {
 		p.cgroup = &cpuCgroup{root: pf.Cgroup, v2: pf.CgroupV2}
 	}
+	if p.dial, err = DialOptions(cfg, ""); err != nil {
+		return nil, errs.WithPath(err, op, dir)
+	}
 	p.mu.procs = p.procList()
 	for _, e := range pf.Servers {
 		if i := slices.IndexFunc(p.mu.procs, func(pr *proc) bool { return pr.role == e.Role && pr.id == e.ID }); i >= 0 {

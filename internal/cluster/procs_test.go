@@ -98,7 +98,7 @@ func TestProcsKillAndRestartKeepsData(t *testing.T) {
 	if s := p.Servers()[0]; s.Running || !gone(oldPid) {
 		t.Fatalf("meta 0 still runs after Kill: %+v", s)
 	}
-	if reachable(t, cfg.Meta[0].Addr) {
+	if reachable(t, cfg, cfg.Meta[0].Addr) {
 		t.Fatal("meta 0 answers after Kill")
 	}
 	if err := p.Kill(RoleMeta, 0); err == nil {

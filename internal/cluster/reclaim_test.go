@@ -35,7 +35,7 @@ func storeChunks(t *testing.T, p *Procs, id int) uint64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := rpc.Dial(ctx, p.Config().Store[id].Addr, rpc.DialOptions{})
+	conn, err := rpc.Dial(ctx, p.Config().Store[id].Addr, p.dial)
 	if err != nil {
 		t.Fatalf("dial store %d: %v", id, err)
 	}

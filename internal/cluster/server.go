@@ -97,7 +97,11 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 	for _, st := range cfg.Store {
 		stores = append(stores, st.Addr)
 	}
-	return start(ctx, "meta", id, entry.Addr, pick(opts.MetricsAddr, entry.MetricsAddr), opts,
+	sec, err := loadSecurity(cfg, entry.Identity)
+	if err != nil {
+		return nil, errs.WithPath(err, "start meta", fmt.Sprintf("meta[%d]", id))
+	}
+	return start(ctx, "meta", id, entry.Addr, pick(opts.MetricsAddr, entry.MetricsAddr), opts, sec,
 		func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux, _ string) (io.Closer, error) {
 			s, err := meta.Open(meta.Config{
 				ID:             id,
@@ -113,6 +117,7 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 				Stores:         stores,
 				ChunkSize:      int64(cfg.ChunkSize),
 				Replication:    cfg.Replication,
+				Dial:           sec.dial(),
 			})
 			if err != nil {
 				return nil, err
@@ -137,11 +142,15 @@ func StartStore(ctx context.Context, cfg *config.Cluster, id int, opts Options) 
 	for _, st := range cfg.Store {
 		addrs = append(addrs, st.Addr)
 	}
-	return start(ctx, "store", id, entry.Addr, pick(opts.MetricsAddr, entry.MetricsAddr), opts,
+	sec, err := loadSecurity(cfg, entry.Identity)
+	if err != nil {
+		return nil, errs.WithPath(err, "start store", fmt.Sprintf("store[%d]", id))
+	}
+	return start(ctx, "store", id, entry.Addr, pick(opts.MetricsAddr, entry.MetricsAddr), opts, sec,
 		func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux, addr string) (io.Closer, error) {
 			replacement := false
 			if entry.Backend == config.BackendMem || store.Unformatted(dir) {
-				replacement = peersHoldChunks(ctx, addrs, id, log)
+				replacement = peersHoldChunks(ctx, addrs, id, sec.dial(), log)
 			}
 			s, err := store.Open(store.Config{
 				ID:          id,
@@ -158,7 +167,7 @@ func StartStore(ctx context.Context, cfg *config.Cluster, id int, opts Options) 
 			s.Register(mux)
 			st := &storeState{Server: s}
 			st.repair, err = store.StartRepair(store.RepairConfig{
-				ID: id, Peers: addrs, Replication: cfg.Replication, Logger: log, Registry: reg,
+				ID: id, Peers: addrs, Replication: cfg.Replication, Logger: log, Registry: reg, Dial: sec.dial(),
 			})
 			if err != nil {
 				s.Close()
@@ -179,7 +188,7 @@ func StartStore(ctx context.Context, cfg *config.Cluster, id int, opts Options) 
 // it lacks until repair has refilled it. Stores that do not answer within
 // a short bound are left out: a whole cluster restarted with a lost disk
 // and its peers still down is not detected (docs/design.md).
-func peersHoldChunks(ctx context.Context, addrs []string, self int, log *slog.Logger) bool {
+func peersHoldChunks(ctx context.Context, addrs []string, self int, dial rpc.DialOptions, log *slog.Logger) bool {
 	found := make(chan bool, len(addrs))
 	for i, a := range addrs {
 		if i == self {
@@ -187,7 +196,7 @@ func peersHoldChunks(ctx context.Context, addrs []string, self int, log *slog.Lo
 			continue
 		}
 		go func() {
-			p := rpc.NewPeer(a, rpc.DialOptions{})
+			p := rpc.NewPeer(a, dial)
 			defer p.Close()
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
@@ -228,7 +237,7 @@ type openFunc func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux, add
 
 // start does what both roles share: registry, listeners, role state, RPC
 // and metrics servers. On failure everything opened so far is closed.
-func start(ctx context.Context, role string, id int, addr, metricsAddr string, opts Options, open openFunc) (_ *Server, err error) {
+func start(ctx context.Context, role string, id int, addr, metricsAddr string, opts Options, sec *security, open openFunc) (_ *Server, err error) {
 	op := "start " + role
 	if err := ctx.Err(); err != nil {
 		return nil, errs.Wrap(errs.Canceled, op, "", err)
@@ -288,10 +297,12 @@ func start(ctx context.Context, role string, id int, addr, metricsAddr string, o
 		reg:     reg,
 		served:  make(chan struct{}),
 	}
-	s.rpc = rpc.NewServer(mux, rpc.ServerOptions{
+	sopts := rpc.ServerOptions{
 		Logger:   log,
 		Observer: rpc.NewMetrics(reg, "weft_"+role),
-	})
+	}
+	sec.serverOptions(&sopts)
+	s.rpc = rpc.NewServer(mux, sopts)
 	go func() {
 		defer close(s.served)
 		if err := s.rpc.Serve(ln); err != nil {

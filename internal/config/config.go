@@ -55,6 +55,17 @@ type Cluster struct {
 	// partition over the threshold splits into up to 2^SplitBits.
 	SplitBits int `toml:"split_bits"`
 
+	// Security is how connections are protected: SecurityNone,
+	// SecuritySecure or SecurityPrivate (security.go). Empty, in a file
+	// written before weft had security, means SecurityNone.
+	Security string `toml:"security,omitempty"`
+	// CA is the directory of the cluster CA (weft ca), which issues
+	// identities; servers and clients need only their identities.
+	CA string `toml:"ca,omitempty"`
+	// AdminIdentity is the identity directory the CLI and mounts use
+	// unless --identity names another.
+	AdminIdentity string `toml:"admin_identity,omitempty"`
+
 	// Meta lists the metadata servers; the index is the server id.
 	Meta []MetaServer `toml:"meta"`
 	// Store lists the storage servers; the index is the server id.
@@ -72,6 +83,8 @@ type MetaServer struct {
 	Dir string `toml:"dir,omitempty"`
 	// MetricsAddr, if set, is where the server serves Prometheus metrics.
 	MetricsAddr string `toml:"metrics_addr,omitempty"`
+	// Identity is the server's identity directory (security.go).
+	Identity string `toml:"identity,omitempty"`
 }
 
 // StoreServer is one storage server's entry.
@@ -84,6 +97,7 @@ type StoreServer struct {
 	// MemLimit bounds the bytes of chunk data a mem backend holds. In the
 	// file it is an integer or a string such as "2GiB".
 	MemLimit ByteSize `toml:"mem_limit,omitzero"`
+	Identity string   `toml:"identity,omitempty"`
 }
 
 // Default returns a cluster with every setting at its default and no

@@ -162,7 +162,7 @@ func TestParseUnknownKey(t *testing.T) {
 		{"top level", "name = \"x\"\nchunksize = 1\n" + minimal, "cluster file:2: unknown key chunksize"},
 		{"in second store", minimal + "\n[[store]]\naddr = \"h:1\"\nbackend = \"disk\"\nmemlimit = 5\n", "cluster file:13: unknown key store[1].memlimit"},
 		{"in meta", "[[meta]]\naddr = \"h:2\"\n  \"dri\" = \"/x\"\n[[store]]\naddr = \"h:1\"\n", "cluster file:3: unknown key meta[0].dri"},
-		{"unknown table", minimal + "\n[security]\nmode = \"none\"\n", "cluster file:10: unknown key security"},
+		{"unknown table", minimal + "\n[tls]\nmode = \"none\"\n", "cluster file:10: unknown key tls"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

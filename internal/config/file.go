@@ -32,6 +32,7 @@ func Load(path string) (*Cluster, error) {
 	for i := range c.Store {
 		c.Store[i].Dir = resolveDir(base, c.Store[i].Dir)
 	}
+	c.resolveSecurityPaths(base)
 	return c, nil
 }
 

@@ -37,6 +37,7 @@ func (c *Cluster) validate() error {
 	v := &validator{}
 	c.validateSettings(v)
 	c.validateServers(v)
+	c.validateSecurity(v)
 	if len(v.problems) == 0 {
 		return nil
 	}

@@ -112,7 +112,7 @@ func GC(ctx context.Context, c *Cluster, opts GCOptions) (*GCReport, error) {
 	listed := make([]map[core.Ino][]*weftpb.ChunkInfo, len(c.StoreAddrs))
 	seen := map[core.Ino]bool{}
 	for i, addr := range c.StoreAddrs {
-		m, err := listChunks(ctx, addr, c.Timeout)
+		m, err := listChunks(ctx, c.Dial, addr, c.Timeout)
 		if err != nil {
 			return nil, err
 		}
@@ -165,7 +165,7 @@ func GC(ctx context.Context, c *Cluster, opts GCOptions) (*GCReport, error) {
 		}
 		// DeleteChunks removes every chunk from cd.from on, also those a
 		// writer added since the listing: look again right before.
-		if fresh, err := freshChunks(ctx, c.StoreAddrs[cd.store], c.Timeout, cd.ino, cd.from, cutoff); err != nil || fresh {
+		if fresh, err := freshChunks(ctx, c.Dial, c.StoreAddrs[cd.store], c.Timeout, cd.ino, cd.from, cutoff); err != nil || fresh {
 			if err != nil {
 				rep.Errors = append(rep.Errors, fmt.Sprintf("store %d: inode %d: %v", cd.store, cd.ino, err))
 			}
@@ -173,7 +173,7 @@ func GC(ctx context.Context, c *Cluster, opts GCOptions) (*GCReport, error) {
 			rep.Young += len(cd.infos)
 			continue
 		}
-		if err := deleteOn(ctx, c.StoreAddrs[cd.store], c.Timeout, cd.ino, cd.from); err != nil {
+		if err := deleteOn(ctx, c.Dial, c.StoreAddrs[cd.store], c.Timeout, cd.ino, cd.from); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Sprintf("store %d: inode %d: %v", cd.store, cd.ino, err))
 			continue
 		}
@@ -228,8 +228,8 @@ func orphanCands(listed []map[core.Ino][]*weftpb.ChunkInfo, owners map[core.Ino]
 }
 
 // listChunks reads every chunk a store holds, page by page.
-func listChunks(ctx context.Context, addr string, timeout time.Duration) (map[core.Ino][]*weftpb.ChunkInfo, error) {
-	p := rpc.NewPeer(addr, rpc.DialOptions{})
+func listChunks(ctx context.Context, dial rpc.DialOptions, addr string, timeout time.Duration) (map[core.Ino][]*weftpb.ChunkInfo, error) {
+	p := rpc.NewPeer(addr, dial)
 	defer p.Close()
 	out := map[core.Ino][]*weftpb.ChunkInfo{}
 	req := &weftpb.ListChunksRequest{Limit: 1000}
@@ -254,8 +254,8 @@ func listChunks(ctx context.Context, addr string, timeout time.Duration) (map[co
 
 // freshChunks reports whether store addr now holds a chunk of ino at or
 // past from that changed after cutoff.
-func freshChunks(ctx context.Context, addr string, timeout time.Duration, ino core.Ino, from uint64, cutoff int64) (bool, error) {
-	p := rpc.NewPeer(addr, rpc.DialOptions{})
+func freshChunks(ctx context.Context, dial rpc.DialOptions, addr string, timeout time.Duration, ino core.Ino, from uint64, cutoff int64) (bool, error) {
+	p := rpc.NewPeer(addr, dial)
 	defer p.Close()
 	req := &weftpb.ListChunksRequest{Ino: uint64(ino), Limit: 1000}
 	for {
@@ -278,8 +278,8 @@ func freshChunks(ctx context.Context, addr string, timeout time.Duration, ino co
 	}
 }
 
-func deleteOn(ctx context.Context, addr string, timeout time.Duration, ino core.Ino, from uint64) error {
-	p := rpc.NewPeer(addr, rpc.DialOptions{})
+func deleteOn(ctx context.Context, dial rpc.DialOptions, addr string, timeout time.Duration, ino core.Ino, from uint64) error {
+	p := rpc.NewPeer(addr, dial)
 	defer p.Close()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
@@ -51,6 +52,9 @@ type Cluster struct {
 	Running    bool
 	// Timeout bounds each call to a server.
 	Timeout time.Duration
+	// Dial is the template of every connection fsck and gc dial: the
+	// cluster identity they act with (zero: plaintext).
+	Dial rpc.DialOptions
 }
 
 // Close closes every store.
@@ -82,7 +86,21 @@ const maxLockHold = 20 * time.Second
 // the running ones may hold locks and intents for the others, and their
 // stores cannot be opened while they run.
 func Connect(ctx context.Context, cfg *config.Cluster, timeout time.Duration) (*Cluster, error) {
+	return ConnectAs(ctx, cfg, timeout, rpc.DialOptions{})
+}
+
+// ConnectAs is Connect with dial as the template of every connection: the
+// TLS identity of a secured cluster's administrator.
+func ConnectAs(ctx context.Context, cfg *config.Cluster, timeout time.Duration, dial rpc.DialOptions) (*Cluster, error) {
 	const op = "fsck"
+	if cfg.Secured() && dial.TLS == nil {
+		b, err := auth.LoadIdentity(cfg.AdminIdentity)
+		if err != nil {
+			return nil, errs.WithPath(err, op, "admin identity")
+		}
+		b.DialOptions(&dial)
+		dial.IntegrityOnly = cfg.SecurityMode() == config.SecuritySecure
+	}
 	n := len(cfg.Meta)
 	if n == 0 {
 		return nil, errs.New(errs.Invalid, op, "the cluster file lists no meta servers")
@@ -95,7 +113,7 @@ func Connect(ctx context.Context, cfg *config.Cluster, timeout time.Duration) (*
 	probe := make([]error, n)
 	var wg sync.WaitGroup
 	for i, m := range cfg.Meta {
-		peers[i] = rpc.NewPeer(m.Addr, rpc.DialOptions{})
+		peers[i] = rpc.NewPeer(m.Addr, dial)
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
@@ -130,7 +148,7 @@ func Connect(ctx context.Context, cfg *config.Cluster, timeout time.Duration) (*
 	}
 	switch {
 	case len(down) == 0:
-		c := &Cluster{Running: true, StoreAddrs: storeAddrs, Timeout: timeout}
+		c := &Cluster{Running: true, StoreAddrs: storeAddrs, Timeout: timeout, Dial: dial}
 		var txids atomic.Uint64
 		txids.Store(uint64(time.Now().UnixNano()))
 		for i, p := range peers {
@@ -143,7 +161,7 @@ func Connect(ctx context.Context, cfg *config.Cluster, timeout time.Duration) (*
 			"fsck checks a cluster whose meta servers all run, or all are stopped", idList(up), idList(down), probe[down[0]])
 	}
 	closePeers(peers)
-	c := &Cluster{StoreAddrs: storeAddrs, Timeout: timeout}
+	c := &Cluster{StoreAddrs: storeAddrs, Timeout: timeout, Dial: dial}
 	for i, m := range cfg.Meta {
 		if m.Dir == "" {
 			c.Close()

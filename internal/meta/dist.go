@@ -117,7 +117,7 @@ func (s *Server) initGiga() {
 				s.peers = append(s.peers, nil)
 				continue
 			}
-			s.peers = append(s.peers, rpc.NewPeer(addr, rpc.DialOptions{Logger: s.log}))
+			s.peers = append(s.peers, rpc.NewPeer(addr, s.dialOptions()))
 		}
 	}
 	g.wg.Add(1)

@@ -12,7 +12,7 @@ import (
 // the directory; "." and ".." are the client's business and Invalid here.
 func (s *Server) Lookup(ctx context.Context, req *weftpb.LookupRequest) (*weftpb.LookupReply, error) {
 	const op = "lookup"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func (s *Server) Lookup(ctx context.Context, req *weftpb.LookupRequest) (*weftpb
 // the node itself (the client searched the path to reach it).
 func (s *Server) GetAttr(ctx context.Context, req *weftpb.GetAttrRequest) (*weftpb.GetAttrReply, error) {
 	const op = "getattr"
-	if _, err := credsOf(op, req.GetCreds()); err != nil {
+	if _, err := credsOf(ctx, op, req.GetCreds()); err != nil {
 		return nil, err
 	}
 	reply := &weftpb.GetAttrReply{}
@@ -75,7 +75,7 @@ func (s *Server) GetAttr(ctx context.Context, req *weftpb.GetAttrRequest) (*weft
 // checks only that it exists.
 func (s *Server) Access(ctx context.Context, req *weftpb.AccessRequest) (*weftpb.Empty, error) {
 	const op = "access"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func has(valid uint32, bit weftpb.SetAttrBits) bool { return valid&uint32(bit) !
 // changes; ctime moves with every change.
 func (s *Server) SetAttr(ctx context.Context, req *weftpb.SetAttrRequest) (*weftpb.SetAttrReply, error) {
 	const op = "setattr"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,7 @@ import (
 // A new regular file is inline and empty; its attributes live in its entry.
 func (s *Server) Create(ctx context.Context, req *weftpb.CreateRequest) (*weftpb.CreateReply, error) {
 	const op = "create"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +104,7 @@ func openExisting(t *txn, c core.Creds, n *node, req *weftpb.CreateRequest, inli
 // the parent gains a link (the child's "..").
 func (s *Server) Mkdir(ctx context.Context, req *weftpb.MkdirRequest) (*weftpb.MkdirReply, error) {
 	const op = "mkdir"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func (s *Server) Mkdir(ctx context.Context, req *weftpb.MkdirRequest) (*weftpb.M
 // Symlink makes a symbolic link. The target is stored in the record.
 func (s *Server) Symlink(ctx context.Context, req *weftpb.SymlinkRequest) (*weftpb.SymlinkReply, error) {
 	const op = "symlink"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}

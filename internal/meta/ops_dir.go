@@ -25,7 +25,7 @@ const (
 // client's.
 func (s *Server) ReadDir(ctx context.Context, req *weftpb.ReadDirRequest) (*weftpb.ReadDirReply, error) {
 	const op = "readdir"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}

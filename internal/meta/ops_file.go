@@ -22,7 +22,7 @@ const (
 // Directories open read-only only. The reply carries an inline file's content.
 func (s *Server) Open(ctx context.Context, req *weftpb.OpenRequest) (*weftpb.OpenReply, error) {
 	const op = "open"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func truncate(op string, r *weftpb.InodeRecord, size uint64, limit int) error {
 // writer loses setuid/setgid as on Linux.
 func (s *Server) Commit(ctx context.Context, req *weftpb.CommitRequest) (*weftpb.CommitReply, error) {
 	const op = "commit"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +204,7 @@ func (s *Server) Commit(ctx context.Context, req *weftpb.CommitRequest) (*weftpb
 // Readlink returns a symlink's target.
 func (s *Server) Readlink(ctx context.Context, req *weftpb.ReadlinkRequest) (*weftpb.ReadlinkReply, error) {
 	const op = "readlink"
-	if _, err := credsOf(op, req.GetCreds()); err != nil {
+	if _, err := credsOf(ctx, op, req.GetCreds()); err != nil {
 		return nil, err
 	}
 	reply := &weftpb.ReadlinkReply{}

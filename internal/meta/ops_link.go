@@ -16,7 +16,7 @@ const maxLinks = 65000
 // then points to (DESIGN: namespace).
 func (s *Server) Link(ctx context.Context, req *weftpb.LinkRequest) (*weftpb.LinkReply, error) {
 	const op = "link"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 // reclaimer in the same batch (reclaim.go).
 func (s *Server) Unlink(ctx context.Context, req *weftpb.UnlinkRequest) (*weftpb.UnlinkReply, error) {
 	const op = "unlink"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func (s *Server) Unlink(ctx context.Context, req *weftpb.UnlinkRequest) (*weftpb
 // Rmdir removes an empty directory.
 func (s *Server) Rmdir(ctx context.Context, req *weftpb.RmdirRequest) (*weftpb.Empty, error) {
 	const op = "rmdir"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}

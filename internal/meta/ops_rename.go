@@ -26,7 +26,7 @@ const maxDepth = 1 << 16
 // check that it is not moved under itself cannot race with another move.
 func (s *Server) Rename(ctx context.Context, req *weftpb.RenameRequest) (*weftpb.RenameReply, error) {
 	const op = "rename"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}

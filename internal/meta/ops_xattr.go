@@ -60,7 +60,7 @@ func checkXattrAccess(op string, c core.Creds, r *weftpb.InodeRecord, name strin
 // GetXattr returns one extended attribute; NoData when it is absent.
 func (s *Server) GetXattr(ctx context.Context, req *weftpb.GetXattrRequest) (*weftpb.GetXattrReply, error) {
 	const op = "getxattr"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func (s *Server) GetXattr(ctx context.Context, req *weftpb.GetXattrRequest) (*we
 // ListXattr lists the extended attribute names the caller may see.
 func (s *Server) ListXattr(ctx context.Context, req *weftpb.ListXattrRequest) (*weftpb.ListXattrReply, error) {
 	const op = "listxattr"
-	c, err := credsOf(op, req.GetCreds())
+	c, err := credsOf(ctx, op, req.GetCreds())
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func (s *Server) RemoveXattr(ctx context.Context, req *weftpb.RemoveXattrRequest
 // moves the node's ctime.
 func (s *Server) changeXattr(ctx context.Context, op string, creds *weftpb.Creds, ref *weftpb.NodeRef, name string,
 	change func(t *txn, key []byte, exists bool) error) (*weftpb.Empty, error) {
-	c, err := credsOf(op, creds)
+	c, err := credsOf(ctx, op, creds)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,8 @@
 package meta
 
 import (
+	"context"
+
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/proto/weftpb"
@@ -13,13 +15,14 @@ const (
 	mayExec  = 1
 )
 
-// credsOf converts the request's credentials; a request without them is
+// credsOf converts the request's credentials, limited to what the caller's
+// certificate allows (bindCreds, identity.go); a request without them is
 // Invalid (there is no anonymous caller).
-func credsOf(op string, c *weftpb.Creds) (core.Creds, error) {
+func credsOf(ctx context.Context, op string, c *weftpb.Creds) (core.Creds, error) {
 	if c == nil {
 		return core.Creds{}, errs.New(errs.Invalid, op, "request has no credentials")
 	}
-	return core.Creds{UID: c.Uid, GID: c.Gid, Groups: c.Groups}, nil
+	return bindCreds(ctx, core.Creds{UID: c.Uid, GID: c.Gid, Groups: c.Groups}), nil
 }
 
 // allowed reports whether c may access r with mask, as Linux's

@@ -82,7 +82,7 @@ func (s *Server) initReclaim() error {
 	}
 	r.seq.Store(seq)
 	for _, addr := range s.cfg.Stores {
-		r.stores = append(r.stores, rpc.NewPeer(addr, rpc.DialOptions{Logger: s.log}))
+		r.stores = append(r.stores, rpc.NewPeer(addr, s.dialOptions()))
 	}
 	if len(r.stores) == 0 {
 		// The reclaimer still runs, to count the records for the metrics.

@@ -70,6 +70,10 @@ type Config struct {
 	ReclaimRetryMax time.Duration
 	// ReclaimConcurrency bounds the records worked at once; default 4.
 	ReclaimConcurrency int
+	// Dial is the template of the connections the server dials (other
+	// meta servers, the stores): its cluster identity, zero for
+	// plaintext.
+	Dial rpc.DialOptions
 }
 
 const (

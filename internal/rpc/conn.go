@@ -96,6 +96,10 @@ type connConfig struct {
 	// callTimeout bounds calls whose context has no deadline; 0 means
 	// none.
 	callTimeout time.Duration
+	// peerID is the peer's identity (identity.go), nil if unknown;
+	// authorize is the server's policy, nil for none.
+	peerID    any
+	authorize func(method uint16, peer any) error
 }
 
 type connKey struct{}
@@ -145,7 +149,7 @@ func newConn(nc net.Conn, cfg connConfig) *Conn {
 		cfg.maxFrame = DefaultMaxFrameSize
 	}
 	c := &Conn{nc: nc, cfg: cfg, done: make(chan struct{})}
-	c.ctx, c.cancel = context.WithCancel(context.WithValue(context.Background(), connKey{}, c))
+	c.ctx, c.cancel = context.WithCancel(withIdentity(context.WithValue(context.Background(), connKey{}, c), cfg.peerID))
 	c.w.buf = make([]byte, 0, writeBufSize)
 	c.w.sem = make(chan struct{}, 1)
 	c.rd.br = bufio.NewReaderSize(countingReader{nc: nc, n: &c.ka.reads}, 32<<10)

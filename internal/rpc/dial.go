@@ -38,6 +38,14 @@ type DialOptions struct {
 	// deadline the request carries and the longest the caller waits.
 	// 0 means DefaultCallTimeout; negative, no bound.
 	CallTimeout time.Duration
+	// Identity is the identity in-process calls (Local) carry to the
+	// server's handlers and policy: what the TLS certificate would say on
+	// a connection.
+	Identity any
+	// IntegrityOnly, with TLS, leaves TLS after its handshake for the
+	// integrity-only record layer (integrity.go; security = "secure").
+	// The server must be configured alike.
+	IntegrityOnly bool
 }
 
 // DefaultCallTimeout bounds a call whose context has no deadline. A dead
@@ -75,7 +83,7 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
 	if peerTimeout > 0 {
 		hsTimeout = min(hsTimeout, peerTimeout)
 	}
-	nc, features, err := dial(ctx, addr, opts.TLS, hsTimeout)
+	nc, features, err := dial(ctx, addr, opts.TLS, opts.IntegrityOnly, hsTimeout)
 	if err != nil {
 		if ctxEnded(ctx) {
 			return nil, ctxError(ctx, "rpc dial "+addr)
@@ -99,7 +107,7 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
 }
 
 // dial connects and runs the TLS and protocol handshakes.
-func dial(ctx context.Context, addr string, tlsConfig *tls.Config, timeout time.Duration) (nc net.Conn, features uint16, err error) {
+func dial(ctx context.Context, addr string, tlsConfig *tls.Config, integrity bool, timeout time.Duration) (nc net.Conn, features uint16, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var d net.Dialer
@@ -108,20 +116,27 @@ func dial(ctx context.Context, addr string, tlsConfig *tls.Config, timeout time.
 		return nil, 0, errs.Wrap(errs.Unavailable, "rpc dial", addr, err)
 	}
 	if tlsConfig != nil {
-		cfg := tlsConfig
+		cfg := withALPN(tlsConfig, integrity)
 		if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
 			host, _, err := net.SplitHostPort(addr)
 			if err != nil {
 				nc.Close()
 				return nil, 0, errs.Wrap(errs.Invalid, "rpc dial", addr, err)
 			}
-			cfg = cfg.Clone()
 			cfg.ServerName = host
 		}
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
 			return nil, 0, errs.Wrap(errs.Unavailable, "rpc tls handshake", addr, err)
+		}
+		if integrity {
+			ic, features, err := integrityHandshake(ctx, tc, nc, true)
+			if err != nil {
+				nc.Close()
+				return nil, 0, err
+			}
+			return ic, features, nil
 		}
 		nc = tc
 	}

@@ -34,6 +34,7 @@ import (
 type localPeer struct {
 	srv *Server
 	obs Observer // the caller's, from DialOptions
+	id  any      // the caller's identity, from DialOptions
 	// callTimeout bounds calls whose context has no deadline, as on a
 	// connection; 0 means none.
 	callTimeout time.Duration
@@ -86,7 +87,10 @@ func (l *localPeer) call(ctx context.Context, method uint16, req proto.Message, 
 		err = errs.New(errs.NotSupported, "rpc", "method %d (%s) is not served here", method, weftpb.MethodName(method))
 	case data != nil && !hd.withData:
 		err = errs.New(errs.Protocol, name, "the request carries an attachment the method does not take")
+	default:
+		err = authorize(s.opts.Authorize, method, l.id)
 	}
+	hctx = withIdentity(hctx, l.id)
 	var out []byte
 	var att Attachment
 	if err == nil {
@@ -153,6 +157,12 @@ func (l *localPeer) send(ctx context.Context, method uint16, req proto.Message) 
 		s.log.Debug("rpc: dropping one-way message for an unknown method", "method", method)
 		return nil
 	}
+	if err := authorize(s.opts.Authorize, method, l.id); err != nil {
+		putBuf(bp)
+		done()
+		return err
+	}
+	hctx = withIdentity(hctx, l.id)
 	go func() {
 		defer done()
 		defer putBuf(bp)

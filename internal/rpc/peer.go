@@ -40,7 +40,7 @@ type dialAttempt struct {
 func NewPeer(addr string, opts DialOptions) *Peer {
 	p := &Peer{addr: addr, opts: opts}
 	if opts.Local != nil {
-		p.local = &localPeer{srv: opts.Local, obs: opts.Observer, callTimeout: optTimeout(opts.CallTimeout, DefaultCallTimeout)}
+		p.local = &localPeer{srv: opts.Local, obs: opts.Observer, id: opts.Identity, callTimeout: optTimeout(opts.CallTimeout, DefaultCallTimeout)}
 	}
 	return p
 }

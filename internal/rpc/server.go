@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"net"
@@ -44,6 +45,17 @@ type ServerOptions struct {
 	// CallTimeout bounds the server's calls back to its clients whose
 	// contexts have no deadline, as DialOptions.CallTimeout.
 	CallTimeout time.Duration
+	// Identify, with TLS, returns the identity of a client from its
+	// verified certificate chain (leaf first); an error refuses the
+	// connection. Handlers find the identity with PeerIdentity.
+	Identify func(chain []*x509.Certificate) (any, error)
+	// Authorize, if set, is asked before every request and one-way
+	// message is handled, with the method and the caller's identity (nil
+	// if it has none); an error refuses the call with errs.Permission.
+	Authorize func(method uint16, peer any) error
+	// IntegrityOnly, with TLS, leaves TLS after its handshake for the
+	// integrity-only record layer (integrity.go; security = "secure").
+	IntegrityOnly bool
 }
 
 // DefaultFrameTimeout is the default FrameTimeout: ample for the largest
@@ -63,6 +75,8 @@ type Server struct {
 	// all of them.
 	wg     sync.WaitGroup
 	budget *bodyBudget
+	// tlsConfig is opts.TLS naming the record layer in its ALPN.
+	tlsConfig *tls.Config
 
 	mu struct {
 		sync.Mutex
@@ -89,6 +103,9 @@ func NewServer(mux *Mux, opts ServerOptions) *Server {
 		s.opts.MaxBodyInFlight = DefaultMaxBodyInFlight
 	}
 	s.budget = newBodyBudget(s.opts.MaxBodyInFlight)
+	if s.opts.TLS != nil {
+		s.tlsConfig = withALPN(s.opts.TLS, s.opts.IntegrityOnly)
+	}
 	s.base, s.stopBase = context.WithCancel(context.Background())
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.conns = make(map[*Conn]struct{})
@@ -157,13 +174,26 @@ func (s *Server) setup(nc net.Conn) {
 	defer cancel()
 	raw := nc
 	var features uint16
+	var peerID any
 	err := func() (err error) {
 		if s.opts.TLS != nil {
-			tc := tls.Server(nc, s.opts.TLS)
+			tc := tls.Server(nc, s.tlsConfig)
 			if err := tc.HandshakeContext(ctx); err != nil {
 				return errs.Wrap(errs.Unavailable, "rpc tls handshake", nc.RemoteAddr().String(), err)
 			}
+			if peerID, err = s.identify(tc); err != nil {
+				return err
+			}
+			if s.opts.IntegrityOnly {
+				ic, f, err := integrityHandshake(ctx, tc, nc, false)
+				if err == nil {
+					nc, features = ic, f
+				}
+				return err
+			}
 			nc = tc
+		} else if peerID, err = s.identify(nc); err != nil {
+			return err
 		}
 		features, err = handshake(ctx, nc)
 		return err
@@ -193,6 +223,8 @@ func (s *Server) setup(nc net.Conn) {
 		peerTimeout:  optTimeout(s.opts.PeerTimeout, DefaultPeerTimeout),
 		callTimeout:  optTimeout(s.opts.CallTimeout, DefaultCallTimeout),
 		peerFeatures: features,
+		peerID:       peerID,
+		authorize:    s.opts.Authorize,
 	})
 	s.mu.conns[c] = struct{}{}
 	s.wg.Add(1) // the read loop; we still hold our own count, so not from zero
@@ -258,6 +290,16 @@ func (c *Conn) startHandler(h *header, bp *[]byte, msg, data []byte, inline bool
 		}
 		err := errs.New(errs.NotSupported, "rpc", "method %d (%s) is not served here", h.method, weftpb.MethodName(h.method))
 		c.reply(h, nil, nil, err)
+		c.observe(h.method, 0, len(msg)+len(data), 0, err)
+		return false, nil
+	}
+	if err := authorize(c.cfg.authorize, h.method, c.cfg.peerID); err != nil {
+		putBuf(bp)
+		PutBuffer(data)
+		c.cfg.log.Warn("rpc: refused a call", "method", weftpb.MethodName(h.method), "remote", c.nc.RemoteAddr().String(), "err", err)
+		if h.typ == frameRequest {
+			c.reply(h, nil, nil, err)
+		}
 		c.observe(h.method, 0, len(msg)+len(data), 0, err)
 		return false, nil
 	}

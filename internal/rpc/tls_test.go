@@ -18,7 +18,7 @@ import (
 
 // testTLS returns a server config with a fresh self-signed certificate for
 // 127.0.0.1 and a client config that trusts it.
-func testTLS(t *testing.T) (server, client *tls.Config) {
+func testTLS(t testing.TB) (server, client *tls.Config) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

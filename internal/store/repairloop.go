@@ -30,6 +30,9 @@ type RepairConfig struct {
 	Verify   bool
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
+	// Dial is the template of the connections to the other stores: this
+	// store's cluster identity, zero for plaintext.
+	Dial rpc.DialOptions
 }
 
 const (
@@ -83,7 +86,7 @@ func StartRepair(cfg RepairConfig) (*Repairer, error) {
 		return r, nil
 	}
 	for _, a := range cfg.Peers {
-		r.peers = append(r.peers, rpc.NewPeer(a, rpc.DialOptions{}))
+		r.peers = append(r.peers, rpc.NewPeer(a, cfg.Dial))
 	}
 	go r.loop(ctx)
 	return r, nil
