@@ -77,17 +77,28 @@ type Target struct {
 	// Binary, if set, is the weft executable of this target instead of
 	// the run's (Options.BaseWeft for the "(base)" columns).
 	Binary string
+	// Security, if set, runs the target as separate processes (weft
+	// cluster start with this security mode, then weft mount), so that
+	// every call crosses a real connection in that mode: in weft up's one
+	// process the mount calls its servers in-process, past TLS.
+	Security string
 }
 
 // weftVariant is a weft configuration a benchmark compares.
-type weftVariant struct{ name, durability, backend string }
+type weftVariant struct{ name, durability, backend, security string }
 
 var (
-	weftDefault = weftVariant{"weft", "sync", "disk"}
-	weftSync    = weftVariant{"weft (sync)", "sync", "disk"}
-	weftAsync   = weftVariant{"weft (async)", "async", "disk"}
-	weftDisk    = weftVariant{"weft (disk)", "sync", "disk"}
-	weftMem     = weftVariant{"weft (mem)", "sync", "mem"}
+	weftDefault = weftVariant{"weft", "sync", "disk", ""}
+	weftSync    = weftVariant{"weft (sync)", "sync", "disk", ""}
+	weftAsync   = weftVariant{"weft (async)", "async", "disk", ""}
+	weftDisk    = weftVariant{"weft (disk)", "sync", "disk", ""}
+	weftMem     = weftVariant{"weft (mem)", "sync", "mem", ""}
+
+	// The security modes (seed 001's secure vs non-secure), each as
+	// separate processes.
+	weftNone    = weftVariant{"weft (none)", "sync", "disk", "none"}
+	weftSecure  = weftVariant{"weft (secure)", "sync", "disk", "secure"}
+	weftPrivate = weftVariant{"weft (private)", "sync", "disk", "private"}
 )
 
 // targets returns the run's targets for this benchmark: weft once per
@@ -104,8 +115,8 @@ func (e *Env) targets(variants ...weftVariant) []Target {
 		case kindNFS:
 		case kindWeft:
 			for _, v := range variants {
-				out = append(out, Target{Name: v.name, Kind: k, Durability: v.durability, Backend: v.backend})
-				if e.BaseWeft != "" {
+				out = append(out, Target{Name: v.name, Kind: k, Durability: v.durability, Backend: v.backend, Security: v.security})
+				if e.BaseWeft != "" && v.security == "" {
 					out = append(out, Target{Name: baseName(v.name), Kind: k, Durability: v.durability, Backend: v.backend, Binary: e.BaseWeft})
 				}
 			}

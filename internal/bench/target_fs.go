@@ -368,6 +368,9 @@ func (e *Env) mountWeft(ctx context.Context, m *Mount, base string) error {
 	if err != nil {
 		return err
 	}
+	if m.Target.Security != "" {
+		return e.mountWeftProcs(ctx, m, base, bin)
+	}
 	version := "weft"
 	if m.Target.Binary != "" {
 		bin, version = m.Target.Binary, "weft (base)"

@@ -1,0 +1,68 @@
+package bench
+
+// A weft target as separate processes: `weft cluster start` (one meta and
+// one store server) and a `weft mount` daemon, so that every call of the
+// mount crosses a real connection in the target's security mode.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+)
+
+// mountWeftProcs starts t's cluster under base/cluster and mounts it on
+// base/mnt with the cluster's admin identity. A remount restarts the mount
+// daemon only (its page cache goes); the servers keep running.
+func (e *Env) mountWeftProcs(ctx context.Context, m *Mount, base, bin string) error {
+	dir := filepath.Join(base, "cluster")
+	m.Dir = filepath.Join(base, "mnt")
+	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
+		return err
+	}
+	t := m.Target
+	args := []string{"cluster", "start", "--dir", dir, "--meta", "1", "--store", "1", "--security", t.Security}
+	if t.Durability != "" {
+		args = append(args, "--durability", t.Durability)
+	}
+	if t.Backend != "" {
+		args = append(args, "--backend", t.Backend)
+	}
+	stop := func() error {
+		return run(context.Background(), unmountTimeout, bin, "cluster", "stop", "--dir", dir)
+	}
+	if err := run(ctx, mountTimeout, bin, args...); err != nil {
+		return errors.Join(err, stop())
+	}
+	m.onClose(stop)
+	mount := func(ctx context.Context) error {
+		err := run(ctx, mountTimeout, bin, "mount", "--cluster", filepath.Join(dir, "weft.toml"), "-d",
+			"--log-file", filepath.Join(base, "mount.log"), m.Dir)
+		if err != nil {
+			return err
+		}
+		return waitMounted(ctx, m.Dir, nil)
+	}
+	// The mount daemon exits when its mount goes away.
+	umount := func() error {
+		if !isMounted(m.Dir) {
+			return nil
+		}
+		err := run(context.Background(), unmountTimeout, bin, "umount", m.Dir)
+		if err != nil || isMounted(m.Dir) {
+			return errors.Join(err, unmount(m.Dir, "fusermount3"))
+		}
+		return nil
+	}
+	m.onClose(umount)
+	m.remount = func(ctx context.Context) error {
+		if err := umount(); err != nil {
+			return err
+		}
+		return mount(ctx)
+	}
+	if v := commandVersion(bin, "version"); v != "" {
+		e.run.version("weft", v)
+	}
+	return mount(ctx)
+}
