@@ -1,0 +1,173 @@
+package bench
+
+// The security benchmark: what each security mode costs on the data path
+// and on the metadata operations that revoke capabilities (issue 13, after
+// seed 001's secure vs non-secure comparison).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/cluster"
+	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+)
+
+var securityModes = []string{config.SecurityNone, config.SecuritySecure, config.SecurityPrivate}
+
+// Cases of the security benchmark.
+const (
+	secPut         = "put over TCP (sync: durable at close)"
+	secGet         = "get over TCP"
+	secChmodRevoke = "chmod that revokes (clears a permission bit)"
+	secChmodKeep   = "chmod that does not revoke (adds a bit)"
+)
+
+// securityChmods is how many chmods of each kind one repeat times.
+const securityChmods = 200
+
+func securityBenchmark() Benchmark {
+	return Benchmark{
+		Name: "security",
+		Doc: "the cost of each security mode: sequential put and get of one file through the library over " +
+			"loopback TCP, and the latency of a chmod that revokes capabilities against one that does not",
+		Notes: []string{
+			"Each mode runs its own cluster as separate processes (weft cluster start: one meta and one disk store " +
+				"server, sync durability); the benchmark is the client, with the cluster's admin identity and the " +
+				"same-host path off, so that every byte crosses a connection in the mode under test.",
+			fmt.Sprintf("chmod: %d of each kind per repeat on one file, alternating 0644 → 0600 (clears bits: the meta server "+
+				"raises the file's generation and tells every store before it answers) and 0600 → 0644 (adds bits: "+
+				"no revocation); mean µs per call.", securityChmods),
+		},
+		Run:    runSecurity,
+		Tables: securityTables,
+		Goals:  securityGoals,
+	}
+}
+
+func runSecurity(ctx context.Context, env *Env) ([]Result, error) {
+	bin := upBinary(env)
+	if bin == "" {
+		return nil, errs.New(errs.Unavailable, "bench security", "needs a weft binary to run the servers (--weft)")
+	}
+	size := int64(1 << 30)
+	if env.Quick {
+		size = 64 << 20
+	}
+	src := filepath.Join(env.Dir, "security-source")
+	if err := randomFile(src, size); err != nil {
+		return nil, err
+	}
+	defer os.Remove(src)
+	reps := env.repeats()
+	env.progress(len(securityModes) * (1 + reps))
+	var out []Result
+	for _, mode := range securityModes {
+		env.step("cluster " + mode)
+		rs, err := securityMode(ctx, env, bin, mode, src, size, reps)
+		if err != nil {
+			env.skip("security "+mode, err)
+			continue
+		}
+		out = append(out, rs...)
+	}
+	return out, nil
+}
+
+// securityMode measures one mode on a cluster of its own.
+func securityMode(ctx context.Context, env *Env, bin, mode, src string, size int64, reps int) ([]Result, error) {
+	p, err := cluster.StartProcs(ctx, cluster.ProcsOptions{
+		Binary: bin, Dir: filepath.Join(env.Dir, "security-"+mode), Meta: 1, Store: 1,
+		Durability: config.DurabilitySync, Backend: config.BackendDisk, Security: mode,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer p.Stop()
+	cc := cluster.ClientConfig(p.Config(), core.Root, nil)
+	cc.NoSameHost = true
+	c, err := client.New(cc)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	target := "weft (" + mode + ")"
+	mb := fmt.Sprintf("%d MiB file", size>>20)
+	put := Result{Bench: "security", Case: secPut + ", " + mb, Target: target, Unit: "MB/s"}
+	get := Result{Bench: "security", Case: secGet + ", " + mb, Target: target, Unit: "MB/s"}
+	revoke := Result{Bench: "security", Case: secChmodRevoke, Target: target, Unit: "µs"}
+	keep := Result{Bench: "security", Case: secChmodKeep, Target: target, Unit: "µs"}
+	const name = "/big"
+	dst := filepath.Join(env.Dir, "security-copy")
+	defer os.Remove(dst)
+	for range reps {
+		env.step(target + ": put and get")
+		if err := c.Truncate(ctx, name, 0); err != nil && !errs.Is(err, errs.NotExist) {
+			return nil, err
+		}
+		t := time.Now()
+		if err := copyIn(ctx, c, src, name); err != nil {
+			return nil, err
+		}
+		put.Samples = append(put.Samples, float64(size)/1e6/time.Since(t).Seconds())
+		os.Remove(dst)
+		t = time.Now()
+		if err := copyOut(ctx, c, name, dst); err != nil {
+			return nil, err
+		}
+		get.Samples = append(get.Samples, float64(size)/1e6/time.Since(t).Seconds())
+		r, k, err := chmodCosts(ctx, c, name)
+		if err != nil {
+			return nil, err
+		}
+		revoke.Samples = append(revoke.Samples, r)
+		keep.Samples = append(keep.Samples, k)
+	}
+	return []Result{put, get, revoke, keep}, c.Unlink(ctx, name)
+}
+
+// chmodCosts returns the mean µs of a chmod that clears bits of name's mode
+// and of one that sets them again.
+func chmodCosts(ctx context.Context, c *client.Client, name string) (revoke, keep float64, err error) {
+	var tr, tk time.Duration
+	for range securityChmods {
+		t := time.Now()
+		if err := c.Chmod(ctx, name, 0o600); err != nil {
+			return 0, 0, err
+		}
+		tr += time.Since(t)
+		t = time.Now()
+		if err := c.Chmod(ctx, name, 0o644); err != nil {
+			return 0, 0, err
+		}
+		tk += time.Since(t)
+	}
+	us := func(d time.Duration) float64 { return float64(d.Microseconds()) / securityChmods }
+	return us(tr), us(tk), nil
+}
+
+func securityTables(rs []Result) []Table {
+	t := pivot(rs, "case", byCase, byTarget, nil, nil)
+	t.Title = "Per mode (median over repeats, min–max):"
+	return []Table{t}
+}
+
+// securityGoals: the issue's ≤ 10% bandwidth cost for secure, as ratios of
+// the medians (mode / none).
+func securityGoals(rs []Result) []string {
+	var out []string
+	for _, r := range rs {
+		if r.Unit != "MB/s" || r.Target != "weft ("+config.SecurityNone+")" {
+			continue
+		}
+		out = append(out,
+			goalAtLeast(rs, "security "+r.Case, r.Case, "weft ("+config.SecuritySecure+")", r.Target, 0.9, false),
+			goalAtLeast(rs, "security "+r.Case, r.Case, "weft ("+config.SecurityPrivate+")", r.Target, 0.85, false))
+	}
+	return out
+}
