@@ -33,8 +33,9 @@ var onlyDeps = map[string][]string{
 	"config": {"core", "errs"},
 	// repair restores chunks over the wire; stores run it for themselves.
 	"repair":  {"core", "errs", "weftpb", "rpc"},
-	"layout":  {"core", "errs"}, // the meta store's key layout, for meta and fsck
-	"waitfor": {},               // tests' waits for a condition
+	"layout":  {"core", "errs"},                  // the meta store's key layout, for meta and fsck
+	"auth":    {"core", "errs", "weftpb", "rpc"}, // identities, transport security, capabilities
+	"waitfor": {},                                // tests' waits for a condition
 }
 
 // upper are the components that assemble the system; nothing below them
