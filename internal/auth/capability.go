@@ -203,8 +203,8 @@ func Decode(tok []byte) (Capability, error) {
 	return c, nil
 }
 
-// Want is what a request needs of a capability: rights over chunks
-// [First, Last] of Ino, at time NowNs.
+// Want is what a request needs of a capability: one of Rights (a deletion
+// takes Write or Delete) over chunks [First, Last] of Ino, at time NowNs.
 type Want struct {
 	Ino         uint64
 	First, Last uint64
@@ -235,7 +235,7 @@ func Verify(keys *Keyring, tok []byte, want Want) (Capability, error) {
 		return Capability{}, refused(ReasonWrongInode, "capability for inode %d, not %d", c.Ino, want.Ino)
 	case want.First < c.First || want.Last > c.Last:
 		return Capability{}, refused(ReasonWrongRange, "capability for chunks %d-%d of inode %d, not %d-%d", c.First, c.Last, c.Ino, want.First, want.Last)
-	case c.Rights&want.Rights != want.Rights:
+	case c.Rights&want.Rights == 0:
 		return Capability{}, refused(ReasonWrongRights, "capability grants %v on inode %d, the request needs %v", c.Rights, c.Ino, want.Rights)
 	}
 	return c, nil

@@ -56,8 +56,12 @@ type InodeRecord struct {
 	// record with stub set, the partition's index, radix, bitmap (what that
 	// server knows), entry count, local subdirectory links (nlink - 2) and
 	// times, and copies of mode, uid and gid for permission checks.
-	Partition     uint32 `protobuf:"varint,18,opt,name=partition,proto3" json:"partition,omitempty"`
-	Stub          bool   `protobuf:"varint,19,opt,name=stub,proto3" json:"stub,omitempty"`
+	Partition uint32 `protobuf:"varint,18,opt,name=partition,proto3" json:"partition,omitempty"`
+	Stub      bool   `protobuf:"varint,19,opt,name=stub,proto3" json:"stub,omitempty"`
+	// Regular files: the capability generation (internal/auth). chmod that
+	// takes a permission away, chown, truncate and ACL changes raise it in
+	// their own batch, and capabilities minted before are revoked.
+	CapGeneration uint64 `protobuf:"varint,20,opt,name=cap_generation,json=capGeneration,proto3" json:"cap_generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -223,6 +227,13 @@ func (x *InodeRecord) GetStub() bool {
 		return x.Stub
 	}
 	return false
+}
+
+func (x *InodeRecord) GetCapGeneration() uint64 {
+	if x != nil {
+		return x.CapGeneration
+	}
+	return 0
 }
 
 // LinkRef is one directory entry that names a hard-linked file.
@@ -700,7 +711,7 @@ var File_record_proto protoreflect.FileDescriptor
 
 const file_record_proto_rawDesc = "" +
 	"\n" +
-	"\frecord.proto\x12\aweft.v1\"\xe1\x03\n" +
+	"\frecord.proto\x12\aweft.v1\"\x88\x04\n" +
 	"\vInodeRecord\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\rR\x04mode\x12\x14\n" +
 	"\x05nlink\x18\x02 \x01(\rR\x05nlink\x12\x10\n" +
@@ -722,7 +733,8 @@ const file_record_proto_rawDesc = "" +
 	"\x06bitmap\x18\x10 \x01(\fR\x06bitmap\x12&\n" +
 	"\x05links\x18\x11 \x03(\v2\x10.weft.v1.LinkRefR\x05links\x12\x1c\n" +
 	"\tpartition\x18\x12 \x01(\rR\tpartition\x12\x12\n" +
-	"\x04stub\x18\x13 \x01(\bR\x04stub\"5\n" +
+	"\x04stub\x18\x13 \x01(\bR\x04stub\x12%\n" +
+	"\x0ecap_generation\x18\x14 \x01(\x04R\rcapGeneration\"5\n" +
 	"\aLinkRef\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\"]\n" +
