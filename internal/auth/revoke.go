@@ -19,9 +19,9 @@ import (
 //     time plus FloorSlack: every capability issued before the floor is
 //     refused, which covers the dropped entry and costs the holders of old
 //     capabilities one refetch each.
-//   - A store starts with the floor at its start time (plus FloorSlack), as
-//     it forgot whatever was revoked before: capabilities minted before
-//     it started are refetched once.
+//   - A store starts with the floor at its start time, as it forgot
+//     whatever was revoked before: capabilities minted before it started
+//     are refetched once.
 //
 // A store that missed a revocation (down, or the push failed for longer
 // than its retries) still refuses the old capabilities once they expire:
@@ -74,7 +74,7 @@ func NewRevocationSet(maxEntries int, startNs int64) *RevocationSet {
 	}
 	r := &RevocationSet{maxEntries: maxEntries, lifetime: int64(MaxLifetime), slack: int64(FloorSlack)}
 	r.mu.gen = make(map[uint64]revoked)
-	r.mu.floor = startNs + r.slack
+	r.mu.floor = startNs
 	return r
 }
 

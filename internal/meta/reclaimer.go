@@ -254,13 +254,14 @@ func (r *reclaimer) drop(ctx context.Context, ino core.Ino, rec *weftpb.ReclaimR
 		before = rec.CreatedNs
 	}
 	err := r.onStores(all, func(i int) error {
-		return r.call(ctx, i, weftpb.MethodDeleteChunks, &weftpb.DeleteChunksRequest{Ino: uint64(ino), From: from, ChangedBeforeNs: before}, &weftpb.DeleteChunksReply{})
+		return r.call(ctx, i, weftpb.MethodDeleteChunks, &weftpb.DeleteChunksRequest{Ino: uint64(ino), From: from, ChangedBeforeNs: before, Capability: r.s.reclaimCapability(ino)}, &weftpb.DeleteChunksReply{})
 	})
 	if err != nil || rec.Size%uint64(cs) == 0 {
 		return err
 	}
 	idx := rec.Size / uint64(cs)
-	req := &weftpb.TruncateChunkRequest{Chunk: &weftpb.ChunkID{Ino: uint64(ino), Index: idx}, Size: int64(rec.Size % uint64(cs)), ChangedBeforeNs: before}
+	req := &weftpb.TruncateChunkRequest{Chunk: &weftpb.ChunkID{Ino: uint64(ino), Index: idx}, Size: int64(rec.Size % uint64(cs)), ChangedBeforeNs: before,
+		Capability: r.s.reclaimCapability(ino)}
 	reps := core.ChunkReplicas(ino, idx, len(r.stores), int(max(rec.Replication, 1)))
 	return r.onStores(reps, func(i int) error {
 		return r.call(ctx, i, weftpb.MethodTruncateChunk, req, &weftpb.TruncateChunkReply{})

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
@@ -70,6 +71,9 @@ type Config struct {
 	ReclaimRetryMax time.Duration
 	// ReclaimConcurrency bounds the records worked at once; default 4.
 	ReclaimConcurrency int
+	// Capabilities mints the capabilities of open, create and lookup
+	// replies (capability.go); nil: none (security mode none).
+	Capabilities *auth.Minter
 }
 
 const (
