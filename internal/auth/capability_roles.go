@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"errors"
 	"io/fs"
@@ -10,6 +11,33 @@ import (
 
 	"github.com/weftfs/weft/internal/errs"
 )
+
+// Key ids. Meta server i mints with key id i (below 1<<12, core.MaxServers);
+// store i mints with StoreKeyBase+i for its repair pass, and the admin
+// tools (weft repair, gc, fsck) with AdminKeyID. Every holder of the
+// cluster secret can derive every key: the ids say who minted, for logs.
+const (
+	StoreKeyBase = 1 << 13
+	AdminKeyID   = 1 << 15
+)
+
+// LoadMinter loads the cluster secret at path and returns a minter with key
+// id; an empty path means capabilities are off, and a nil minter.
+func LoadMinter(path string, id uint32) (*Minter, *Keyring, error) {
+	if path == "" {
+		return nil, nil, nil
+	}
+	secret, err := LoadSecret(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	keys, err := NewKeyring(secret)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := NewMinter(keys, id, 0, nil)
+	return m, keys, err
+}
 
 // Minter is a meta server's side: it makes capabilities with its own key.
 type Minter struct {
@@ -43,6 +71,42 @@ func (m *Minter) File(ino, gen uint64, rights Rights, uid uint32) []byte {
 	now := m.now().UnixNano()
 	return Mint(m.key, Capability{Ino: ino, First: 0, Last: math.MaxUint64, Rights: rights,
 		IssuedNs: now, ExpiryNs: now + int64(m.lifetime), Generation: gen, HolderUID: uid})
+}
+
+// Renew mints a successor of prev, a capability this minter made (its tag
+// checks with this minter's key; it may have expired), for the same file,
+// holder and generation gen, with rights (a subset of prev's). uid is the
+// caller's: the holder's or root. For a file that has no record left to
+// check access with (unlinked while open).
+func (m *Minter) Renew(prev []byte, ino, gen uint64, rights Rights, uid uint32) ([]byte, error) {
+	c, err := Decode(prev)
+	if err != nil {
+		return nil, err
+	}
+	var buf [tagLen]byte
+	switch {
+	case c.KeyID != m.key.ID || !hmac.Equal(m.key.tag(prev[:bodyLen], buf[:0]), prev[bodyLen:]):
+		return nil, refused(ReasonForged, "capability to renew was not minted here")
+	case c.Ino != ino:
+		return nil, refused(ReasonWrongInode, "capability to renew is for inode %d, not %d", c.Ino, ino)
+	case c.Generation != gen:
+		return nil, refused(ReasonRevoked, "capability to renew was revoked (generation %d, file at %d)", c.Generation, gen)
+	case uid != 0 && uid != c.HolderUID:
+		return nil, refused(ReasonWrongHolder, "capability to renew belongs to uid %d, not %d", c.HolderUID, uid)
+	case rights&^c.Rights != 0:
+		return nil, refused(ReasonWrongRights, "capability to renew grants %v, not %v", c.Rights, rights)
+	}
+	return m.File(ino, gen, rights, c.HolderUID), nil
+}
+
+// Service mints a capability for a server's own chunk calls (reclaim,
+// repair, gc): every chunk of ino, with rights, at the highest generation
+// (revocations are for clients). A nil minter (capabilities off) mints nil.
+func (m *Minter) Service(ino uint64, rights Rights) []byte {
+	if m == nil {
+		return nil
+	}
+	return m.File(ino, math.MaxUint64, rights, 0)
 }
 
 // Verifier is a store's side: tags, rights, expiry and revocations.

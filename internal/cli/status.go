@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/repair"
@@ -202,7 +203,8 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, top int, timeout tim
 func gatherReplicas(ctx context.Context, cfg *config.Cluster, timeout time.Duration) *replicaStatus {
 	stores, closeStores := storePeers(cfg)
 	defer closeStores()
-	r, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: cfg.Replication, Only: -1, DryRun: true, CallTimeout: timeout})
+	r, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: cfg.Replication, Only: -1, DryRun: true, CallTimeout: timeout,
+		Capability: adminCapability(cfg, auth.Read)})
 	rs := &replicaStatus{Replication: cfg.Replication}
 	switch {
 	case err != nil:

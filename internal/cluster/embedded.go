@@ -120,6 +120,9 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (_ *Embedded, err 
 	if err := cfg.Validate(); err != nil {
 		return nil, errs.WithPath(err, op, file)
 	}
+	if err := ensureCapabilitySecret(cfg); err != nil {
+		return nil, err
+	}
 
 	reg := NewRegistry()
 	e := &Embedded{file: file, cfg: cfg}
@@ -143,6 +146,9 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (_ *Embedded, err 
 	onDisk := cfg.Clone()
 	onDisk.Meta[0].Dir = "meta0"
 	onDisk.Store[0].Dir = "store0"
+	if rel, err := filepath.Rel(dir, cfg.CapabilitySecret); err == nil && cfg.CapabilitySecret != "" && filepath.Dir(rel) == "." {
+		onDisk.CapabilitySecret = rel
+	}
 	if err := onDisk.Write(file); err != nil {
 		return nil, errors.Join(err, e.Close())
 	}
@@ -159,6 +165,8 @@ func embeddedConfig(file, dir string, opts EmbeddedOptions) (*config.Cluster, er
 		cfg = config.Default()
 		cfg.Meta = []config.MetaServer{config.DefaultMetaServer("127.0.0.1:0", "")}
 		cfg.Store = []config.StoreServer{config.DefaultStoreServer("127.0.0.1:0", "")}
+		// A new cluster checks capabilities (secure by default).
+		cfg.CapabilitySecret = filepath.Join(dir, CapabilitySecretName)
 	case err != nil:
 		return nil, err
 	case len(cfg.Meta) != 1 || len(cfg.Store) != 1:

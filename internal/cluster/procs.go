@@ -272,6 +272,9 @@ func StartProcs(ctx context.Context, opts ProcsOptions) (_ *Procs, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := ensureCapabilitySecret(cfg); err != nil {
+		return nil, err
+	}
 
 	p := &Procs{
 		dir:      dir,
@@ -387,6 +390,7 @@ func newProcsConfig(opts ProcsOptions) (*config.Cluster, error) {
 	if opts.Replication != 0 {
 		cfg.Replication = opts.Replication
 	}
+	cfg.CapabilitySecret = CapabilitySecretName // secure by default; created by StartProcs
 	if opts.Backend != "" {
 		for i := range cfg.Store {
 			cfg.Store[i].Backend = opts.Backend

@@ -99,6 +99,10 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 	}
 	return start(ctx, "meta", id, entry.Addr, pick(opts.MetricsAddr, entry.MetricsAddr), opts,
 		func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux, _ string) (io.Closer, error) {
+			minter, err := metaMinter(cfg, id, opts.Now)
+			if err != nil {
+				return nil, err
+			}
 			s, err := meta.Open(meta.Config{
 				ID:             id,
 				Dir:            dir,
@@ -113,6 +117,7 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 				Stores:         stores,
 				ChunkSize:      int64(cfg.ChunkSize),
 				Replication:    cfg.Replication,
+				Capabilities:   minter,
 			})
 			if err != nil {
 				return nil, err
@@ -143,14 +148,19 @@ func StartStore(ctx context.Context, cfg *config.Cluster, id int, opts Options) 
 			if entry.Backend == config.BackendMem || store.Unformatted(dir) {
 				replacement = peersHoldChunks(ctx, addrs, id, log)
 			}
+			verifier, repairCap, err := storeCapabilities(cfg, id, opts.Now)
+			if err != nil {
+				return nil, err
+			}
 			s, err := store.Open(store.Config{
-				ID:          id,
-				Dir:         dir,
-				Backend:     entry.Backend,
-				MemLimit:    int64(entry.MemLimit),
-				Replacement: replacement,
-				Logger:      log,
-				Registry:    reg,
+				ID:           id,
+				Dir:          dir,
+				Backend:      entry.Backend,
+				MemLimit:     int64(entry.MemLimit),
+				Replacement:  replacement,
+				Logger:       log,
+				Registry:     reg,
+				Capabilities: verifier,
 			})
 			if err != nil {
 				return nil, err
@@ -159,6 +169,7 @@ func StartStore(ctx context.Context, cfg *config.Cluster, id int, opts Options) 
 			st := &storeState{Server: s}
 			st.repair, err = store.StartRepair(store.RepairConfig{
 				ID: id, Peers: addrs, Replication: cfg.Replication, Logger: log, Registry: reg,
+				Capability: repairCap,
 			})
 			if err != nil {
 				s.Close()

@@ -51,6 +51,17 @@ type Cluster struct {
 	Running    bool
 	// Timeout bounds each call to a server.
 	Timeout time.Duration
+	// Capability returns the capability to delete ino's chunks with (the
+	// admin's, from the cluster secret); nil: none.
+	Capability func(ino core.Ino) []byte
+}
+
+// capability returns the capability to delete ino's chunks, if any.
+func (c *Cluster) capability(ino core.Ino) []byte {
+	if c.Capability == nil {
+		return nil
+	}
+	return c.Capability(ino)
 }
 
 // Close closes every store.

@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
 
@@ -92,10 +91,7 @@ func (s *Server) mint(g grant, uid uint32) []byte {
 // reclaimCapability lets the reclaimer delete and cut ino's chunks. Its
 // generation is the highest: the file's revocations are for clients.
 func (s *Server) reclaimCapability(ino core.Ino) []byte {
-	if s.cfg.Capabilities == nil {
-		return nil
-	}
-	return s.cfg.Capabilities.File(uint64(ino), math.MaxUint64, auth.Delete, 0)
+	return s.cfg.Capabilities.Service(uint64(ino), auth.Delete)
 }
 
 // capState is what a change may take away access by.
@@ -217,8 +213,34 @@ func (s *Server) GetCapability(ctx context.Context, req *weftpb.GetCapabilityReq
 		g = grantFor(n, rights)
 		return nil
 	})
+	if (errs.Is(err, errs.NotExist) || errs.Is(err, errs.Stale)) && len(req.GetPrevious()) > 0 {
+		return s.renewHeld(op, req, rights, c.UID, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &weftpb.GetCapabilityReply{Capability: s.mint(g, c.UID)}, nil
+}
+
+// renewHeld renews the capability of a file unlinked while open (its held
+// reclaim record is here) for the holder of the previous one, at the
+// generation the file had when unlinked; else it returns notFound.
+func (s *Server) renewHeld(op string, req *weftpb.GetCapabilityRequest, rights auth.Rights, uid uint32, notFound error) (*weftpb.GetCapabilityReply, error) {
+	ino := core.Ino(req.GetNode().GetIno())
+	var held *weftpb.ReclaimRecord
+	if err := s.scanReclaimsOf(ino, func(_ []byte, rec *weftpb.ReclaimRecord) {
+		if rec.Held {
+			held = rec
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if held == nil {
+		return nil, notFound
+	}
+	tok, err := s.cfg.Capabilities.Renew(req.GetPrevious(), uint64(ino), held.CapGeneration, rights, uid)
+	if err != nil {
+		return nil, errs.Wrap(errs.Permission, op, "", err)
+	}
+	return &weftpb.GetCapabilityReply{Capability: tok}, nil
 }

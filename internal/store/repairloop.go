@@ -27,9 +27,12 @@ type RepairConfig struct {
 	RateBytes int64
 	// Verify reads every copy placed here (the scrub: CRC-bad copies are
 	// rewritten).
-	Verify   bool
-	Logger   *slog.Logger
-	Registry *prometheus.Registry
+	Verify bool
+	// Capability is repair.Config's: the capability of the pass's chunk
+	// calls (nil: none).
+	Capability func(ino uint64) []byte
+	Logger     *slog.Logger
+	Registry   *prometheus.Registry
 }
 
 const (
@@ -142,7 +145,7 @@ func (r *Repairer) loop(ctx context.Context) {
 	for {
 		rep, err := repair.Run(ctx, repair.Config{
 			Stores: stores, Replication: r.cfg.Replication, Only: r.cfg.ID,
-			Verify: r.cfg.Verify, RateBytes: r.cfg.RateBytes, Logger: log,
+			Verify: r.cfg.Verify, RateBytes: r.cfg.RateBytes, Logger: log, Capability: r.cfg.Capability,
 		})
 		if ctx.Err() != nil {
 			return

@@ -2820,10 +2820,15 @@ func (x *ReleaseReclaimRequest) GetIno() uint64 {
 // mode: fchmod after open must not break the writer), and to a caller the
 // mode bits allow.
 type GetCapabilityRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Creds         *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
-	Node          *NodeRef               `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Rights        uint32                 `protobuf:"varint,3,opt,name=rights,proto3" json:"rights,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Creds  *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
+	Node   *NodeRef               `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Rights uint32                 `protobuf:"varint,3,opt,name=rights,proto3" json:"rights,omitempty"`
+	// previous is the capability the client held. For a file unlinked while
+	// open (no record left, a held reclaim record instead), the server
+	// renews it if it minted it, for the same holder and the file's last
+	// generation.
+	Previous      []byte `protobuf:"bytes,4,opt,name=previous,proto3" json:"previous,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2877,6 +2882,13 @@ func (x *GetCapabilityRequest) GetRights() uint32 {
 		return x.Rights
 	}
 	return 0
+}
+
+func (x *GetCapabilityRequest) GetPrevious() []byte {
+	if x != nil {
+		return x.Previous
+	}
+	return nil
 }
 
 type GetCapabilityReply struct {
@@ -3001,16 +3013,16 @@ const file_meta_proto_rawDesc = "" +
 	"_by_owner\x18\v \x03(\x03R\rinodesByOwner\x12\"\n\rdirs_by_owner\x18\f \x03(\x03R\vdirsByOwn" +
 	"er\"i\n\x0fPartitionStatus\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\x14\n\x05index\x18\x02 \x01(\rR\x05index\x12\x14\n" +
 	"\x05radix\x18\x03 \x01(\rR\x05radix\x12\x18\n\aentries\x18\x04 \x01(\x04R\aentries\")\n\x15ReleaseReclaimR" +
-	"equest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"z\n\x14GetCapabilityRequest\x12$\n\x05creds\x18\x01 \x01(\v2" +
-	"\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x16\n\x06" +
-	"rights\x18\x03 \x01(\rR\x06rights\"4\n\x12GetCapabilityReply\x12\x1e\n\ncapability\x18\x01 \x01(\fR\n" +
-	"capability*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f" +
-	"\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATTR_AT" +
-	"IME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME" +
-	"_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n" +
-	"\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE" +
-	"\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftfs/weft/proto/weftpb\x92\x03\f\b" +
-	"\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
+	"equest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"\x96\x01\n\x14GetCapabilityRequest\x12$\n\x05creds\x18\x01 \x01(\v" +
+	"2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x16\n" +
+	"\x06rights\x18\x03 \x01(\rR\x06rights\x12\x1a\n\bprevious\x18\x04 \x01(\fR\bprevious\"4\n\x12GetCapabili" +
+	"tyReply\x12\x1e\n\ncapability\x18\x01 \x01(\fR\ncapability*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETAT" +
+	"TR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n" +
+	"\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR" +
+	"_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NO" +
+	"NE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n" +
+	"\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com" +
+	"/weftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
