@@ -83,7 +83,6 @@ func (a *app) connectMeta(cmd *cobra.Command, timeout time.Duration) (*config.Cl
 	if err != nil {
 		return nil, nil, err
 	}
-	c.Capability = adminDeleteCapability(cfg)
 	return cfg, c, nil
 }
 

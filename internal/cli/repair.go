@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weftfs/weft/internal/auth"
+	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/repair"
@@ -49,7 +50,7 @@ func newRepairCommand(a *app) *cobra.Command {
 				Stores: stores, Replication: cfg.Replication, Only: -1,
 				DryRun: dryRun, Verify: verify, RateBytes: int64(rateBytes), CallTimeout: timeout,
 				Logger:     a.cliLogger(cmd.ErrOrStderr()),
-				Capability: adminCapability(cfg, auth.Read|auth.Write),
+				Capability: cluster.AdminCapability(cfg, auth.Read|auth.Write),
 			})
 			if err != nil {
 				return err

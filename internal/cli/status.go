@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weftfs/weft/internal/auth"
+	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/repair"
@@ -204,7 +205,7 @@ func gatherReplicas(ctx context.Context, cfg *config.Cluster, timeout time.Durat
 	stores, closeStores := storePeers(cfg)
 	defer closeStores()
 	r, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: cfg.Replication, Only: -1, DryRun: true, CallTimeout: timeout,
-		Capability: adminCapability(cfg, auth.Read)})
+		Capability: cluster.AdminCapability(cfg, auth.Read)})
 	rs := &replicaStatus{Replication: cfg.Replication}
 	switch {
 	case err != nil:

@@ -56,3 +56,17 @@ func storeCapabilities(cfg *config.Cluster, id int, now func() time.Time) (*auth
 	repair := func(ino uint64) []byte { return m.Service(ino, auth.Read|auth.Write) }
 	return auth.NewVerifier(keys, 0, now), repair, nil
 }
+
+// AdminCapability is the capability source of the admin tools that call
+// stores directly (weft repair and status; fsck and gc mint their own):
+// capabilities with rights minted with the admin key from the cluster
+// secret. Nil when the cluster has no secret or it cannot be read here (a
+// user who is not the cluster's owner): the stores then refuse the calls,
+// and the tools report the refusals.
+func AdminCapability(cfg *config.Cluster, rights auth.Rights) func(ino uint64) []byte {
+	m, _, err := auth.LoadMinter(cfg.CapabilitySecret, auth.AdminKeyID)
+	if err != nil || m == nil {
+		return nil
+	}
+	return func(ino uint64) []byte { return m.Service(ino, rights) }
+}
