@@ -220,3 +220,41 @@ func BenchmarkGetCapability(b *testing.B) {
 		}
 	}
 }
+
+// TestRenewHeldCapability: a file unlinked while its holder has it open has
+// no record to check access with; its holder renews the capability it had
+// (for its uid, at the generation the file had), and nobody else does.
+func TestRenewHeldCapability(t *testing.T) {
+	ce := newCapEnv(t)
+	ino := ce.create(alice, ce.pub, "f", core.ModeFile|0o644).Ino
+	ref := fileRef(ce.pub, "f", ino)
+	mine := ce.open(alice, ref, oRdWr)
+	bobs := ce.open(bob, ref, oRdOnly)
+	if err := ce.chmod(alice, ref, 0o600); err != nil { // revokes bob's
+		t.Fatal(err)
+	}
+	mine2 := ce.open(alice, ref, oRdWr)
+	if _, err := ce.Unlink(ctx, &weftpb.UnlinkRequest{Creds: alice, Parent: ce.pub, Name: "f", Open: []uint64{ino}}); err != nil {
+		t.Fatal(err)
+	}
+	renew := func(c *weftpb.Creds, prev []byte, rights auth.Rights) ([]byte, error) {
+		r, err := ce.GetCapability(ctx, &weftpb.GetCapabilityRequest{Creds: c, Node: ref, Rights: uint32(rights), Previous: prev})
+		return r.GetCapability(), err
+	}
+	tok, err := renew(alice, mine2, auth.Read|auth.Write)
+	if err != nil || ce.check(tok, ino, auth.Write) != nil {
+		t.Fatalf("the holder's renewal: %v", err)
+	}
+	if _, err := renew(bob, mine2, auth.Read); !errs.Is(err, errs.Permission) {
+		t.Fatalf("another user's renewal of the holder's capability: %v", err)
+	}
+	if _, err := renew(bob, bobs, auth.Read); !errs.Is(err, errs.Permission) {
+		t.Fatalf("renewal of a capability revoked before the unlink: %v", err)
+	}
+	if _, err := renew(alice, mine, auth.Read); !errs.Is(err, errs.Permission) {
+		t.Fatalf("renewal of the holder's own capability from before the chmod: %v", err)
+	}
+	if _, err := renew(alice, nil, auth.Read); !errs.Is(err, errs.NotExist) && !errs.Is(err, errs.Stale) {
+		t.Fatalf("renewal without a previous capability: %v", err)
+	}
+}
