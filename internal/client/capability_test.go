@@ -213,3 +213,20 @@ func clientConfigOf(t *testing.T, cl *capCluster) client.Config {
 	return client.Config{MetaAddrs: []string{cl.meta.Addr()}, StoreAddrs: []string{cl.store.Addr()}, ChunkSize: 64 << 10, Creds: core.Root,
 		RetryFor: 5 * time.Second}
 }
+
+// BenchmarkRenewCapability is the round trip that fetches a fresh
+// capability after a store refused one (GetCapability on loopback).
+func BenchmarkRenewCapability(b *testing.B) {
+	c := newTestClient(b, 64<<10)
+	ctx := context.Background()
+	f, err := c.Create(ctx, "/f", 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	for b.Loop() {
+		if err := f.RenewCapability(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
