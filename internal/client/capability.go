@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"time"
 
 	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
@@ -20,10 +21,18 @@ import (
 // the request fails with its error (EACCES). With capabilities off the
 // replies carry none and the stores ask for none.
 
-// fileCaps are the capabilities of one open file.
+// fileCaps are the capabilities of one open file, and when each is due for
+// renewal by this machine's clock (its lifetime, as the token says, less
+// renewMargin, from when it arrived): a store call renews first rather than
+// send a chunk the store would refuse. The meta server's clock never meets
+// this one.
 type fileCaps struct {
-	read, write []byte
+	read, write       []byte
+	readDue, writeDue time.Time
 }
+
+// renewMargin is how long before its expiry a capability is renewed.
+const renewMargin = 10 * time.Second
 
 // setCapability keeps tok for the rights it grants. The client cannot
 // verify it (it has no key) but reads which rights it carries.
@@ -32,23 +41,32 @@ func (n *openInode) setCapability(tok []byte) {
 	if err != nil {
 		return
 	}
+	due := time.Now().Add(time.Duration(c.ExpiryNs-c.IssuedNs) - renewMargin)
 	n.caps.Lock()
 	defer n.caps.Unlock()
 	if c.Rights&auth.Read != 0 {
-		n.caps.held.read = tok
+		n.caps.held.read, n.caps.held.readDue = tok, due
 	}
 	if c.Rights&auth.Write != 0 {
-		n.caps.held.write = tok
+		n.caps.held.write, n.caps.held.writeDue = tok, due
 	}
 }
 
 func (n *openInode) capability(right auth.Rights) []byte {
+	tok, _ := n.capabilityDue(right)
+	return tok
+}
+
+// capabilityDue returns the capability for right and whether it is due for
+// renewal.
+func (n *openInode) capabilityDue(right auth.Rights) ([]byte, bool) {
 	n.caps.Lock()
 	defer n.caps.Unlock()
+	h := &n.caps.held
 	if right == auth.Read {
-		return n.caps.held.read
+		return h.read, h.read != nil && time.Now().After(h.readDue)
 	}
-	return n.caps.held.write
+	return h.write, h.write != nil && time.Now().After(h.writeDue)
 }
 
 // openState returns ino's open state, or nil, without taking a reference:
@@ -67,7 +85,13 @@ func (c *Client) withCapability(ctx context.Context, ino core.Ino, right auth.Ri
 	n := c.openState(ino)
 	var tok []byte
 	if n != nil {
-		tok = n.capability(right)
+		var due bool
+		tok, due = n.capabilityDue(right)
+		if due {
+			if fresh, err := c.refreshCapability(ctx, n, right); err == nil {
+				tok = fresh
+			} // else the old one may still do; a refusal renews again
+		}
 	}
 	err := call(tok)
 	if !errs.Is(err, errs.CapabilityRefused) || n == nil {
