@@ -124,8 +124,8 @@ func (t *txn) revoke(n *node) {
 	t.revoked = append(t.revoked, &weftpb.Revocation{Ino: uint64(n.ino), Generation: n.attr.CapGeneration, RevokedAtNs: t.now})
 }
 
-// pushRevocations tells every store, each within revokeTimeout; a store
-// that did not answer gets them again in the background.
+// pushRevocations tells every store, each within revokeTimeout; what a
+// store did not take is retried in the background (retryRevocations).
 func (s *Server) pushRevocations(revs []*weftpb.Revocation) {
 	r := &s.reclaim
 	if len(revs) == 0 || s.cfg.Capabilities == nil || len(r.stores) == 0 {
@@ -136,12 +136,31 @@ func (s *Server) pushRevocations(revs []*weftpb.Revocation) {
 	for i := range r.stores {
 		wg.Go(func() {
 			if err := s.revokeOn(i, req); err != nil {
-				r.wg.Go(func() { s.retryRevoke(i, req) })
+				select {
+				case r.revokeRetry <- storeRevocation{store: i, req: req, at: time.Now()}:
+				default:
+					s.log.Warn("meta: too many revocations pending; the store accepts the revoked capabilities until they expire",
+						"store", r.stores[i].Addr(), "err", err)
+				}
 			}
 		})
 	}
 	wg.Wait()
 }
+
+// storeRevocation is a revocation store did not take yet.
+type storeRevocation struct {
+	store int
+	req   *weftpb.RevokeCapabilitiesRequest
+	at    time.Time
+}
+
+const (
+	// maxPendingRevocations bounds the revocations waiting for stores.
+	maxPendingRevocations = 4096
+	// revokeRetryEvery is how often they are tried again.
+	revokeRetryEvery = time.Second
+)
 
 func (s *Server) revokeOn(i int, req *weftpb.RevokeCapabilitiesRequest) error {
 	ctx, cancel := context.WithTimeout(s.reclaim.ctx, revokeTimeout)
@@ -149,25 +168,41 @@ func (s *Server) revokeOn(i int, req *weftpb.RevokeCapabilitiesRequest) error {
 	return s.reclaim.stores[i].Call(ctx, weftpb.MethodRevokeCapabilities, req, &weftpb.RevokeCapabilitiesReply{})
 }
 
-// retryRevoke pushes req to store i until it takes it, the server closes,
-// or the capabilities it revokes have expired anyway.
-func (s *Server) retryRevoke(i int, req *weftpb.RevokeCapabilitiesRequest) {
-	until := time.Unix(0, req.Revocations[0].RevokedAtNs).Add(auth.MaxLifetime)
-	backoff := 100 * time.Millisecond
-	for time.Now().Before(until) {
-		t := time.NewTimer(backoff)
+// retryRevocations sends the revocations stores missed again, every
+// revokeRetryEvery, until each store takes them or the capabilities they
+// revoke have expired anyway (auth.MaxLifetime); a store that fails one is
+// not tried again in that round.
+func (s *Server) retryRevocations() {
+	r := &s.reclaim
+	t := time.NewTicker(revokeRetryEvery)
+	defer t.Stop()
+	var pending []storeRevocation
+	for {
 		select {
-		case <-s.reclaim.ctx.Done():
-			t.Stop()
+		case <-r.ctx.Done():
 			return
+		case x := <-r.revokeRetry:
+			if len(pending) < maxPendingRevocations {
+				pending = append(pending, x)
+			}
+			continue
 		case <-t.C:
 		}
-		err := s.revokeOn(i, req)
-		if err == nil {
-			return
+		down := map[int]bool{}
+		kept := pending[:0]
+		for _, x := range pending {
+			switch {
+			case time.Since(x.at) > auth.MaxLifetime:
+			case down[x.store]:
+				kept = append(kept, x)
+			default:
+				if err := s.revokeOn(x.store, x.req); err != nil {
+					down[x.store] = true
+					kept = append(kept, x)
+				}
+			}
 		}
-		s.log.Warn("meta: revocation not delivered to a store; retrying", "store", s.reclaim.stores[i].Addr(), "err", err)
-		backoff = min(2*backoff, 10*time.Second)
+		pending = kept
 	}
 }
 

@@ -3,13 +3,17 @@ package meta
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/internal/waitfor"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -20,7 +24,8 @@ type capEnv struct {
 	*env
 	verifier *auth.Verifier
 	pushes   chan struct{}
-	pub      uint64 // a directory everyone may create in
+	pub      uint64      // a directory everyone may create in
+	down     atomic.Bool // the store stand-in refuses revocations
 }
 
 func newCapEnv(t testing.TB) *capEnv {
@@ -33,6 +38,9 @@ func newCapEnv(t testing.TB) *capEnv {
 	ce := &capEnv{pushes: make(chan struct{}, 1000)}
 	mux := rpc.NewMux()
 	rpc.Handle(mux, weftpb.MethodRevokeCapabilities, func(_ context.Context, req *weftpb.RevokeCapabilitiesRequest) (*weftpb.RevokeCapabilitiesReply, error) {
+		if ce.down.Load() {
+			return nil, errs.New(errs.Unavailable, "revoke capabilities", "store down")
+		}
 		for _, r := range req.Revocations {
 			ce.verifier.Revoke(r.Ino, r.Generation, r.RevokedAtNs)
 		}
@@ -257,4 +265,27 @@ func TestRenewHeldCapability(t *testing.T) {
 	if _, err := renew(alice, nil, auth.Read); !errs.Is(err, errs.NotExist) && !errs.Is(err, errs.Stale) {
 		t.Fatalf("renewal without a previous capability: %v", err)
 	}
+}
+
+// TestRevocationRetried: a store that refused a revocation (down) gets it
+// once it is back, without another change to the file.
+func TestRevocationRetried(t *testing.T) {
+	ce := newCapEnv(t)
+	ino := ce.create(alice, ce.pub, "f", core.ModeFile|0o644).Ino
+	ref := fileRef(ce.pub, "f", ino)
+	bobs := ce.open(bob, ref, oRdOnly)
+	ce.down.Store(true)
+	if err := ce.chmod(alice, ref, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ce.check(bobs, ino, auth.Read); err != nil {
+		t.Fatalf("a store that was down revoked: %v", err)
+	}
+	ce.down.Store(false)
+	waitfor.NoError(t, 10*time.Second, "the revocation reaches the store", func() error {
+		if err := ce.check(bobs, ino, auth.Read); auth.ReasonOf(err) != auth.ReasonRevoked {
+			return errors.New("not yet")
+		}
+		return nil
+	})
 }

@@ -33,6 +33,10 @@ type reclaimer struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// revokeRetry takes the revocations a store did not take at once
+	// (capability.go), for retryRevocations.
+	revokeRetry chan storeRevocation
+
 	recorded atomic.Int64 // records written since start (metrics)
 	pending  atomic.Int64 // records found by the last pass
 	held     atomic.Int64 // of which held by an open file
@@ -90,6 +94,8 @@ func (s *Server) initReclaim() error {
 	}
 	r.wg.Add(1)
 	go r.run()
+	r.revokeRetry = make(chan storeRevocation, maxPendingRevocations)
+	r.wg.Go(s.retryRevocations)
 	return nil
 }
 
