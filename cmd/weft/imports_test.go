@@ -32,12 +32,10 @@ var onlyDeps = map[string][]string{
 	"rpc":    {"core", "errs", "weftpb"},
 	"config": {"core", "errs"},
 	// repair restores chunks over the wire; stores run it for themselves.
-	"repair": {"core", "errs", "weftpb", "rpc"},
-	"layout": {"core", "errs"}, // the meta store's key layout, for meta and fsck
-	// auth: the cluster CA, identities and the method policy, above rpc
-	// (its hooks) and below the servers and clients that use them.
-	"auth":    {"core", "errs", "weftpb", "rpc"},
-	"waitfor": {}, // tests' waits for a condition
+	"repair":  {"core", "errs", "weftpb", "rpc"},
+	"layout":  {"core", "errs"},                  // the meta store's key layout, for meta and fsck
+	"auth":    {"core", "errs", "weftpb", "rpc"}, // identities, transport security, capabilities
+	"waitfor": {},                                // tests' waits for a condition
 }
 
 // upper are the components that assemble the system; nothing below them

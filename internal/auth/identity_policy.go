@@ -11,8 +11,8 @@ import (
 //
 //   - meta-to-meta methods (40-59): meta servers, and administrators,
 //     whose fsck --repair locks and rewrites records as a meta server does;
-//   - store-internal methods (ListChunks, MarkStoreComplete, DeleteChunks)
-//     and raw key reads (Scan): meta servers, stores and administrators,
+//   - store-internal methods (ListChunks, MarkStoreComplete, DeleteChunks,
+//     RevokeCapabilities) and raw key reads (Scan): meta servers, stores and administrators,
 //     never a client, which would otherwise list or drop other users'
 //     chunks;
 //   - everything else (the file system's methods, chunk reads and writes,
@@ -27,6 +27,9 @@ var internalMethods = map[uint16][]Role{
 	pb.MethodListChunks:        {RoleMeta, RoleStore, RoleAdmin},
 	pb.MethodMarkStoreComplete: {RoleStore, RoleAdmin},
 	pb.MethodDeleteChunks:      {RoleMeta, RoleStore, RoleAdmin},
+	// Revocations come from the meta servers (and an administrator's
+	// tools); a client could otherwise void other users' capabilities.
+	pb.MethodRevokeCapabilities: {RoleMeta, RoleAdmin},
 }
 
 // peerMethods is the range of meta-to-meta methods.

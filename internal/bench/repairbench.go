@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/core"
@@ -229,7 +230,8 @@ func (r *restorer) restore(ctx context.Context, s int, byPass bool) (float64, in
 // every chunk on its replicas.
 func (r *restorer) passUntilClean(ctx context.Context) error {
 	for {
-		rep, err := repair.Run(ctx, repair.Config{Stores: r.stores, Replication: repairReplication, Only: -1, RateBytes: 0})
+		rep, err := repair.Run(ctx, repair.Config{Stores: r.stores, Replication: repairReplication, Only: -1, RateBytes: 0,
+			Capability: cluster.AdminCapability(r.p.Config(), auth.Read|auth.Write)})
 		if err != nil {
 			return err
 		}
@@ -270,7 +272,8 @@ func (r *restorer) check(ctx context.Context, s int, held int64) error {
 	if now != held {
 		return errs.New(errs.Lost, "repair", "store %d lists %d bytes of chunks, held %d before", s, now, held)
 	}
-	rep, err := repair.Run(ctx, repair.Config{Stores: r.stores, Replication: repairReplication, Only: -1, DryRun: true, Verify: true})
+	rep, err := repair.Run(ctx, repair.Config{Stores: r.stores, Replication: repairReplication, Only: -1, DryRun: true, Verify: true,
+		Capability: cluster.AdminCapability(r.p.Config(), auth.Read)})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/rpc"
@@ -46,7 +47,12 @@ func TestGC(t *testing.T) {
 	}
 	p := rpc.NewPeer(cfg.Store[1].Addr, dial)
 	defer p.Close()
-	req := &weftpb.WriteChunkRequest{Chunk: &weftpb.ChunkID{Ino: 1<<40 + 7, Index: 2}, Sync: true}
+	// The cluster checks capabilities: the test writes with the admin's.
+	admin, _, err := auth.LoadMinter(cfg.CapabilitySecret, auth.AdminKeyID)
+	if err != nil || admin == nil {
+		t.Fatalf("admin minter: %v", err)
+	}
+	req := &weftpb.WriteChunkRequest{Chunk: &weftpb.ChunkID{Ino: 1<<40 + 7, Index: 2}, Sync: true, Capability: admin.Service(1<<40+7, auth.Write)}
 	if _, err := p.CallData(ctx, weftpb.MethodWriteChunk, req, []byte("orphan"), &weftpb.WriteChunkReply{}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/errs"
@@ -52,7 +53,8 @@ func newRepairCommand(a *app) *cobra.Command {
 			r, err := repair.Run(cmd.Context(), repair.Config{
 				Stores: stores, Replication: cfg.Replication, Only: -1,
 				DryRun: dryRun, Verify: verify, RateBytes: int64(rateBytes), CallTimeout: timeout,
-				Logger: a.cliLogger(cmd.ErrOrStderr()),
+				Logger:     a.cliLogger(cmd.ErrOrStderr()),
+				Capability: cluster.AdminCapability(cfg, auth.Read|auth.Write),
 			})
 			if err != nil {
 				return err

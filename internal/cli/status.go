@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/errs"
@@ -207,7 +208,8 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, dial rpc.DialOptions
 func gatherReplicas(ctx context.Context, cfg *config.Cluster, dial rpc.DialOptions, timeout time.Duration) *replicaStatus {
 	stores, closeStores := storePeers(cfg, dial)
 	defer closeStores()
-	r, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: cfg.Replication, Only: -1, DryRun: true, CallTimeout: timeout})
+	r, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: cfg.Replication, Only: -1, DryRun: true, CallTimeout: timeout,
+		Capability: cluster.AdminCapability(cfg, auth.Read)})
 	rs := &replicaStatus{Replication: cfg.Replication}
 	switch {
 	case err != nil:

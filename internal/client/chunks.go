@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	pb "github.com/weftfs/weft/proto/weftpb"
@@ -17,13 +18,15 @@ import (
 // (SyncOnClose), the stores start writing it to their devices at once.
 func (c *Client) writeChunk(ctx context.Context, ino core.Ino, index uint64, off int64, data []byte, sync bool) ([]int, error) {
 	reps := replicas(ino, index, len(c.stores), c.cfg.Replication)
-	req := &pb.WriteChunkRequest{
-		Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off,
-		Sync: sync, WriteBehind: !sync && c.cfg.SyncOnClose,
-	}
 	err := c.onStores(reps, func(s int) error {
-		_, err := c.stores[s].CallData(ctx, pb.MethodWriteChunk, req, data, &pb.WriteChunkReply{})
-		return err
+		return c.withCapability(ctx, ino, auth.Write, func(tok []byte) error {
+			req := &pb.WriteChunkRequest{
+				Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off,
+				Sync: sync, WriteBehind: !sync && c.cfg.SyncOnClose, Capability: tok,
+			}
+			_, err := c.stores[s].CallData(ctx, pb.MethodWriteChunk, req, data, &pb.WriteChunkReply{})
+			return err
+		})
 	})
 	return reps, err
 }
@@ -88,18 +91,19 @@ func allStores(n int) []int {
 // shrinkChunks drops file bytes at and past size from the stores: whole
 // chunks past it, and the tail of the chunk it falls in. Only for a file
 // with no name left (orphan.go): a named file's truncate has the meta
-// server drop them (meta/reclaim.go).
-func (c *Client) shrinkChunks(ctx context.Context, ino core.Ino, size uint64) error {
+// server drop them (meta/reclaim.go). tok is the file's write capability;
+// the caller holds the file's mutex, so a refused one is not renewed here.
+func (c *Client) shrinkChunks(ctx context.Context, ino core.Ino, size uint64, tok []byte) error {
 	cs := uint64(c.cfg.ChunkSize)
 	from := core.ChunkCount(size, c.cfg.ChunkSize)
 	err := c.onStores(allStores(len(c.stores)), func(s int) error {
-		return call(ctx, c.stores[s], pb.MethodDeleteChunks, &pb.DeleteChunksRequest{Ino: uint64(ino), From: from}, &pb.DeleteChunksReply{})
+		return call(ctx, c.stores[s], pb.MethodDeleteChunks, &pb.DeleteChunksRequest{Ino: uint64(ino), From: from, Capability: tok}, &pb.DeleteChunksReply{})
 	})
 	if err != nil || size%cs == 0 {
 		return err
 	}
 	idx := size / cs
-	req := &pb.TruncateChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: idx}, Size: int64(size % cs)}
+	req := &pb.TruncateChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: idx}, Size: int64(size % cs), Capability: tok}
 	return c.onStores(replicas(ino, idx, len(c.stores), c.cfg.Replication), func(s int) error {
 		return call(ctx, c.stores[s], pb.MethodTruncateChunk, req, &pb.TruncateChunkReply{})
 	})
@@ -115,6 +119,8 @@ func (c *Client) syncStores(ctx context.Context, ino core.Ino, stores map[int]bo
 		return nil
 	}
 	return c.onStores(list, func(s int) error {
-		return call(ctx, c.stores[s], pb.MethodSyncChunks, &pb.SyncChunksRequest{Ino: uint64(ino)}, &pb.SyncChunksReply{})
+		return c.withCapability(ctx, ino, auth.Write, func(tok []byte) error {
+			return call(ctx, c.stores[s], pb.MethodSyncChunks, &pb.SyncChunksRequest{Ino: uint64(ino), Capability: tok}, &pb.SyncChunksReply{})
+		})
 	})
 }

@@ -27,6 +27,12 @@ type openInode struct {
 	// an older size never lands after a newer one. It is not a lock held
 	// across the calls: a waiter gives up when its context ends.
 	flushTurn chan struct{}
+	// caps holds the file's capabilities (capability.go); a lock of its
+	// own, taken by store calls made while mu is held.
+	caps struct {
+		sync.Mutex
+		held fileCaps
+	}
 
 	mu struct {
 		sync.Mutex
@@ -87,6 +93,7 @@ func (c *Client) acquireOpen(ref Ref, r *pb.OpenReply, creds core.Creds) *openIn
 		n.mu.cache = make(map[uint64]*fetch)
 		c.mu.open[ref.Ino] = n
 	}
+	n.setCapability(r.Capability)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.mu.refs == 0 {

@@ -197,7 +197,7 @@ func (c *Client) CreateAtAttr(ctx context.Context, parent core.Ino, name string,
 		return nil, core.Attr{}, err
 	}
 	ref := Ref{Ino: core.Ino(r.Attr.GetIno()), Parent: parent, Name: name}
-	open := &pb.OpenReply{Attr: r.Attr, InlineData: r.InlineData}
+	open := &pb.OpenReply{Attr: r.Attr, InlineData: r.InlineData, Capability: r.Capability}
 	truncated := r.Existed && flags&oTRUNC != 0
 	if truncated {
 		// The create reply does not say how large the file was: assume it

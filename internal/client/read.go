@@ -187,14 +187,14 @@ func (n *openInode) readCached(ctx context.Context, s core.ChunkSpan, depth int)
 		}
 		return &fetch{data: data, refs: 1}, data, nil
 	}
-	f := n.startFetchLocked(s.Index)
+	f := n.startFetchLocked(ctx, s.Index)
 	f.refs++
 	last := core.ChunkCount(n.mu.size, n.c.cfg.ChunkSize)
 	for i := s.Index + 1; i <= s.Index+uint64(depth) && i < last; i++ {
 		// A chunk with writes not yet on its stores would be cached
 		// without them, and served so after they land.
 		if n.mu.dirty[i] == nil && n.mu.inflight[i] == nil {
-			n.startFetchLocked(i)
+			n.startFetchLocked(ctx, i)
 		}
 	}
 	// Keep the window small: drop chunks behind the reader.
@@ -228,8 +228,9 @@ func (n *openInode) readCached(ctx context.Context, s core.ChunkSpan, depth int)
 
 // startFetchLocked returns the fetch of chunk idx, starting it if needed.
 // Fetches run detached from any caller: a reader that gives up does not
-// spoil the prefetched chunk for the next.
-func (n *openInode) startFetchLocked(idx uint64) *fetch {
+// spoil the prefetched chunk for the next. They keep the caller's identity,
+// which a renewed capability is asked for with.
+func (n *openInode) startFetchLocked(caller context.Context, idx uint64) *fetch {
 	if f := n.mu.cache[idx]; f != nil {
 		return f
 	}
@@ -238,7 +239,7 @@ func (n *openInode) startFetchLocked(idx uint64) *fetch {
 	go func() {
 		// readReplicas bounds each replica by StoreTimeout; this bounds
 		// the fetch as a whole.
-		ctx, cancel := context.WithTimeout(context.Background(), n.c.cfg.StoreTimeout+n.c.cfg.ReplicaTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(caller), n.c.cfg.StoreTimeout+n.c.cfg.ReplicaTimeout)
 		f.data, f.err = n.c.readChunk(ctx, n.ino, idx, 0, n.c.cfg.ChunkSize)
 		cancel()
 		close(f.done)

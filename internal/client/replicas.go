@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
@@ -96,13 +97,15 @@ func checkReplica(store int, got int64, found bool, chunkSize, off, n int64) (in
 // rpc.PutBuffer.
 func (c *Client) readChunk(ctx context.Context, ino core.Ino, index uint64, off, n int64) ([]byte, error) {
 	reps := replicas(ino, index, len(c.stores), c.cfg.Replication)
-	req := &pb.ReadChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off, Length: n}
 	return c.readReplicas(ctx, ino, index, reps, func(ctx context.Context, s int) (replicaRead, error) {
 		var r pb.ReadChunkReply
 		var data []byte
-		read := func() (err error) {
-			data, err = c.stores[s].CallData(ctx, pb.MethodReadChunk, req, nil, &r)
-			return err
+		read := func() error {
+			return c.withCapability(ctx, ino, auth.Read, func(tok []byte) (err error) {
+				req := &pb.ReadChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off, Length: n, Capability: tok}
+				data, err = c.stores[s].CallData(ctx, pb.MethodReadChunk, req, nil, &r)
+				return err
+			})
 		}
 		var err error
 		if len(reps) > 1 {

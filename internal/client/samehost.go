@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
@@ -179,7 +180,12 @@ func (c *Client) writeChunkFrom(ctx context.Context, ino core.Ino, index uint64,
 		}
 	}()
 	err := c.onStores(reps, func(s int) error {
-		_, err := c.same[s].call(ctx, req, src)
+		err := c.withCapability(ctx, ino, auth.Write, func(tok []byte) error {
+			sreq := &pb.LocalIORequest{Write: true, Chunk: req.Chunk, Offset: off, Length: n, FileOffset: foff,
+				WriteBehind: req.WriteBehind, Capability: tok}
+			_, err := c.same[s].call(ctx, sreq, src)
+			return err
+		})
 		if err != errNoPath {
 			return err
 		}
@@ -192,9 +198,11 @@ func (c *Client) writeChunkFrom(ctx context.Context, ino core.Ino, index uint64,
 		if bufErr != nil {
 			return bufErr
 		}
-		wreq := &pb.WriteChunkRequest{Chunk: req.Chunk, Offset: off, WriteBehind: req.WriteBehind}
-		_, err = c.stores[s].CallData(ctx, pb.MethodWriteChunk, wreq, buf, &pb.WriteChunkReply{})
-		return err
+		return c.withCapability(ctx, ino, auth.Write, func(tok []byte) error {
+			wreq := &pb.WriteChunkRequest{Chunk: req.Chunk, Offset: off, WriteBehind: req.WriteBehind, Capability: tok}
+			_, err := c.stores[s].CallData(ctx, pb.MethodWriteChunk, wreq, buf, &pb.WriteChunkReply{})
+			return err
+		})
 	})
 	return reps, err
 }
@@ -218,7 +226,12 @@ func (c *Client) readChunkTo(ctx context.Context, ino core.Ino, index uint64, of
 			timeout = c.cfg.StoreTimeout
 		}
 		actx, cancel := context.WithTimeout(ctx, timeout)
-		r, err := c.same[s].call(actx, req, dst)
+		var r *pb.LocalIOReply
+		err := c.withCapability(actx, ino, auth.Read, func(tok []byte) (err error) {
+			req.Capability = tok // one replica at a time
+			r, err = c.same[s].call(actx, req, dst)
+			return err
+		})
 		cancel()
 		if err == errNoPath {
 			noPath++

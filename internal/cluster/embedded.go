@@ -123,6 +123,9 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (_ *Embedded, err 
 	if err := cfg.Validate(); err != nil {
 		return nil, errs.WithPath(err, op, file)
 	}
+	if err := ensureCapabilitySecret(cfg); err != nil {
+		return nil, err
+	}
 
 	reg := NewRegistry()
 	e := &Embedded{file: file, cfg: cfg}
@@ -147,6 +150,9 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (_ *Embedded, err 
 	onDisk.Meta[0].Dir = "meta0"
 	onDisk.Store[0].Dir = "store0"
 	relativeSecurityPaths(onDisk, dir)
+	if rel, err := filepath.Rel(dir, cfg.CapabilitySecret); err == nil && cfg.CapabilitySecret != "" && filepath.Dir(rel) == "." {
+		onDisk.CapabilitySecret = rel
+	}
 	if err := onDisk.Write(file); err != nil {
 		return nil, errors.Join(err, e.Close())
 	}
@@ -166,6 +172,10 @@ func embeddedConfig(file, dir string, opts EmbeddedOptions) (*config.Cluster, er
 		cfg.Security = opts.Security
 		if err := InitSecurity(cfg, dir); err != nil {
 			return nil, errs.WithPath(err, op, dir)
+		}
+		if cfg.Secured() {
+			// Capabilities come with the mode; none checks nothing.
+			cfg.CapabilitySecret = filepath.Join(dir, CapabilitySecretName)
 		}
 	case err != nil:
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/fsck"
@@ -72,7 +73,7 @@ func TestFaults(t *testing.T) {
 		degradedChecks(t, ctx, p, c, m, round)
 	}
 	t.Logf("workload: %d operations, %d failed", m.ops, m.fails)
-	repairUntilClean(t, ctx, cfg.Replication, storePeers(t, p))
+	repairUntilClean(t, ctx, p, cfg.Replication, storePeers(t, p))
 	for _, bad := range m.check(ctx, c) {
 		t.Errorf("after repair: %s", bad)
 	}
@@ -128,14 +129,14 @@ func degradedChecks(t *testing.T, ctx context.Context, p *Procs, c *client.Clien
 	}
 	// A second failure on top of a lost disk (a corrupt chunk, a stopped
 	// store) is more than R = 2 survives: repair between them.
-	repairUntilClean(t, ctx, p.Config().Replication, storePeers(t, p))
+	repairUntilClean(t, ctx, p, p.Config().Replication, storePeers(t, p))
 	if err := corruptChunk(p.Config().Store[(round+1)%3].Dir); err != nil {
 		t.Fatal(err)
 	}
 	for _, bad := range m.check(ctx, c) {
 		t.Errorf("round %d, a chunk corrupted: %s", round, bad)
 	}
-	repairUntilClean(t, ctx, p.Config().Replication, storePeers(t, p))
+	repairUntilClean(t, ctx, p, p.Config().Replication, storePeers(t, p))
 	s := round % 3
 	if err := p.sendSignal(RoleStore, s, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -242,10 +243,11 @@ func storePeers(t *testing.T, p *Procs) []repair.Store {
 
 // repairUntilClean runs verifying repair passes until one leaves every
 // chunk on its replicas.
-func repairUntilClean(t *testing.T, ctx context.Context, replication int, stores []repair.Store) {
+func repairUntilClean(t *testing.T, ctx context.Context, p *Procs, replication int, stores []repair.Store) {
 	t.Helper()
 	for pass := 1; ; pass++ {
-		r, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: replication, Only: -1, Verify: true})
+		r, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: replication, Only: -1, Verify: true,
+			Capability: AdminCapability(p.Config(), auth.Read|auth.Write)})
 		if err != nil {
 			t.Fatalf("repair: %v", err)
 		}

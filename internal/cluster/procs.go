@@ -272,6 +272,11 @@ func StartProcs(ctx context.Context, opts ProcsOptions) (_ *Procs, err error) {
 			return nil, err
 		}
 		relativeSecurityPaths(onDisk, dir)
+		if onDisk.Secured() {
+			// Capabilities come with the mode (created below, by
+			// ensureCapabilitySecret); none checks nothing.
+			onDisk.CapabilitySecret = CapabilitySecretName
+		}
 	}
 	if err := onDisk.Write(file); err != nil {
 		return nil, err
@@ -286,6 +291,9 @@ func StartProcs(ctx context.Context, opts ProcsOptions) (_ *Procs, err error) {
 	}
 	cfg, err := config.Load(file) // the servers' view: absolute directories
 	if err != nil {
+		return nil, err
+	}
+	if err := ensureCapabilitySecret(cfg); err != nil {
 		return nil, err
 	}
 

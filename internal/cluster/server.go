@@ -103,6 +103,10 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 	}
 	return start(ctx, "meta", id, entry.Addr, pick(opts.MetricsAddr, entry.MetricsAddr), opts, sec,
 		func(log *slog.Logger, reg *prometheus.Registry, mux *rpc.Mux, _ string) (io.Closer, error) {
+			minter, err := metaMinter(cfg, id, opts.Now)
+			if err != nil {
+				return nil, err
+			}
 			s, err := meta.Open(meta.Config{
 				ID:             id,
 				Dir:            dir,
@@ -118,6 +122,7 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 				ChunkSize:      int64(cfg.ChunkSize),
 				Replication:    cfg.Replication,
 				Dial:           sec.dial(),
+				Capabilities:   minter,
 			})
 			if err != nil {
 				return nil, err
@@ -152,14 +157,19 @@ func StartStore(ctx context.Context, cfg *config.Cluster, id int, opts Options) 
 			if entry.Backend == config.BackendMem || store.Unformatted(dir) {
 				replacement = peersHoldChunks(ctx, addrs, id, sec.dial(), log)
 			}
+			verifier, repairCap, err := storeCapabilities(cfg, id, opts.Now)
+			if err != nil {
+				return nil, err
+			}
 			s, err := store.Open(store.Config{
-				ID:          id,
-				Dir:         dir,
-				Backend:     entry.Backend,
-				MemLimit:    int64(entry.MemLimit),
-				Replacement: replacement,
-				Logger:      log,
-				Registry:    reg,
+				ID:           id,
+				Dir:          dir,
+				Backend:      entry.Backend,
+				MemLimit:     int64(entry.MemLimit),
+				Replacement:  replacement,
+				Logger:       log,
+				Registry:     reg,
+				Capabilities: verifier,
 			})
 			if err != nil {
 				return nil, err
@@ -168,6 +178,7 @@ func StartStore(ctx context.Context, cfg *config.Cluster, id int, opts Options) 
 			st := &storeState{Server: s}
 			st.repair, err = store.StartRepair(store.RepairConfig{
 				ID: id, Peers: addrs, Replication: cfg.Replication, Logger: log, Registry: reg, Dial: sec.dial(),
+				Capability: repairCap,
 			})
 			if err != nil {
 				s.Close()

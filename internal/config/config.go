@@ -54,6 +54,12 @@ type Cluster struct {
 	// SplitBits is how many binary splits one split does at once: a
 	// partition over the threshold splits into up to 2^SplitBits.
 	SplitBits int `toml:"split_bits"`
+	// CapabilitySecret is the path of the cluster's capability secret
+	// (32 random bytes, mode 0600; relative to the file's directory): meta
+	// servers mint capabilities with keys derived from it and stores check
+	// them on every chunk request. Empty: no capabilities. weft up and
+	// weft cluster start create it for a new cluster.
+	CapabilitySecret string `toml:"capability_secret,omitempty"`
 
 	// Security is how connections are protected: SecurityNone,
 	// SecuritySecure or SecurityPrivate (security.go). Empty, in a file

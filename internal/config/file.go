@@ -26,6 +26,7 @@ func Load(path string) (*Cluster, error) {
 		return nil, err
 	}
 	base := filepath.Dir(path)
+	c.CapabilitySecret = resolveDir(base, c.CapabilitySecret)
 	for i := range c.Meta {
 		c.Meta[i].Dir = resolveDir(base, c.Meta[i].Dir)
 	}

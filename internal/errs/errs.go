@@ -43,6 +43,11 @@ const (
 	WrongServer              // the request reached a server that does not own the key (GIGA+ redirect)
 	ReadOnly                 // EROFS
 	Lost                     // EIO: a replica lost data it should hold (a replaced disk, a cut chunk); try another
+	// CapabilityRefused (EACCES): a store refused the capability a chunk
+	// request carried (forged, expired, revoked, or for other chunks or
+	// rights). A client fetches a fresh one from the meta server and tries
+	// again; only if the meta server refuses too is it a permission error.
+	CapabilityRefused
 	kindCount
 )
 
@@ -76,6 +81,8 @@ var kindNames = [...]string{
 	WrongServer:  "wrong server",
 	ReadOnly:     "read-only file system",
 	Lost:         "data lost on this replica",
+
+	CapabilityRefused: "capability refused",
 }
 
 func (k Kind) String() string {

@@ -110,20 +110,20 @@ func (c *orphanCand) checkFile(ctx context.Context, rc *rechecker, r *weftpb.Ino
 	pl.add(c.srv, &weftpb.KeyOp{Key: layout.InodeKey(c.ino), Delete: true, DeleteXattrsOf: uint64(c.ino), InodeDelta: -1})
 	if core.IsRegular(r.Mode) && !r.Inline {
 		pl.what += ", and its chunks"
-		addrs, timeout, dial, ino := rc.p.c.StoreAddrs, rc.p.c.Timeout, rc.p.c.Dial, c.ino
-		pl.after = func(ctx context.Context) []string { return deleteChunks(ctx, dial, addrs, timeout, ino) }
+		addrs, timeout, dial, ino, capability := rc.p.c.StoreAddrs, rc.p.c.Timeout, rc.p.c.Dial, c.ino, rc.p.c.capability(c.ino)
+		pl.after = func(ctx context.Context) []string { return deleteChunks(ctx, dial, addrs, timeout, ino, capability) }
 	}
 	return verdict{finding: f, plan: pl}, nil
 }
 
 // deleteChunks removes every chunk of ino from every store server. Inode
 // numbers are never reused, so chunks left behind are garbage, not data.
-func deleteChunks(ctx context.Context, dial rpc.DialOptions, addrs []string, timeout time.Duration, ino core.Ino) []string {
+func deleteChunks(ctx context.Context, dial rpc.DialOptions, addrs []string, timeout time.Duration, ino core.Ino, capability []byte) []string {
 	var notes []string
 	for i, addr := range addrs {
 		peer := rpc.NewPeer(addr, dial)
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		err := peer.Call(cctx, weftpb.MethodDeleteChunks, &weftpb.DeleteChunksRequest{Ino: uint64(ino)}, &weftpb.DeleteChunksReply{})
+		err := peer.Call(cctx, weftpb.MethodDeleteChunks, &weftpb.DeleteChunksRequest{Ino: uint64(ino), Capability: capability}, &weftpb.DeleteChunksReply{})
 		cancel()
 		peer.Close()
 		if err != nil {

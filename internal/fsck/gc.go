@@ -173,7 +173,7 @@ func GC(ctx context.Context, c *Cluster, opts GCOptions) (*GCReport, error) {
 			rep.Young += len(cd.infos)
 			continue
 		}
-		if err := deleteOn(ctx, c.Dial, c.StoreAddrs[cd.store], c.Timeout, cd.ino, cd.from); err != nil {
+		if err := deleteOn(ctx, c.Dial, c.StoreAddrs[cd.store], c.Timeout, cd.ino, cd.from, c.capability(cd.ino)); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Sprintf("store %d: inode %d: %v", cd.store, cd.ino, err))
 			continue
 		}
@@ -278,12 +278,12 @@ func freshChunks(ctx context.Context, dial rpc.DialOptions, addr string, timeout
 	}
 }
 
-func deleteOn(ctx context.Context, dial rpc.DialOptions, addr string, timeout time.Duration, ino core.Ino, from uint64) error {
+func deleteOn(ctx context.Context, dial rpc.DialOptions, addr string, timeout time.Duration, ino core.Ino, from uint64, capability []byte) error {
 	p := rpc.NewPeer(addr, dial)
 	defer p.Close()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return p.Call(cctx, weftpb.MethodDeleteChunks, &weftpb.DeleteChunksRequest{Ino: uint64(ino), From: from}, &weftpb.DeleteChunksReply{})
+	return p.Call(cctx, weftpb.MethodDeleteChunks, &weftpb.DeleteChunksRequest{Ino: uint64(ino), From: from, Capability: capability}, &weftpb.DeleteChunksReply{})
 }
 
 // readOwners reads, from every meta server, the owners of the inodes in

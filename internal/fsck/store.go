@@ -55,6 +55,29 @@ type Cluster struct {
 	// Dial is the template of every connection fsck and gc dial: the
 	// cluster identity they act with (zero: plaintext).
 	Dial rpc.DialOptions
+	// Capability returns the capability to delete ino's chunks with (the
+	// admin's, from the cluster secret); nil: none.
+	Capability func(ino core.Ino) []byte
+}
+
+// adminCapability returns the source of the capabilities fsck deletes
+// chunks with: minted with the admin key from the cluster secret (nil when
+// the cluster has none). A secret this user cannot read is an error: fsck
+// and gc would fail at every store.
+func adminCapability(cfg *config.Cluster) (func(core.Ino) []byte, error) {
+	m, _, err := auth.LoadMinter(cfg.CapabilitySecret, auth.AdminKeyID)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	return func(ino core.Ino) []byte { return m.Service(uint64(ino), auth.Delete) }, nil
+}
+
+// capability returns the capability to delete ino's chunks, if any.
+func (c *Cluster) capability(ino core.Ino) []byte {
+	if c.Capability == nil {
+		return nil
+	}
+	return c.Capability(ino)
 }
 
 // Close closes every store.
@@ -109,6 +132,10 @@ func ConnectAs(ctx context.Context, cfg *config.Cluster, timeout time.Duration, 
 	for _, s := range cfg.Store {
 		storeAddrs = append(storeAddrs, s.Addr)
 	}
+	capability, err := adminCapability(cfg)
+	if err != nil {
+		return nil, err
+	}
 	peers := make([]*rpc.Peer, n)
 	probe := make([]error, n)
 	var wg sync.WaitGroup
@@ -148,7 +175,7 @@ func ConnectAs(ctx context.Context, cfg *config.Cluster, timeout time.Duration, 
 	}
 	switch {
 	case len(down) == 0:
-		c := &Cluster{Running: true, StoreAddrs: storeAddrs, Timeout: timeout, Dial: dial}
+		c := &Cluster{Running: true, StoreAddrs: storeAddrs, Timeout: timeout, Dial: dial, Capability: capability}
 		var txids atomic.Uint64
 		txids.Store(uint64(time.Now().UnixNano()))
 		for i, p := range peers {
@@ -161,7 +188,7 @@ func ConnectAs(ctx context.Context, cfg *config.Cluster, timeout time.Duration, 
 			"fsck checks a cluster whose meta servers all run, or all are stopped", idList(up), idList(down), probe[down[0]])
 	}
 	closePeers(peers)
-	c := &Cluster{StoreAddrs: storeAddrs, Timeout: timeout, Dial: dial}
+	c := &Cluster{StoreAddrs: storeAddrs, Timeout: timeout, Dial: dial, Capability: capability}
 	for i, m := range cfg.Meta {
 		if m.Dir == "" {
 			c.Close()

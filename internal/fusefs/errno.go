@@ -43,6 +43,8 @@ var errnoOf = map[errs.Kind]syscall.Errno{
 	// The client follows GIGA+ redirects itself; one that escapes is a bug.
 	errs.WrongServer: syscall.EIO,
 	errs.ReadOnly:    syscall.EROFS,
+	// A store refused a capability the client could not renew.
+	errs.CapabilityRefused: syscall.EACCES,
 }
 
 // errno converts err to the errno the kernel gets; nil is 0.

@@ -21,6 +21,7 @@ func (s *Server) Lookup(ctx context.Context, req *weftpb.LookupRequest) (*weftpb
 	}
 	reply := &weftpb.LookupReply{}
 	var child *node
+	var g grant
 	err = s.view(ctx, op, func(t *txn) error {
 		t.route(core.Ino(req.Parent), req.Name)
 		d, err := t.dirFor(core.Ino(req.Parent), req.Name)
@@ -39,10 +40,12 @@ func (s *Server) Lookup(ctx context.Context, req *weftpb.LookupRequest) (*weftpb
 		}
 		reply.Attr = n.wireAttr()
 		child = n
+		g = s.lookupGrant(c, n)
 		return nil
 	})
 	if err == nil {
 		s.partitionTimes(op, child.ino, child.attr, reply.Attr)
+		reply.Capability = s.mint(g, c.UID)
 	}
 	return reply, err
 }
@@ -132,8 +135,9 @@ func (s *Server) SetAttr(ctx context.Context, req *weftpb.SetAttrRequest) (*weft
 	reply := &weftpb.SetAttrReply{}
 	var spread *weftpb.PeerSetPermRequest
 	var truncated []core.Ino
+	var revoked []*weftpb.Revocation
 	err = s.update(ctx, op, refLock(req.Node), func(t *txn) error {
-		spread, truncated = nil, nil
+		spread, truncated, revoked = nil, nil, nil
 		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
@@ -152,13 +156,15 @@ func (s *Server) SetAttr(ctx context.Context, req *weftpb.SetAttrRequest) (*weft
 		}
 		reply.OldSize = n.attr.Size
 		wasChunked := !n.attr.Inline && core.IsRegular(n.attr.Mode)
+		old := capStateOf(n.attr)
 		if err := s.applySetAttr(t, c, n.attr, req); err != nil {
 			return err
 		}
 		if has(req.Valid, weftpb.SetAttrBits_SETATTR_SIZE) {
 			t.reclaimTruncated(n.ino, wasChunked, reply.OldSize, req.Size, req.ChunkSize, req.Replication)
 		}
-		truncated = t.truncated
+		t.revokeIfNarrowed(n, old)
+		truncated, revoked = t.truncated, t.revoked
 		t.putNode(n)
 		reply.Attr = n.wireAttr()
 		if n.isDir() && n.attr.Radix > 0 && req.Valid&uint32(weftpb.SetAttrBits_SETATTR_MODE|weftpb.SetAttrBits_SETATTR_UID|weftpb.SetAttrBits_SETATTR_GID) != 0 {
@@ -169,6 +175,7 @@ func (s *Server) SetAttr(ctx context.Context, req *weftpb.SetAttrRequest) (*weft
 	if err != nil {
 		return nil, err
 	}
+	s.pushRevocations(revoked)
 	s.afterTruncate(ctx, truncated, req.Size)
 	if spread != nil {
 		s.spreadPerm(spread)

@@ -36,9 +36,11 @@ func (s *Server) Create(ctx context.Context, req *weftpb.CreateRequest) (*weftpb
 	parent := core.Ino(req.Parent)
 	reply := &weftpb.CreateReply{}
 	var truncated []core.Ino
+	var revoked []*weftpb.Revocation
+	var g grant
 	err = s.update(ctx, op, []core.Ino{parent}, func(t *txn) error {
-		truncated = nil
-		defer func() { truncated = t.truncated }()
+		truncated, revoked, g = nil, nil, grant{}
+		defer func() { truncated, revoked = t.truncated, t.revoked }()
 		t.route(parent, req.Name)
 		d, err := t.dirFor(parent, req.Name)
 		if err != nil {
@@ -52,7 +54,11 @@ func (s *Server) Create(ctx context.Context, req *weftpb.CreateRequest) (*weftpb
 			return err
 		}
 		if found {
-			return openExisting(t, c, n, req, s.cfg.InlineLimit, reply)
+			if err := openExisting(t, c, n, req, s.cfg.InlineLimit, reply); err != nil {
+				return err
+			}
+			g = grantFor(n, openRights(req.OpenFlags))
+			return nil
 		}
 		if err := checkAccess(op, c, d, mayWrite); err != nil {
 			return err
@@ -74,12 +80,19 @@ func (s *Server) Create(ctx context.Context, req *weftpb.CreateRequest) (*weftpb
 		t.touchDir(parent, d)
 		t.inodeDelta++
 		reply.Attr = attrOf(ino, r)
+		if core.IsRegular(mode) {
+			// The creator may write what it creates whatever the mode
+			// (open(2) with O_CREAT and mode 0444 returns a writable fd).
+			g = grant{ino: ino, rights: openRights(req.OpenFlags), ok: true}
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.pushRevocations(revoked)
 	s.afterTruncate(ctx, truncated, 0)
+	reply.Capability = s.mint(g, c.UID)
 	return reply, nil
 }
 

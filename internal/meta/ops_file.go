@@ -28,8 +28,10 @@ func (s *Server) Open(ctx context.Context, req *weftpb.OpenRequest) (*weftpb.Ope
 	}
 	reply := &weftpb.OpenReply{}
 	var truncated []core.Ino
+	var revoked []*weftpb.Revocation
+	var g grant
 	fn := func(t *txn) error {
-		truncated = nil
+		truncated, revoked = nil, nil
 		n, err := t.resolveHere(req.Node)
 		if err != nil {
 			return err
@@ -37,7 +39,8 @@ func (s *Server) Open(ctx context.Context, req *weftpb.OpenRequest) (*weftpb.Ope
 		if err := openNode(t, c, n, req.Flags, s.cfg.InlineLimit, reply); err != nil {
 			return err
 		}
-		truncated = t.truncated
+		truncated, revoked = t.truncated, t.revoked
+		g = grantFor(n, openRights(req.Flags))
 		return nil
 	}
 	if req.Flags&oTrunc != 0 {
@@ -49,7 +52,9 @@ func (s *Server) Open(ctx context.Context, req *weftpb.OpenRequest) (*weftpb.Ope
 	if err != nil {
 		return nil, err
 	}
+	s.pushRevocations(revoked)
 	s.afterTruncate(ctx, truncated, 0)
+	reply.Capability = s.mint(g, c.UID)
 	return reply, nil
 }
 
@@ -90,6 +95,7 @@ func openNode(t *txn, c core.Creds, n *node, flags uint32, inlineLimit int, repl
 	reply.OldSize = r.Size
 	if trunc && core.IsRegular(r.Mode) {
 		wasChunked := !r.Inline
+		old := capStateOf(r)
 		if err := truncate(t.op, r, 0, inlineLimit); err != nil {
 			return err
 		}
@@ -97,6 +103,7 @@ func openNode(t *txn, c core.Creds, n *node, flags uint32, inlineLimit int, repl
 		t.reclaimTruncated(n.ino, wasChunked, reply.OldSize, 0, 0, 0)
 		r.MtimeNs, r.CtimeNs = t.now, t.now
 		dropPrivileges(c, r)
+		t.revokeIfNarrowed(n, old)
 		t.putNode(n)
 	}
 	reply.Attr = n.wireAttr()

@@ -171,7 +171,9 @@ func (s *Server) changeXattr(ctx context.Context, op string, creds *weftpb.Creds
 	if err := core.ValidateXattrName(op, name); err != nil {
 		return nil, err
 	}
+	var revoked []*weftpb.Revocation
 	err = s.update(ctx, op, refLock(ref), func(t *txn) error {
+		revoked = nil
 		n, err := t.resolveHere(ref)
 		if err != nil {
 			return err
@@ -202,11 +204,16 @@ func (s *Server) changeXattr(ctx context.Context, op string, creds *weftpb.Creds
 			return err
 		}
 		n.attr.CtimeNs = t.now
+		if strings.HasPrefix(name, "system.posix_acl_") {
+			t.revoke(n) // an ACL may take access away
+			revoked = t.revoked
+		}
 		t.putNode(n)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.pushRevocations(revoked)
 	return &weftpb.Empty{}, nil
 }

@@ -54,7 +54,7 @@ func (t *txn) reclaimFreed(n *node, freed bool, open []uint64) {
 	if !freed && !held {
 		return // an inline file has no chunks (unless its holder writes some)
 	}
-	t.putReclaim(n.ino, &weftpb.ReclaimRecord{Held: held})
+	t.putReclaim(n.ino, &weftpb.ReclaimRecord{Held: held, CapGeneration: n.attr.CapGeneration})
 }
 
 // reclaimTruncated records the bytes of a chunked file at and past size that

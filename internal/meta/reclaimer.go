@@ -33,6 +33,10 @@ type reclaimer struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// revokeRetry takes the revocations a store did not take at once
+	// (capability.go), for retryRevocations.
+	revokeRetry chan storeRevocation
+
 	recorded atomic.Int64 // records written since start (metrics)
 	pending  atomic.Int64 // records found by the last pass
 	held     atomic.Int64 // of which held by an open file
@@ -90,6 +94,8 @@ func (s *Server) initReclaim() error {
 	}
 	r.wg.Add(1)
 	go r.run()
+	r.revokeRetry = make(chan storeRevocation, maxPendingRevocations)
+	r.wg.Go(s.retryRevocations)
 	return nil
 }
 
@@ -254,13 +260,14 @@ func (r *reclaimer) drop(ctx context.Context, ino core.Ino, rec *weftpb.ReclaimR
 		before = rec.CreatedNs
 	}
 	err := r.onStores(all, func(i int) error {
-		return r.call(ctx, i, weftpb.MethodDeleteChunks, &weftpb.DeleteChunksRequest{Ino: uint64(ino), From: from, ChangedBeforeNs: before}, &weftpb.DeleteChunksReply{})
+		return r.call(ctx, i, weftpb.MethodDeleteChunks, &weftpb.DeleteChunksRequest{Ino: uint64(ino), From: from, ChangedBeforeNs: before, Capability: r.s.reclaimCapability(ino)}, &weftpb.DeleteChunksReply{})
 	})
 	if err != nil || rec.Size%uint64(cs) == 0 {
 		return err
 	}
 	idx := rec.Size / uint64(cs)
-	req := &weftpb.TruncateChunkRequest{Chunk: &weftpb.ChunkID{Ino: uint64(ino), Index: idx}, Size: int64(rec.Size % uint64(cs)), ChangedBeforeNs: before}
+	req := &weftpb.TruncateChunkRequest{Chunk: &weftpb.ChunkID{Ino: uint64(ino), Index: idx}, Size: int64(rec.Size % uint64(cs)), ChangedBeforeNs: before,
+		Capability: r.s.reclaimCapability(ino)}
 	reps := core.ChunkReplicas(ino, idx, len(r.stores), int(max(rec.Replication, 1)))
 	return r.onStores(reps, func(i int) error {
 		return r.call(ctx, i, weftpb.MethodTruncateChunk, req, &weftpb.TruncateChunkReply{})

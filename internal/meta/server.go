@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
@@ -74,6 +75,9 @@ type Config struct {
 	// meta servers, the stores): its cluster identity, zero for
 	// plaintext.
 	Dial rpc.DialOptions
+	// Capabilities mints the capabilities of open, create and lookup
+	// replies (capability.go); nil: none (security mode none).
+	Capabilities *auth.Minter
 }
 
 const (

@@ -77,6 +77,9 @@ type txn struct {
 	grown []core.Ino
 	// truncated lists inodes whose truncate this txn recorded for reclaim.
 	truncated []core.Ino
+	// revoked lists the capability revocations this txn's batch makes, for
+	// the stores once it commits (capability.go).
+	revoked []*weftpb.Revocation
 	// routeDir and routeName are the name the client routed the request by:
 	// if this server's partition does not hold it, the answer is
 	// WrongServer rather than a cross-server operation.

@@ -102,7 +102,7 @@ func (p *pass) read(ctx context.Context, s int, h *weftpb.ChunkInfo) ([]byte, ui
 	if h.GetSize() > maxCopy {
 		return nil, 0, errs.New(errs.TooBig, "repair", "chunk %v is %d bytes, more than one copy carries", h.GetChunk(), h.GetSize())
 	}
-	req := &weftpb.ReadChunkRequest{Chunk: h.GetChunk(), Length: h.GetSize()}
+	req := &weftpb.ReadChunkRequest{Chunk: h.GetChunk(), Length: h.GetSize(), Capability: p.capability(h.GetChunk().GetIno())}
 	var reply weftpb.ReadChunkReply
 	var data []byte
 	err := p.call(ctx, func(ctx context.Context) error {
@@ -166,7 +166,8 @@ func sourceOrder(placed []int, holders []*weftpb.ChunkInfo) []int {
 // copyTo writes data as the chunk's whole content at version on t.store, if
 // that store still holds t.expect.
 func (p *pass) copyTo(ctx context.Context, id *weftpb.ChunkID, t target, data []byte, version uint64) {
-	req := &weftpb.WriteChunkRequest{Chunk: id, Replace: true, SetVersion: version, ExpectVersion: t.expect, Sync: true}
+	req := &weftpb.WriteChunkRequest{Chunk: id, Replace: true, SetVersion: version, ExpectVersion: t.expect, Sync: true,
+		Capability: p.capability(id.GetIno())}
 	err := p.call(ctx, func(ctx context.Context) error {
 		_, err := p.cfg.Stores[t.store].CallData(ctx, weftpb.MethodWriteChunk, req, data, &weftpb.WriteChunkReply{})
 		return err
@@ -199,4 +200,13 @@ func (p *pass) throttle(ctx context.Context) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// capability returns the capability for ino's chunks, if the pass has a
+// source of them.
+func (p *pass) capability(ino uint64) []byte {
+	if p.cfg.Capability == nil {
+		return nil
+	}
+	return p.cfg.Capability(ino)
 }

@@ -30,7 +30,11 @@ type Config struct {
 	RateBytes int64
 	// CallTimeout bounds each call to a store; default 30 s.
 	CallTimeout time.Duration
-	Logger      *slog.Logger
+	// Capability, if set, returns the capability to read and write ino's
+	// chunks with (stores that check capabilities refuse calls without);
+	// nil: none.
+	Capability func(ino uint64) []byte
+	Logger     *slog.Logger
 }
 
 // Report is what a pass found and did.

@@ -43,8 +43,16 @@ const (
 
 // SameHostHandler answers one same-host request: msg is the request message,
 // fd the descriptor it carried, which the server closes after the handler
-// returns. The reply must fit maxSameHostMessage once encoded.
-type SameHostHandler func(msg []byte, fd int) proto.Message
+// returns, and peer the credentials of the process that connected. The
+// reply must fit maxSameHostMessage once encoded.
+type SameHostHandler func(msg []byte, fd int, peer PeerCred) proto.Message
+
+// PeerCred is who connected to a same-host socket (SO_PEERCRED: the
+// credentials of the process at connect time, which the kernel vouches for).
+type PeerCred struct {
+	PID      int32
+	UID, GID uint32
+}
 
 // SameHostServer serves a same-host socket.
 type SameHostServer struct {
@@ -133,6 +141,11 @@ func (s *SameHostServer) serve(c *net.UnixConn) {
 		s.mu.Unlock()
 		c.Close()
 	}()
+	peer, err := peerCred(c)
+	if err != nil {
+		s.log.Warn("same-host peer credentials unreadable; connection closed", "err", err)
+		return
+	}
 	buf := make([]byte, maxSameHostMessage)
 	oob := make([]byte, unix.CmsgSpace(4*maxSameHostFDs))
 	for {
@@ -152,7 +165,7 @@ func (s *SameHostServer) serve(c *net.UnixConn) {
 		case len(fds) != 1:
 			reply = s.refuse(errs.New(errs.Protocol, "same-host request", "want one file descriptor, got %d", len(fds)))
 		default:
-			reply = s.handleSafely(buf[1:n], fds[0])
+			reply = s.handleSafely(buf[1:n], fds[0], peer)
 		}
 		for _, fd := range fds {
 			unix.Close(fd)
@@ -170,14 +183,14 @@ func (s *SameHostServer) serve(c *net.UnixConn) {
 
 // handleSafely runs the handler; a panic becomes an errs.IO reply, as on the
 // wire, and the server goes on.
-func (s *SameHostServer) handleSafely(msg []byte, fd int) (reply proto.Message) {
+func (s *SameHostServer) handleSafely(msg []byte, fd int, peer PeerCred) (reply proto.Message) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("same-host handler panicked", "panic", r)
 			reply = s.refuse(errs.New(errs.IO, "same-host request", "internal error"))
 		}
 	}()
-	return s.handle(msg, fd)
+	return s.handle(msg, fd, peer)
 }
 
 // receivedFDs returns the descriptors a message carried.
@@ -235,24 +248,33 @@ func DialSameHost(ctx context.Context, addr string) (*SameHostConn, error) {
 
 // checkPeer accepts a server running as this process's user or as root.
 func checkPeer(c *net.UnixConn) error {
+	cred, err := peerCred(c)
+	if err != nil {
+		return err
+	}
+	if cred.UID != 0 && int(cred.UID) != os.Getuid() {
+		return errs.New(errs.Permission, "check peer", "served by uid %d, not this user (%d) or root", cred.UID, os.Getuid())
+	}
+	return nil
+}
+
+// peerCred reads the credentials of the process at the other end of c.
+func peerCred(c *net.UnixConn) (PeerCred, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return errs.Wrap(errs.Unavailable, "check peer", "", err)
+		return PeerCred{}, errs.Wrap(errs.Unavailable, "check peer", "", err)
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return errs.Wrap(errs.Unavailable, "check peer", "", err)
+		return PeerCred{}, errs.Wrap(errs.Unavailable, "check peer", "", err)
 	}
 	if cerr != nil {
-		return errs.Wrap(errs.Unavailable, "check peer", "", cerr)
+		return PeerCred{}, errs.Wrap(errs.Unavailable, "check peer", "", cerr)
 	}
-	if cred.Uid != 0 && int(cred.Uid) != os.Getuid() {
-		return errs.New(errs.Permission, "check peer", "served by uid %d, not this user (%d) or root", cred.Uid, os.Getuid())
-	}
-	return nil
+	return PeerCred{PID: cred.Pid, UID: cred.Uid, GID: cred.Gid}, nil
 }
 
 // Call sends req with descriptor fd and decodes the reply into resp, within

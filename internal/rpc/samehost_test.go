@@ -28,7 +28,7 @@ func refusedPrefix(k errs.Kind) string { return "refused: " + k.String() + ": " 
 
 // sameHostPwrite is a handler that decodes a StringValue request, writes its
 // value at offset 0 of the descriptor and replies "done".
-func sameHostPwrite(msg []byte, fd int) proto.Message {
+func sameHostPwrite(msg []byte, fd int, _ PeerCred) proto.Message {
 	var req wrapperspb.StringValue
 	if err := proto.Unmarshal(msg, &req); err != nil {
 		return wrapperspb.String("bad request: " + err.Error())
@@ -193,9 +193,9 @@ func TestSameHostRoundTrip(t *testing.T) {
 
 func TestSameHostRefusals(t *testing.T) {
 	var handled atomic.Int64
-	st := startSameHost(t, func(msg []byte, fd int) proto.Message {
+	st := startSameHost(t, func(msg []byte, fd int, _ PeerCred) proto.Message {
 		handled.Add(1)
-		return sameHostPwrite(msg, fd)
+		return sameHostPwrite(msg, fd, PeerCred{})
 	})
 	f1, f2 := tempFile(t, "one"), tempFile(t, "two")
 	fd1, fd2 := int(f1.Fd()), int(f2.Fd())
@@ -288,12 +288,12 @@ func TestSameHostRefusalKeepsConnection(t *testing.T) {
 }
 
 func TestSameHostHandlerPanic(t *testing.T) {
-	st := startSameHost(t, func(msg []byte, fd int) proto.Message {
+	st := startSameHost(t, func(msg []byte, fd int, _ PeerCred) proto.Message {
 		var req wrapperspb.StringValue
 		if err := proto.Unmarshal(msg, &req); err == nil && req.GetValue() == "panic" {
 			panic("same-host handler bug")
 		}
-		return sameHostPwrite(msg, fd)
+		return sameHostPwrite(msg, fd, PeerCred{})
 	})
 	c := dialSameHostTest(t, st.addr)
 	ctx := testCtx(t)
@@ -328,7 +328,7 @@ func blockingSameHost(t *testing.T) (st *sameHostTest, entered chan struct{}) {
 	t.Helper()
 	release := make(chan struct{})
 	entered = make(chan struct{}, 10)
-	st = startSameHost(t, func(msg []byte, fd int) proto.Message {
+	st = startSameHost(t, func(msg []byte, fd int, _ PeerCred) proto.Message {
 		select {
 		case entered <- struct{}{}:
 		default:
@@ -496,7 +496,7 @@ func TestSameHostClose(t *testing.T) {
 // an empty packet would read as the end of the connection.
 func TestSameHostEmptyMessages(t *testing.T) {
 	var got atomic.Int64
-	st := startSameHost(t, func(msg []byte, fd int) proto.Message {
+	st := startSameHost(t, func(msg []byte, fd int, _ PeerCred) proto.Message {
 		var req wrapperspb.StringValue
 		if err := proto.Unmarshal(msg, &req); err != nil {
 			return wrapperspb.String("bad request: " + err.Error())
@@ -535,5 +535,23 @@ func TestSameHostCallWithoutDeadlineIsBounded(t *testing.T) {
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("returned after %v; want about 100ms", d)
+	}
+}
+
+// TestSameHostPeerCred: the handler learns who connected (SO_PEERCRED), so
+// a server can check the caller against what the request claims.
+func TestSameHostPeerCred(t *testing.T) {
+	got := make(chan PeerCred, 1)
+	st := startSameHost(t, func(msg []byte, fd int, peer PeerCred) proto.Message {
+		got <- peer
+		return wrapperspb.String("done")
+	})
+	c := dialSameHostTest(t, st.addr)
+	if _, err := sameHostCall(context.Background(), c, "x", tempFile(t, "f")); err != nil {
+		t.Fatal(err)
+	}
+	p := <-got
+	if int(p.UID) != os.Getuid() || int(p.GID) != os.Getgid() || int(p.PID) != os.Getpid() {
+		t.Fatalf("peer %+v, want uid %d gid %d pid %d", p, os.Getuid(), os.Getgid(), os.Getpid())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -90,7 +91,7 @@ func localRead(t *testing.T, s *Server, req *weftpb.LocalIORequest, f *os.File) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.handleLocal(msg, int(f.Fd())).(*weftpb.LocalIOReply)
+	return s.handleLocal(msg, int(f.Fd()), rpc.PeerCred{}).(*weftpb.LocalIOReply)
 }
 
 // TestDiskStaleTailDropped: a growth that crashed after its data but before

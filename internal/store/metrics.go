@@ -15,6 +15,7 @@ type metrics struct {
 	sameHost     prometheus.Counter
 	scrubBad     prometheus.Counter
 	scrubbed     prometheus.Counter
+	capRefused   prometheus.Counter
 	reg          *prometheus.Registry
 	collectors   []prometheus.Collector
 }
@@ -31,9 +32,10 @@ func newMetrics(reg *prometheus.Registry, id int, b Backend) (*metrics, error) {
 		sameHost:     prometheus.NewCounter(opts("same_host_requests_total", "Chunk reads and writes done on a client's file by the same-host path.")),
 		scrubBad:     prometheus.NewCounter(opts("scrub_bad_chunks_total", "Chunks a scrub found corrupt, cut short or unreadable.")),
 		scrubbed:     prometheus.NewCounter(opts("scrub_bytes_total", "Chunk bytes a scrub read and checked.")),
+		capRefused:   prometheus.NewCounter(opts("capability_refused_total", "Chunk requests refused for their capability.")),
 	}
 	cs := []prometheus.Collector{
-		m.bytesRead, m.bytesWritten, m.corruptReads, m.sameHost, m.scrubBad, m.scrubbed,
+		m.bytesRead, m.bytesWritten, m.corruptReads, m.sameHost, m.scrubBad, m.scrubbed, m.capRefused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "weft", Subsystem: "store", Name: "chunks",
 			Help: "Chunks stored.", ConstLabels: labels,

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
@@ -35,6 +36,9 @@ func (s *Server) writeChunk(ctx context.Context, req *weftpb.WriteChunkRequest, 
 	const op = "write chunk"
 	k, err := chunkKey(op, req.GetChunk())
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkChunkCap(req.GetCapability(), k, auth.Write); err != nil {
 		return nil, err
 	}
 	off := req.GetOffset()
@@ -144,6 +148,9 @@ func (s *Server) readChunk(ctx context.Context, req *weftpb.ReadChunkRequest, al
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := s.checkChunkCap(req.GetCapability(), k, auth.Read); err != nil {
+		return nil, nil, err
+	}
 	off, n := req.GetOffset(), req.GetLength()
 	if off < 0 || n < 0 || off > s.cfg.MaxChunkSize {
 		return nil, nil, errs.New(errs.Invalid, op, "chunk %v: %d bytes at offset %d", k, n, off)
@@ -175,6 +182,9 @@ func (s *Server) TruncateChunk(ctx context.Context, req *weftpb.TruncateChunkReq
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkChunkCap(req.GetCapability(), k, auth.Write|auth.Delete); err != nil {
+		return nil, err
+	}
 	size := req.GetSize()
 	if size < 0 || size > s.cfg.MaxChunkSize {
 		return nil, errs.New(errs.Invalid, op, "chunk %v: size %d not in 0..%d", k, size, s.cfg.MaxChunkSize)
@@ -200,12 +210,15 @@ func (s *Server) TruncateChunk(ctx context.Context, req *weftpb.TruncateChunkReq
 // DeleteChunks removes every chunk of req.Ino with index >= req.From.
 func (s *Server) DeleteChunks(ctx context.Context, req *weftpb.DeleteChunksRequest) (*weftpb.DeleteChunksReply, error) {
 	const op = "delete chunks"
+	ino := req.GetIno()
+	if _, err := s.checkCap(req.GetCapability(), ino, req.GetFrom(), allChunks, auth.Write|auth.Delete); err != nil {
+		return nil, err
+	}
 	done, err := s.begin(ctx, op)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	ino := req.GetIno()
 	unlock := s.locks.lockIno(ino, true)
 	defer unlock()
 	if before := req.GetChangedBeforeNs(); before != 0 {
@@ -257,12 +270,15 @@ func (s *Server) deleteChangedBefore(ino, from uint64, before int64) (*weftpb.De
 // SyncChunks makes every chunk of req.Ino durable.
 func (s *Server) SyncChunks(ctx context.Context, req *weftpb.SyncChunksRequest) (*weftpb.SyncChunksReply, error) {
 	const op = "sync chunks"
+	ino := req.GetIno()
+	if _, err := s.checkCap(req.GetCapability(), ino, 0, allChunks, auth.Write); err != nil {
+		return nil, err
+	}
 	done, err := s.begin(ctx, op)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	ino := req.GetIno()
 	// Shared: writes to the inode's chunks may go on; what was written
 	// before this call is in the dirty set and gets flushed.
 	unlock := s.locks.lockIno(ino, false)

@@ -5,7 +5,7 @@ import (
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
-// Register serves the store methods (100-107) of s on mux.
+// Register serves the store methods (100-108) of s on mux.
 func (s *Server) Register(mux *rpc.Mux) {
 	// Chunk bytes travel as frame attachments, never inside the protos.
 	rpc.HandleData(mux, weftpb.MethodWriteChunk, s.WriteChunkData)
@@ -16,4 +16,5 @@ func (s *Server) Register(mux *rpc.Mux) {
 	rpc.Handle(mux, weftpb.MethodStoreStatFS, s.StatFS)
 	rpc.Handle(mux, weftpb.MethodListChunks, s.ListChunks)
 	rpc.Handle(mux, weftpb.MethodMarkStoreComplete, s.MarkStoreComplete)
+	rpc.Handle(mux, weftpb.MethodRevokeCapabilities, s.RevokeCapabilities)
 }

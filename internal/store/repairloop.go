@@ -33,6 +33,9 @@ type RepairConfig struct {
 	// Dial is the template of the connections to the other stores: this
 	// store's cluster identity, zero for plaintext.
 	Dial rpc.DialOptions
+	// Capability is repair.Config's: the capability of the pass's chunk
+	// calls (nil: none).
+	Capability func(ino uint64) []byte
 }
 
 const (
@@ -145,7 +148,7 @@ func (r *Repairer) loop(ctx context.Context) {
 	for {
 		rep, err := repair.Run(ctx, repair.Config{
 			Stores: stores, Replication: r.cfg.Replication, Only: r.cfg.ID,
-			Verify: r.cfg.Verify, RateBytes: r.cfg.RateBytes, Logger: log,
+			Verify: r.cfg.Verify, RateBytes: r.cfg.RateBytes, Logger: log, Capability: r.cfg.Capability,
 		})
 		if ctx.Err() != nil {
 			return

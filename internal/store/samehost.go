@@ -41,12 +41,15 @@ func localError(err error) *weftpb.LocalIOReply {
 
 // handleLocal runs one same-host request on file descriptor fd, which stays
 // the caller's to close.
-func (s *Server) handleLocal(msg []byte, fd int) proto.Message {
+func (s *Server) handleLocal(msg []byte, fd int, peer rpc.PeerCred) proto.Message {
 	var req weftpb.LocalIORequest
 	if err := proto.Unmarshal(msg, &req); err != nil {
 		return localError(errs.Wrap(errs.Protocol, "same-host request", "decode", err))
 	}
 	s.m.sameHost.Inc()
+	if err := s.checkSameHostCap(&req, peer); err != nil {
+		return localError(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), localTimeout)
 	defer cancel()
 	if req.GetWrite() {
@@ -82,7 +85,7 @@ func (s *Server) writeFromFile(ctx context.Context, req *weftpb.LocalIORequest, 
 	if err := preadFull(fd, buf[:n], foff); err != nil {
 		return 0, err
 	}
-	wreq := &weftpb.WriteChunkRequest{Chunk: req.GetChunk(), Offset: req.GetOffset(), Sync: req.GetSync(), WriteBehind: req.GetWriteBehind()}
+	wreq := &weftpb.WriteChunkRequest{Chunk: req.GetChunk(), Offset: req.GetOffset(), Sync: req.GetSync(), WriteBehind: req.GetWriteBehind(), Capability: req.GetCapability()}
 	if _, err := s.writeChunk(ctx, wreq, buf[:n]); err != nil {
 		return 0, err
 	}
@@ -102,7 +105,7 @@ func (s *Server) readToFile(ctx context.Context, req *weftpb.LocalIORequest, fd 
 	}
 	var buf []byte
 	defer func() { rpc.PutBuffer(buf) }()
-	rreq := &weftpb.ReadChunkRequest{Chunk: req.GetChunk(), Offset: req.GetOffset(), Length: req.GetLength()}
+	rreq := &weftpb.ReadChunkRequest{Chunk: req.GetChunk(), Offset: req.GetOffset(), Length: req.GetLength(), Capability: req.GetCapability()}
 	data, rr, err := s.readChunk(ctx, rreq, func(n int) []byte {
 		buf = rpc.GetBuffer(n)
 		return buf

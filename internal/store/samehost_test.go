@@ -24,7 +24,7 @@ func localIO(t testing.TB, s *Server, req *weftpb.LocalIORequest, f *os.File) (i
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := s.handleLocal(msg, int(f.Fd())).(*weftpb.LocalIOReply)
+	r := s.handleLocal(msg, int(f.Fd()), rpc.PeerCred{}).(*weftpb.LocalIOReply)
 	if r.Error != "" {
 		return 0, &errs.Error{Kind: errs.Kind(r.ErrorKind), Msg: r.Error}
 	}
@@ -140,7 +140,7 @@ func TestSameHostRefuses(t *testing.T) {
 			t.Fatalf("refused reads wrote %d bytes into %s", len(b), f.Name())
 		}
 	}
-	r := s.handleLocal([]byte{0xff, 0xff, 0xff}, int(src.Fd())).(*weftpb.LocalIOReply)
+	r := s.handleLocal([]byte{0xff, 0xff, 0xff}, int(src.Fd()), rpc.PeerCred{}).(*weftpb.LocalIOReply)
 	wantKind(t, "garbage message", &errs.Error{Kind: errs.Kind(r.ErrorKind), Msg: r.Error}, errs.Protocol)
 }
 

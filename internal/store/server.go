@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/proto/weftpb"
 )
@@ -41,6 +42,9 @@ type Config struct {
 	Logger      *slog.Logger
 	FS          FS                   // the disk backend's file system; nil: OSFS()
 	Registry    *prometheus.Registry // nil: a private registry
+	// Capabilities, when set, checks the capability of every chunk
+	// request (capability.go); nil admits every request.
+	Capabilities *auth.Verifier
 
 	blockSize int64 // CRC block size; tests shrink it
 	noFsync   bool  // skip fsync system calls (model tests; they cost ms each)

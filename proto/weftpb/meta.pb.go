@@ -252,8 +252,11 @@ func (x *LookupRequest) GetName() string {
 }
 
 type LookupReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Attr  *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
+	// capability for the file's chunks (regular files, when the cluster
+	// checks capabilities): read, if the caller may read.
+	Capability    []byte `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -291,6 +294,13 @@ func (*LookupReply) Descriptor() ([]byte, []int) {
 func (x *LookupReply) GetAttr() *Attr {
 	if x != nil {
 		return x.Attr
+	}
+	return nil
+}
+
+func (x *LookupReply) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
 	}
 	return nil
 }
@@ -679,10 +689,13 @@ func (x *CreateRequest) GetOpenFlags() uint32 {
 }
 
 type CreateReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
-	Existed       bool                   `protobuf:"varint,2,opt,name=existed,proto3" json:"existed,omitempty"`
-	InlineData    []byte                 `protobuf:"bytes,3,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"` // content of an existing inline file
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Attr       *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
+	Existed    bool                   `protobuf:"varint,2,opt,name=existed,proto3" json:"existed,omitempty"`
+	InlineData []byte                 `protobuf:"bytes,3,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"` // content of an existing inline file
+	// capability for the file's chunks (regular files, when the cluster
+	// checks capabilities): what the caller may do with them.
+	Capability    []byte `protobuf:"bytes,4,opt,name=capability,proto3" json:"capability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -734,6 +747,13 @@ func (x *CreateReply) GetExisted() bool {
 func (x *CreateReply) GetInlineData() []byte {
 	if x != nil {
 		return x.InlineData
+	}
+	return nil
+}
+
+func (x *CreateReply) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
 	}
 	return nil
 }
@@ -1796,10 +1816,13 @@ func (x *OpenRequest) GetReplication() uint32 {
 }
 
 type OpenReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
-	InlineData    []byte                 `protobuf:"bytes,2,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"`
-	OldSize       uint64                 `protobuf:"varint,3,opt,name=old_size,json=oldSize,proto3" json:"old_size,omitempty"` // size before O_TRUNC
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Attr       *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
+	InlineData []byte                 `protobuf:"bytes,2,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"`
+	OldSize    uint64                 `protobuf:"varint,3,opt,name=old_size,json=oldSize,proto3" json:"old_size,omitempty"` // size before O_TRUNC
+	// capability for the file's chunks (regular files, when the cluster
+	// checks capabilities): what the caller may do with them.
+	Capability    []byte `protobuf:"bytes,4,opt,name=capability,proto3" json:"capability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1853,6 +1876,13 @@ func (x *OpenReply) GetOldSize() uint64 {
 		return x.OldSize
 	}
 	return 0
+}
+
+func (x *OpenReply) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
 }
 
 // CommitRequest records what a client wrote: the new size (if grown or set)
@@ -2783,90 +2813,216 @@ func (x *ReleaseReclaimRequest) GetIno() uint64 {
 	return 0
 }
 
+// GetCapabilityRequest asks for a fresh capability for a regular file's
+// chunks, after a store refused the one the client had (expired or
+// revoked). rights: 1 read, 2 write. Granted to root, to the file's owner
+// (as an NFS server lets the owner write a file it opened whatever its
+// mode: fchmod after open must not break the writer), and to a caller the
+// mode bits allow.
+type GetCapabilityRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Creds  *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
+	Node   *NodeRef               `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Rights uint32                 `protobuf:"varint,3,opt,name=rights,proto3" json:"rights,omitempty"`
+	// previous is the capability the client held. For a file unlinked while
+	// open (no record left, a held reclaim record instead), the server
+	// renews it if it minted it, for the same holder and the file's last
+	// generation.
+	Previous      []byte `protobuf:"bytes,4,opt,name=previous,proto3" json:"previous,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCapabilityRequest) Reset() {
+	*x = GetCapabilityRequest{}
+	mi := &file_meta_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCapabilityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCapabilityRequest) ProtoMessage() {}
+
+func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCapabilityRequest.ProtoReflect.Descriptor instead.
+func (*GetCapabilityRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *GetCapabilityRequest) GetCreds() *Creds {
+	if x != nil {
+		return x.Creds
+	}
+	return nil
+}
+
+func (x *GetCapabilityRequest) GetNode() *NodeRef {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *GetCapabilityRequest) GetRights() uint32 {
+	if x != nil {
+		return x.Rights
+	}
+	return 0
+}
+
+func (x *GetCapabilityRequest) GetPrevious() []byte {
+	if x != nil {
+		return x.Previous
+	}
+	return nil
+}
+
+type GetCapabilityReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Capability    []byte                 `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCapabilityReply) Reset() {
+	*x = GetCapabilityReply{}
+	mi := &file_meta_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCapabilityReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCapabilityReply) ProtoMessage() {}
+
+func (x *GetCapabilityReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCapabilityReply.ProtoReflect.Descriptor instead.
+func (*GetCapabilityReply) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *GetCapabilityReply) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
+}
+
 var File_meta_proto protoreflect.FileDescriptor
 
 const file_meta_proto_rawDesc = "" +
 	"\n\nmeta.proto\x12\aweft.v1\x1a\fcommon.proto\"h\n\rLookupRequest\x12$\n\x05creds\x18\x01 " +
 	"\x01(\v2\x0e.weft.v1.CredsR\x05creds\x12\x16\n\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x19\n\x04name\x18\x03 \x01(\t" +
-	"B\x05\xaa\x01\x02 \x03R\x04name\"0\n\vLookupReply\x12!\n\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\"" +
-	"\\\n\x0eGetAttrRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18" +
-	"\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\"1\n\fGetAttrReply\x12!\n\x04attr\x18\x01 \x01(\v2\r.we" +
-	"ft.v1.AttrR\x04attr\"\xd2\x02\n\x0eSetAttrRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.Cre" +
-	"dsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05" +
-	"valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x10\n\x03uid\x18\x05 \x01(\rR\x03uid\x12\x10\n\x03gid\x18\x06 \x01(\rR\x03gid\x12\x12\n" +
-	"\x04size\x18\a \x01(\x04R\x04size\x12\x19\n\batime_ns\x18\b \x01(\x03R\aatimeNs\x12\x19\n\bmtime_ns\x18\t \x01(\x03R\a" +
-	"mtimeNs\x12\x1b\n\tby_handle\x18\n \x01(\bR\bbyHandle\x12\x1d\n\nchunk_size\x18\v \x01(\x03R\tchunkS" +
-	"ize\x12 \n\vreplication\x18\f \x01(\rR\vreplication\"L\n\fSetAttrReply\x12!\n\x04attr\x18\x01 " +
-	"\x01(\v2\r.weft.v1.AttrR\x04attr\x12\x19\n\bold_size\x18\x02 \x01(\x04R\aoldSize\"\xcd\x01\n\rCreateRe" +
-	"quest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12\x16\n\x06parent\x18\x02 \x01(\x04R\x06par" +
-	"ent\x12\x19\n\x04name\x18\x03 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x12\n\x04rdev\x18\x05 \x01(\r" +
-	"R\x04rdev\x12\x1c\n\texclusive\x18\x06 \x01(\bR\texclusive\x12\x1d\n\nopen_flags\x18\a \x01(\rR\topenFl" +
-	"ags\"k\n\vCreateReply\x12!\n\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\x12\x18\n\aexisted" +
-	"\x18\x02 \x01(\bR\aexisted\x12\x1f\n\vinline_data\x18\x03 \x01(\fR\ninlineData\"{\n\fMkdirRequest" +
-	"\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12\x16\n\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x19" +
-	"\n\x04name\x18\x03 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\"/\n\nMkdirReply\x12!\n\x04a" +
-	"ttr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\"\x88\x01\n\x0eSymlinkRequest\x12$\n\x05creds\x18\x01 \x01(\v" +
-	"2\x0e.weft.v1.CredsR\x05creds\x12\x16\n\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x19\n\x04name\x18\x03 \x01(\tB\x05\xaa" +
-	"\x01\x02 \x03R\x04name\x12\x1d\n\x06target\x18\x04 \x01(\tB\x05\xaa\x01\x02 \x03R\x06target\"1\n\fSymlinkReply\x12!\n\x04att" +
-	"r\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\"]\n\x0fReadlinkRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e" +
-	".weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\".\n\rR" +
-	"eadlinkReply\x12\x1d\n\x06target\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x06target\"|\n\rUnlinkRequest\x12$\n\x05" +
-	"creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12\x16\n\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x19\n\x04na" +
-	"me\x18\x03 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x12\n\x04open\x18\x04 \x03(\x04R\x04open\"F\n\vUnlinkReply\x12!\n\x04attr" +
-	"\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\x12\x14\n\x05freed\x18\x02 \x01(\bR\x05freed\"g\n\fRmdirReques" +
-	"t\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12\x16\n\x06parent\x18\x02 \x01(\x04R\x06parent\x12" +
-	"\x19\n\x04name\x18\x03 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\"\xe1\x01\n\rRenameRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.we" +
-	"ft.v1.CredsR\x05creds\x12\x1d\n\nsrc_parent\x18\x02 \x01(\x04R\tsrcParent\x12 \n\bsrc_name\x18\x03 " +
-	"\x01(\tB\x05\xaa\x01\x02 \x03R\asrcName\x12\x1d\n\ndst_parent\x18\x04 \x01(\x04R\tdstParent\x12 \n\bdst_name\x18\x05" +
-	" \x01(\tB\x05\xaa\x01\x02 \x03R\adstName\x12\x14\n\x05flags\x18\x06 \x01(\rR\x05flags\x12\x12\n\x04open\x18\a \x03(\x04R\x04open\"N" +
-	"\n\vRenameReply\x12)\n\breplaced\x18\x01 \x01(\v2\r.weft.v1.AttrR\breplaced\x12\x14\n\x05free" +
-	"d\x18\x02 \x01(\bR\x05freed\"\x9a\x01\n\vLinkRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05c" +
-	"reds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x1d\n\nnew_parent\x18\x03 \x01(\x04R\t" +
-	"newParent\x12 \n\bnew_name\x18\x04 \x01(\tB\x05\xaa\x01\x02 \x03R\anewName\".\n\tLinkReply\x12!\n\x04attr" +
-	"\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\"\x8a\x01\n\x0eReadDirRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e." +
-	"weft.v1.CredsR\x05creds\x12\x10\n\x03dir\x18\x02 \x01(\x04R\x03dir\x12\x16\n\x06cookie\x18\x03 \x01(\fR\x06cookie\x12\x14" +
-	"\n\x05limit\x18\x04 \x01(\rR\x05limit\x12\x12\n\x04plus\x18\x05 \x01(\bR\x04plus\"q\n\vDirEntryMsg\x12\x19\n\x04name\x18" +
-	"\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12!\n\x04attr" +
-	"\x18\x04 \x01(\v2\r.weft.v1.AttrR\x04attr\"\x80\x01\n\fReadDirReply\x12.\n\aentries\x18\x01 \x03(\v2\x14." +
-	"weft.v1.DirEntryMsgR\aentries\x12\x16\n\x06cookie\x18\x02 \x01(\fR\x06cookie\x12\x10\n\x03eof\x18\x03 \x01(" +
-	"\bR\x03eof\x12\x16\n\x06bitmap\x18\x04 \x01(\fR\x06bitmap\"\xb0\x01\n\vOpenRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e." +
-	"weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x14\n\x05fl" +
-	"ags\x18\x03 \x01(\rR\x05flags\x12\x1d\n\nchunk_size\x18\x04 \x01(\x03R\tchunkSize\x12 \n\vreplication\x18\x05" +
-	" \x01(\rR\vreplication\"j\n\tOpenReply\x12!\n\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04att" +
-	"r\x12\x1f\n\vinline_data\x18\x02 \x01(\fR\ninlineData\x12\x19\n\bold_size\x18\x03 \x01(\x04R\aoldSize\"\xc3\x01" +
-	"\n\rCommitRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 " +
-	"\x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n\x04size\x18\x03 \x01(\x04R\x04size\x12\x19\n\bmtime_ns\x18\x04 \x01(" +
-	"\x03R\amtimeNs\x12\x16\n\x06inline\x18\x05 \x01(\bR\x06inline\x12\x1f\n\vinline_data\x18\x06 \x01(\fR\ninlineD" +
-	"ata\"0\n\vCommitReply\x12!\n\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\"o\n\rAccessR" +
-	"equest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.wef" +
-	"t.v1.NodeRefR\x04node\x12\x12\n\x04mask\x18\x03 \x01(\rR\x04mask\"\x0f\n\rStatFSRequest\"|\n\vStatF" +
-	"SReply\x12\x14\n\x05files\x18\x01 \x01(\x04R\x05files\x12\x1d\n\nfiles_free\x18\x02 \x01(\x04R\tfilesFree\x12\x1d\n\nb" +
-	"ytes_used\x18\x03 \x01(\x04R\tbytesUsed\x12\x19\n\bname_max\x18\x04 \x01(\rR\anameMax\"q\n\x0fGetXatt" +
-	"rRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.w" +
-	"eft.v1.NodeRefR\x04node\x12\x12\n\x04name\x18\x03 \x01(\tR\x04name\"%\n\rGetXattrReply\x12\x14\n\x05val" +
-	"ue\x18\x01 \x01(\fR\x05value\"\x9d\x01\n\x0fSetXattrRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.Cre" +
-	"dsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n\x04name\x18\x03 \x01(\tR\x04n" +
-	"ame\x12\x14\n\x05value\x18\x04 \x01(\fR\x05value\x12\x14\n\x05flags\x18\x05 \x01(\rR\x05flags\"^\n\x10ListXattrRequ" +
+	"B\x05\xaa\x01\x02 \x03R\x04name\"P\n\vLookupReply\x12!\n\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\x12" +
+	"\x1e\n\ncapability\x18\x02 \x01(\fR\ncapability\"\\\n\x0eGetAttrRequest\x12$\n\x05creds\x18\x01 \x01(\v" +
+	"2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\"1\n" +
+	"\fGetAttrReply\x12!\n\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\"\xd2\x02\n\x0eSetAttrRequ" +
 	"est\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v" +
-	"1.NodeRefR\x04node\"&\n\x0eListXattrReply\x12\x14\n\x05names\x18\x01 \x03(\tR\x05names\"t\n\x12Remov" +
-	"eXattrRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(" +
-	"\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n\x04name\x18\x03 \x01(\tR\x04name\"6\n\rStatusRequest\x12%" +
-	"\n\x0etop_partitions\x18\x01 \x01(\rR\rtopPartitions\"\xf8\x02\n\vStatusReply\x12\x1b\n\tserver_" +
-	"id\x18\x01 \x01(\rR\bserverId\x12\x18\n\aservers\x18\x02 \x01(\rR\aservers\x12\x16\n\x06inodes\x18\x03 \x01(\x03R\x06in" +
-	"odes\x12\x12\n\x04dirs\x18\x04 \x01(\x03R\x04dirs\x12\x1e\n\npartitions\x18\x05 \x01(\x04R\npartitions\x12\x18\n\aentr" +
-	"ies\x18\x06 \x01(\x04R\aentries\x12\x16\n\x06splits\x18\a \x01(\x04R\x06splits\x12\x1c\n\tredirects\x18\b \x01(\x04R\tr" +
-	"edirects\x12*\n\x03top\x18\t \x03(\v2\x18.weft.v1.PartitionStatusR\x03top\x12\x1e\n\ndurabili" +
-	"ty\x18\n \x01(\tR\ndurability\x12&\n\x0finodes_by_owner\x18\v \x03(\x03R\rinodesByOwner\x12\"\n\r" +
-	"dirs_by_owner\x18\f \x03(\x03R\vdirsByOwner\"i\n\x0fPartitionStatus\x12\x10\n\x03dir\x18\x01 \x01(\x04" +
-	"R\x03dir\x12\x14\n\x05index\x18\x02 \x01(\rR\x05index\x12\x14\n\x05radix\x18\x03 \x01(\rR\x05radix\x12\x18\n\aentries\x18\x04 \x01" +
-	"(\x04R\aentries\")\n\x15ReleaseReclaimRequest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino*\xba\x01\n\vSetAt" +
-	"trBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vS" +
-	"ETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTI" +
-	"ME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFla" +
-	"gs\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A" +
-	"\n\nXattrFlags\x12\x0e\n\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10" +
-	"\x02B4Z#github.com/weftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\bedition" +
-	"sp\xe8\a"
+	"1.NodeRefR\x04node\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x10\n\x03uid" +
+	"\x18\x05 \x01(\rR\x03uid\x12\x10\n\x03gid\x18\x06 \x01(\rR\x03gid\x12\x12\n\x04size\x18\a \x01(\x04R\x04size\x12\x19\n\batime_ns\x18\b " +
+	"\x01(\x03R\aatimeNs\x12\x19\n\bmtime_ns\x18\t \x01(\x03R\amtimeNs\x12\x1b\n\tby_handle\x18\n \x01(\bR\bbyHa" +
+	"ndle\x12\x1d\n\nchunk_size\x18\v \x01(\x03R\tchunkSize\x12 \n\vreplication\x18\f \x01(\rR\vreplic" +
+	"ation\"L\n\fSetAttrReply\x12!\n\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\x12\x19\n\bold_" +
+	"size\x18\x02 \x01(\x04R\aoldSize\"\xcd\x01\n\rCreateRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.C" +
+	"redsR\x05creds\x12\x16\n\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x19\n\x04name\x18\x03 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x12" +
+	"\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x12\n\x04rdev\x18\x05 \x01(\rR\x04rdev\x12\x1c\n\texclusive\x18\x06 \x01(\bR\texclu" +
+	"sive\x12\x1d\n\nopen_flags\x18\a \x01(\rR\topenFlags\"\x8b\x01\n\vCreateReply\x12!\n\x04attr\x18\x01 \x01(" +
+	"\v2\r.weft.v1.AttrR\x04attr\x12\x18\n\aexisted\x18\x02 \x01(\bR\aexisted\x12\x1f\n\vinline_data\x18" +
+	"\x03 \x01(\fR\ninlineData\x12\x1e\n\ncapability\x18\x04 \x01(\fR\ncapability\"{\n\fMkdirReques" +
+	"t\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12\x16\n\x06parent\x18\x02 \x01(\x04R\x06parent\x12" +
+	"\x19\n\x04name\x18\x03 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\"/\n\nMkdirReply\x12!\n\x04" +
+	"attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\"\x88\x01\n\x0eSymlinkRequest\x12$\n\x05creds\x18\x01 \x01(" +
+	"\v2\x0e.weft.v1.CredsR\x05creds\x12\x16\n\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x19\n\x04name\x18\x03 \x01(\tB\x05" +
+	"\xaa\x01\x02 \x03R\x04name\x12\x1d\n\x06target\x18\x04 \x01(\tB\x05\xaa\x01\x02 \x03R\x06target\"1\n\fSymlinkReply\x12!\n\x04at" +
+	"tr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\"]\n\x0fReadlinkRequest\x12$\n\x05creds\x18\x01 \x01(\v2" +
+	"\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\".\n\r" +
+	"ReadlinkReply\x12\x1d\n\x06target\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x06target\"|\n\rUnlinkRequest\x12$\n" +
+	"\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12\x16\n\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x19\n\x04n" +
+	"ame\x18\x03 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x12\n\x04open\x18\x04 \x03(\x04R\x04open\"F\n\vUnlinkReply\x12!\n\x04att" +
+	"r\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\x12\x14\n\x05freed\x18\x02 \x01(\bR\x05freed\"g\n\fRmdirReque" +
+	"st\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12\x16\n\x06parent\x18\x02 \x01(\x04R\x06parent" +
+	"\x12\x19\n\x04name\x18\x03 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\"\xe1\x01\n\rRenameRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.w" +
+	"eft.v1.CredsR\x05creds\x12\x1d\n\nsrc_parent\x18\x02 \x01(\x04R\tsrcParent\x12 \n\bsrc_name\x18\x03" +
+	" \x01(\tB\x05\xaa\x01\x02 \x03R\asrcName\x12\x1d\n\ndst_parent\x18\x04 \x01(\x04R\tdstParent\x12 \n\bdst_name\x18" +
+	"\x05 \x01(\tB\x05\xaa\x01\x02 \x03R\adstName\x12\x14\n\x05flags\x18\x06 \x01(\rR\x05flags\x12\x12\n\x04open\x18\a \x03(\x04R\x04open\"" +
+	"N\n\vRenameReply\x12)\n\breplaced\x18\x01 \x01(\v2\r.weft.v1.AttrR\breplaced\x12\x14\n\x05fre" +
+	"ed\x18\x02 \x01(\bR\x05freed\"\x9a\x01\n\vLinkRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05" +
+	"creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x1d\n\nnew_parent\x18\x03 \x01(\x04R" +
+	"\tnewParent\x12 \n\bnew_name\x18\x04 \x01(\tB\x05\xaa\x01\x02 \x03R\anewName\".\n\tLinkReply\x12!\n\x04att" +
+	"r\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\"\x8a\x01\n\x0eReadDirRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e" +
+	".weft.v1.CredsR\x05creds\x12\x10\n\x03dir\x18\x02 \x01(\x04R\x03dir\x12\x16\n\x06cookie\x18\x03 \x01(\fR\x06cookie\x12" +
+	"\x14\n\x05limit\x18\x04 \x01(\rR\x05limit\x12\x12\n\x04plus\x18\x05 \x01(\bR\x04plus\"q\n\vDirEntryMsg\x12\x19\n\x04name" +
+	"\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12!\n\x04att" +
+	"r\x18\x04 \x01(\v2\r.weft.v1.AttrR\x04attr\"\x80\x01\n\fReadDirReply\x12.\n\aentries\x18\x01 \x03(\v2\x14" +
+	".weft.v1.DirEntryMsgR\aentries\x12\x16\n\x06cookie\x18\x02 \x01(\fR\x06cookie\x12\x10\n\x03eof\x18\x03 \x01" +
+	"(\bR\x03eof\x12\x16\n\x06bitmap\x18\x04 \x01(\fR\x06bitmap\"\xb0\x01\n\vOpenRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e" +
+	".weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x14\n\x05f" +
+	"lags\x18\x03 \x01(\rR\x05flags\x12\x1d\n\nchunk_size\x18\x04 \x01(\x03R\tchunkSize\x12 \n\vreplication\x18" +
+	"\x05 \x01(\rR\vreplication\"\x8a\x01\n\tOpenReply\x12!\n\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04a" +
+	"ttr\x12\x1f\n\vinline_data\x18\x02 \x01(\fR\ninlineData\x12\x19\n\bold_size\x18\x03 \x01(\x04R\aoldSize\x12" +
+	"\x1e\n\ncapability\x18\x04 \x01(\fR\ncapability\"\xc3\x01\n\rCommitRequest\x12$\n\x05creds\x18\x01 \x01(\v" +
+	"2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x19\n\bmtime_ns\x18\x04 \x01(\x03R\amtimeNs\x12\x16\n\x06inline\x18\x05 \x01(\bR\x06in" +
+	"line\x12\x1f\n\vinline_data\x18\x06 \x01(\fR\ninlineData\"0\n\vCommitReply\x12!\n\x04attr\x18\x01 \x01" +
+	"(\v2\r.weft.v1.AttrR\x04attr\"o\n\rAccessRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v" +
+	"1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n\x04mask\x18\x03 \x01" +
+	"(\rR\x04mask\"\x0f\n\rStatFSRequest\"|\n\vStatFSReply\x12\x14\n\x05files\x18\x01 \x01(\x04R\x05files\x12\x1d" +
+	"\n\nfiles_free\x18\x02 \x01(\x04R\tfilesFree\x12\x1d\n\nbytes_used\x18\x03 \x01(\x04R\tbytesUsed\x12\x19\n\b" +
+	"name_max\x18\x04 \x01(\rR\anameMax\"q\n\x0fGetXattrRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft" +
+	".v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n\x04name\x18\x03" +
+	" \x01(\tR\x04name\"%\n\rGetXattrReply\x12\x14\n\x05value\x18\x01 \x01(\fR\x05value\"\x9d\x01\n\x0fSetXattrRe" +
+	"quest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft" +
+	".v1.NodeRefR\x04node\x12\x12\n\x04name\x18\x03 \x01(\tR\x04name\x12\x14\n\x05value\x18\x04 \x01(\fR\x05value\x12\x14\n\x05f" +
+	"lags\x18\x05 \x01(\rR\x05flags\"^\n\x10ListXattrRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.C" +
+	"redsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\"&\n\x0eListXattrRe" +
+	"ply\x12\x14\n\x05names\x18\x01 \x03(\tR\x05names\"t\n\x12RemoveXattrRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e" +
+	".weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n\x04n" +
+	"ame\x18\x03 \x01(\tR\x04name\"6\n\rStatusRequest\x12%\n\x0etop_partitions\x18\x01 \x01(\rR\rtopPar" +
+	"titions\"\xf8\x02\n\vStatusReply\x12\x1b\n\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x18\n\aservers\x18" +
+	"\x02 \x01(\rR\aservers\x12\x16\n\x06inodes\x18\x03 \x01(\x03R\x06inodes\x12\x12\n\x04dirs\x18\x04 \x01(\x03R\x04dirs\x12\x1e\n\npa" +
+	"rtitions\x18\x05 \x01(\x04R\npartitions\x12\x18\n\aentries\x18\x06 \x01(\x04R\aentries\x12\x16\n\x06splits\x18\a" +
+	" \x01(\x04R\x06splits\x12\x1c\n\tredirects\x18\b \x01(\x04R\tredirects\x12*\n\x03top\x18\t \x03(\v2\x18.weft.v" +
+	"1.PartitionStatusR\x03top\x12\x1e\n\ndurability\x18\n \x01(\tR\ndurability\x12&\n\x0finodes" +
+	"_by_owner\x18\v \x03(\x03R\rinodesByOwner\x12\"\n\rdirs_by_owner\x18\f \x03(\x03R\vdirsByOwn" +
+	"er\"i\n\x0fPartitionStatus\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\x14\n\x05index\x18\x02 \x01(\rR\x05index\x12\x14\n" +
+	"\x05radix\x18\x03 \x01(\rR\x05radix\x12\x18\n\aentries\x18\x04 \x01(\x04R\aentries\")\n\x15ReleaseReclaimR" +
+	"equest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"\x96\x01\n\x14GetCapabilityRequest\x12$\n\x05creds\x18\x01 \x01(\v" +
+	"2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x16\n" +
+	"\x06rights\x18\x03 \x01(\rR\x06rights\x12\x1a\n\bprevious\x18\x04 \x01(\fR\bprevious\"4\n\x12GetCapabili" +
+	"tyReply\x12\x1e\n\ncapability\x18\x01 \x01(\fR\ncapability*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETAT" +
+	"TR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n" +
+	"\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR" +
+	"_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NO" +
+	"NE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n" +
+	"\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com" +
+	"/weftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
@@ -2881,7 +3037,7 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_meta_proto_goTypes = []any{
 	(SetAttrBits)(0),              // 0: weft.v1.SetAttrBits
 	(RenameFlags)(0),              // 1: weft.v1.RenameFlags
@@ -2927,60 +3083,64 @@ var file_meta_proto_goTypes = []any{
 	(*StatusReply)(nil),           // 41: weft.v1.StatusReply
 	(*PartitionStatus)(nil),       // 42: weft.v1.PartitionStatus
 	(*ReleaseReclaimRequest)(nil), // 43: weft.v1.ReleaseReclaimRequest
-	(*Creds)(nil),                 // 44: weft.v1.Creds
-	(*Attr)(nil),                  // 45: weft.v1.Attr
-	(*NodeRef)(nil),               // 46: weft.v1.NodeRef
+	(*GetCapabilityRequest)(nil),  // 44: weft.v1.GetCapabilityRequest
+	(*GetCapabilityReply)(nil),    // 45: weft.v1.GetCapabilityReply
+	(*Creds)(nil),                 // 46: weft.v1.Creds
+	(*Attr)(nil),                  // 47: weft.v1.Attr
+	(*NodeRef)(nil),               // 48: weft.v1.NodeRef
 }
 var file_meta_proto_depIdxs = []int32{
-	44, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
-	45, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
-	44, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
-	46, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
-	45, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
-	44, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
-	46, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
-	45, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
-	44, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
-	45, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
-	44, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
-	45, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
-	44, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
-	45, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
-	44, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
-	46, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
-	44, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
-	45, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
-	44, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
-	44, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
-	45, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
-	44, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
-	46, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
-	45, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
-	44, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
-	45, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
+	46, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
+	47, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
+	46, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
+	48, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
+	47, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
+	46, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
+	48, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
+	47, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
+	46, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
+	47, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
+	46, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
+	47, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
+	46, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
+	47, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
+	46, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
+	48, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
+	46, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
+	47, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
+	46, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
+	46, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
+	47, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
+	46, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
+	48, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
+	47, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
+	46, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
+	47, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
 	25, // 26: weft.v1.ReadDirReply.entries:type_name -> weft.v1.DirEntryMsg
-	44, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
-	46, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
-	45, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
-	44, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
-	46, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
-	45, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
-	44, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
-	46, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
-	44, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
-	46, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
-	44, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
-	46, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
-	44, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
-	46, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
-	44, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
-	46, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
+	46, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
+	48, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
+	47, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
+	46, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
+	48, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
+	47, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
+	46, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
+	48, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
+	46, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
+	48, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
+	46, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
+	48, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
+	46, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
+	48, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
+	46, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
+	48, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
 	42, // 43: weft.v1.StatusReply.top:type_name -> weft.v1.PartitionStatus
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	46, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
+	48, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -2995,7 +3155,7 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

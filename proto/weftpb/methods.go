@@ -27,6 +27,7 @@ const (
 	MethodStatus         = 21 // weft status: what a meta server holds
 	MethodScan           = 22 // weft fsck: read raw keys
 	MethodReleaseReclaim = 23 // last close of an unlinked file: reclaim its chunks
+	MethodGetCapability  = 24 // a fresh capability after a store refused one
 	// 30-39: byte-range and flock locks (lock.proto).
 	MethodSetLock        = 30
 	MethodGetLock        = 31
@@ -43,14 +44,15 @@ const (
 	MethodPeerSetPerm          = 45
 	MethodPeerRelease          = 46
 
-	MethodWriteChunk        = 100
-	MethodReadChunk         = 101
-	MethodTruncateChunk     = 102
-	MethodDeleteChunks      = 103
-	MethodSyncChunks        = 104
-	MethodStoreStatFS       = 105
-	MethodListChunks        = 106 // weft gc and repair: what a store holds
-	MethodMarkStoreComplete = 107 // weft repair: a replacement store is whole again
+	MethodWriteChunk         = 100
+	MethodReadChunk          = 101
+	MethodTruncateChunk      = 102
+	MethodDeleteChunks       = 103
+	MethodSyncChunks         = 104
+	MethodStoreStatFS        = 105
+	MethodListChunks         = 106 // weft gc and repair: what a store holds
+	MethodMarkStoreComplete  = 107 // weft repair: a replacement store is whole again
+	MethodRevokeCapabilities = 108 // meta server: a file's older capabilities are void
 )
 
 var methodNames = map[uint16]string{
@@ -61,7 +63,7 @@ var methodNames = map[uint16]string{
 	MethodOpen: "open", MethodCommit: "commit", MethodAccess: "access",
 	MethodStatFS: "statfs", MethodGetXattr: "getxattr", MethodSetXattr: "setxattr",
 	MethodListXattr: "listxattr", MethodRemoveXattr: "removexattr", MethodStatus: "status",
-	MethodScan: "scan", MethodReleaseReclaim: "release_reclaim",
+	MethodScan: "scan", MethodReleaseReclaim: "release_reclaim", MethodGetCapability: "get_capability",
 	MethodSetLock: "setlock", MethodGetLock: "getlock",
 	MethodLockKeepAlive: "lock_keepalive", MethodEndLockSession: "end_lock_session",
 	MethodPeerLock: "peer_lock", MethodPeerUnlock: "peer_unlock", MethodPeerGet: "peer_get",
@@ -71,6 +73,7 @@ var methodNames = map[uint16]string{
 	MethodTruncateChunk: "truncate_chunk", MethodDeleteChunks: "delete_chunks",
 	MethodSyncChunks: "sync_chunks", MethodStoreStatFS: "store_statfs",
 	MethodListChunks: "list_chunks", MethodMarkStoreComplete: "mark_store_complete",
+	MethodRevokeCapabilities: "revoke_capabilities",
 }
 
 // MethodName returns a method's name for logs and metric labels.

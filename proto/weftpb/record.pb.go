@@ -56,8 +56,12 @@ type InodeRecord struct {
 	// record with stub set, the partition's index, radix, bitmap (what that
 	// server knows), entry count, local subdirectory links (nlink - 2) and
 	// times, and copies of mode, uid and gid for permission checks.
-	Partition     uint32 `protobuf:"varint,18,opt,name=partition,proto3" json:"partition,omitempty"`
-	Stub          bool   `protobuf:"varint,19,opt,name=stub,proto3" json:"stub,omitempty"`
+	Partition uint32 `protobuf:"varint,18,opt,name=partition,proto3" json:"partition,omitempty"`
+	Stub      bool   `protobuf:"varint,19,opt,name=stub,proto3" json:"stub,omitempty"`
+	// Regular files: the capability generation (internal/auth). chmod that
+	// takes a permission away, chown, truncate and ACL changes raise it in
+	// their own batch, and capabilities minted before are revoked.
+	CapGeneration uint64 `protobuf:"varint,20,opt,name=cap_generation,json=capGeneration,proto3" json:"cap_generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -223,6 +227,13 @@ func (x *InodeRecord) GetStub() bool {
 		return x.Stub
 	}
 	return false
+}
+
+func (x *InodeRecord) GetCapGeneration() uint64 {
+	if x != nil {
+		return x.CapGeneration
+	}
+	return 0
 }
 
 // LinkRef is one directory entry that names a hard-linked file.
@@ -616,10 +627,14 @@ type ReclaimRecord struct {
 	// reclaimer leaves it until that client's last close (ReleaseReclaim).
 	Held bool `protobuf:"varint,2,opt,name=held,proto3" json:"held,omitempty"`
 	// truncate: the file lives on at size; commits past size wait for the drop.
-	Truncate      bool   `protobuf:"varint,3,opt,name=truncate,proto3" json:"truncate,omitempty"`
-	ChunkSize     int64  `protobuf:"varint,4,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"` // the layout the client wrote the chunks with
-	Replication   uint32 `protobuf:"varint,5,opt,name=replication,proto3" json:"replication,omitempty"`
-	CreatedNs     int64  `protobuf:"varint,6,opt,name=created_ns,json=createdNs,proto3" json:"created_ns,omitempty"`
+	Truncate    bool   `protobuf:"varint,3,opt,name=truncate,proto3" json:"truncate,omitempty"`
+	ChunkSize   int64  `protobuf:"varint,4,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"` // the layout the client wrote the chunks with
+	Replication uint32 `protobuf:"varint,5,opt,name=replication,proto3" json:"replication,omitempty"`
+	CreatedNs   int64  `protobuf:"varint,6,opt,name=created_ns,json=createdNs,proto3" json:"created_ns,omitempty"`
+	// cap_generation: the file's capability generation when it was
+	// unlinked (held records), so that a capability revoked before the
+	// unlink is not renewed after it.
+	CapGeneration uint64 `protobuf:"varint,7,opt,name=cap_generation,json=capGeneration,proto3" json:"cap_generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -696,11 +711,18 @@ func (x *ReclaimRecord) GetCreatedNs() int64 {
 	return 0
 }
 
+func (x *ReclaimRecord) GetCapGeneration() uint64 {
+	if x != nil {
+		return x.CapGeneration
+	}
+	return 0
+}
+
 var File_record_proto protoreflect.FileDescriptor
 
 const file_record_proto_rawDesc = "" +
 	"\n" +
-	"\frecord.proto\x12\aweft.v1\"\xe1\x03\n" +
+	"\frecord.proto\x12\aweft.v1\"\x88\x04\n" +
 	"\vInodeRecord\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\rR\x04mode\x12\x14\n" +
 	"\x05nlink\x18\x02 \x01(\rR\x05nlink\x12\x10\n" +
@@ -722,7 +744,8 @@ const file_record_proto_rawDesc = "" +
 	"\x06bitmap\x18\x10 \x01(\fR\x06bitmap\x12&\n" +
 	"\x05links\x18\x11 \x03(\v2\x10.weft.v1.LinkRefR\x05links\x12\x1c\n" +
 	"\tpartition\x18\x12 \x01(\rR\tpartition\x12\x12\n" +
-	"\x04stub\x18\x13 \x01(\bR\x04stub\"5\n" +
+	"\x04stub\x18\x13 \x01(\bR\x04stub\x12%\n" +
+	"\x0ecap_generation\x18\x14 \x01(\x04R\rcapGeneration\"5\n" +
 	"\aLinkRef\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\"]\n" +
@@ -749,7 +772,7 @@ const file_record_proto_rawDesc = "" +
 	"\x10delete_xattrs_of\x18\x04 \x01(\x04R\x0edeleteXattrsOf\x12\x1f\n" +
 	"\vinode_delta\x18\x05 \x01(\x03R\n" +
 	"inodeDelta\x12\x1b\n" +
-	"\tdir_delta\x18\x06 \x01(\x03R\bdirDelta\"\xb3\x01\n" +
+	"\tdir_delta\x18\x06 \x01(\x03R\bdirDelta\"\xda\x01\n" +
 	"\rReclaimRecord\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\bR\x04held\x12\x1a\n" +
@@ -758,7 +781,8 @@ const file_record_proto_rawDesc = "" +
 	"chunk_size\x18\x04 \x01(\x03R\tchunkSize\x12 \n" +
 	"\vreplication\x18\x05 \x01(\rR\vreplication\x12\x1d\n" +
 	"\n" +
-	"created_ns\x18\x06 \x01(\x03R\tcreatedNsB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
+	"created_ns\x18\x06 \x01(\x03R\tcreatedNs\x12%\n" +
+	"\x0ecap_generation\x18\a \x01(\x04R\rcapGenerationB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
 
 var (
 	file_record_proto_rawDescOnce sync.Once

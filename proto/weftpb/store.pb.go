@@ -99,6 +99,10 @@ type WriteChunkRequest struct {
 	Replace       bool   `protobuf:"varint,6,opt,name=replace,proto3" json:"replace,omitempty"`
 	SetVersion    uint64 `protobuf:"varint,7,opt,name=set_version,json=setVersion,proto3" json:"set_version,omitempty"`
 	ExpectVersion uint64 `protobuf:"varint,8,opt,name=expect_version,json=expectVersion,proto3" json:"expect_version,omitempty"`
+	// capability (internal/auth, docs/wire.md "Capabilities") grants the
+	// request; a store with capability checks on refuses a request without
+	// a valid one with errs.CapabilityRefused.
+	Capability    []byte `protobuf:"bytes,9,opt,name=capability,proto3" json:"capability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -189,6 +193,13 @@ func (x *WriteChunkRequest) GetExpectVersion() uint64 {
 	return 0
 }
 
+func (x *WriteChunkRequest) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
+}
+
 type WriteChunkReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -233,10 +244,14 @@ func (*WriteChunkReply) Descriptor() ([]byte, []int) {
 // never with found = false; a chunk whose file is shorter than its recorded
 // size is errs.Lost too.
 type ReadChunkRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Chunk         *ChunkID               `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
-	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        int64                  `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Chunk  *ChunkID               `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Offset int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length int64                  `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	// capability (internal/auth, docs/wire.md "Capabilities") grants the
+	// request; a store with capability checks on refuses a request without
+	// a valid one with errs.CapabilityRefused.
+	Capability    []byte `protobuf:"bytes,4,opt,name=capability,proto3" json:"capability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -290,6 +305,13 @@ func (x *ReadChunkRequest) GetLength() int64 {
 		return x.Length
 	}
 	return 0
+}
+
+func (x *ReadChunkRequest) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
 }
 
 // Since protocol version 2 the bytes travel as the frame's attachment and
@@ -375,8 +397,12 @@ type TruncateChunkRequest struct {
 	// at or after this time (Unix ns): a late truncate drop must not cut
 	// bytes written after the truncate.
 	ChangedBeforeNs int64 `protobuf:"varint,3,opt,name=changed_before_ns,json=changedBeforeNs,proto3" json:"changed_before_ns,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// capability (internal/auth, docs/wire.md "Capabilities") grants the
+	// request; a store with capability checks on refuses a request without
+	// a valid one with errs.CapabilityRefused.
+	Capability    []byte `protobuf:"bytes,4,opt,name=capability,proto3" json:"capability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TruncateChunkRequest) Reset() {
@@ -430,6 +456,13 @@ func (x *TruncateChunkRequest) GetChangedBeforeNs() int64 {
 	return 0
 }
 
+func (x *TruncateChunkRequest) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
+}
+
 type TruncateChunkReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -474,8 +507,12 @@ type DeleteChunksRequest struct {
 	Ino             uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
 	From            uint64                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
 	ChangedBeforeNs int64                  `protobuf:"varint,3,opt,name=changed_before_ns,json=changedBeforeNs,proto3" json:"changed_before_ns,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// capability (internal/auth, docs/wire.md "Capabilities") grants the
+	// request; a store with capability checks on refuses a request without
+	// a valid one with errs.CapabilityRefused.
+	Capability    []byte `protobuf:"bytes,4,opt,name=capability,proto3" json:"capability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteChunksRequest) Reset() {
@@ -529,6 +566,13 @@ func (x *DeleteChunksRequest) GetChangedBeforeNs() int64 {
 	return 0
 }
 
+func (x *DeleteChunksRequest) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
+}
+
 type DeleteChunksReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Deleted       uint64                 `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
@@ -575,8 +619,12 @@ func (x *DeleteChunksReply) GetDeleted() uint64 {
 
 // SyncChunksRequest makes every chunk of ino durable on the backend.
 type SyncChunksRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ino   uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	// capability (internal/auth, docs/wire.md "Capabilities") grants the
+	// request; a store with capability checks on refuses a request without
+	// a valid one with errs.CapabilityRefused.
+	Capability    []byte `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -616,6 +664,13 @@ func (x *SyncChunksRequest) GetIno() uint64 {
 		return x.Ino
 	}
 	return 0
+}
+
+func (x *SyncChunksRequest) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
 }
 
 type SyncChunksReply struct {
@@ -880,14 +935,17 @@ func (*MarkStoreCompleteReply) Descriptor() ([]byte, []int) {
 // (sync and write_behind as in WriteChunkRequest); without, it writes the
 // chunk's bytes [offset, offset+length) into the file at file_offset.
 type LocalIORequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Write         bool                   `protobuf:"varint,1,opt,name=write,proto3" json:"write,omitempty"`
-	Chunk         *ChunkID               `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
-	Offset        int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        int64                  `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
-	FileOffset    int64                  `protobuf:"varint,5,opt,name=file_offset,json=fileOffset,proto3" json:"file_offset,omitempty"`
-	Sync          bool                   `protobuf:"varint,6,opt,name=sync,proto3" json:"sync,omitempty"`
-	WriteBehind   bool                   `protobuf:"varint,7,opt,name=write_behind,json=writeBehind,proto3" json:"write_behind,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Write       bool                   `protobuf:"varint,1,opt,name=write,proto3" json:"write,omitempty"`
+	Chunk       *ChunkID               `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Offset      int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length      int64                  `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	FileOffset  int64                  `protobuf:"varint,5,opt,name=file_offset,json=fileOffset,proto3" json:"file_offset,omitempty"`
+	Sync        bool                   `protobuf:"varint,6,opt,name=sync,proto3" json:"sync,omitempty"`
+	WriteBehind bool                   `protobuf:"varint,7,opt,name=write_behind,json=writeBehind,proto3" json:"write_behind,omitempty"`
+	// capability as in WriteChunkRequest; the store also checks that the
+	// peer process runs as root or as the capability's holder (SO_PEERCRED).
+	Capability    []byte `protobuf:"bytes,8,opt,name=capability,proto3" json:"capability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -969,6 +1027,13 @@ func (x *LocalIORequest) GetWriteBehind() bool {
 		return x.WriteBehind
 	}
 	return false
+}
+
+func (x *LocalIORequest) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
 }
 
 // LocalIOReply answers a LocalIORequest: the bytes moved (a read is short
@@ -1246,6 +1311,150 @@ func (x *ListChunksReply) GetMore() bool {
 	return false
 }
 
+// RevokeCapabilitiesRequest (meta server to store): capabilities of each
+// inode with a generation below the one given are void from now on
+// (internal/auth/revoke.go). revoked_at_ns is the meta server's clock at
+// the change, which bounds how long the store must remember it.
+type RevokeCapabilitiesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revocations   []*Revocation          `protobuf:"bytes,1,rep,name=revocations,proto3" json:"revocations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeCapabilitiesRequest) Reset() {
+	*x = RevokeCapabilitiesRequest{}
+	mi := &file_store_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeCapabilitiesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeCapabilitiesRequest) ProtoMessage() {}
+
+func (x *RevokeCapabilitiesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeCapabilitiesRequest.ProtoReflect.Descriptor instead.
+func (*RevokeCapabilitiesRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RevokeCapabilitiesRequest) GetRevocations() []*Revocation {
+	if x != nil {
+		return x.Revocations
+	}
+	return nil
+}
+
+type Revocation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	RevokedAtNs   int64                  `protobuf:"varint,3,opt,name=revoked_at_ns,json=revokedAtNs,proto3" json:"revoked_at_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Revocation) Reset() {
+	*x = Revocation{}
+	mi := &file_store_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Revocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Revocation) ProtoMessage() {}
+
+func (x *Revocation) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Revocation.ProtoReflect.Descriptor instead.
+func (*Revocation) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Revocation) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *Revocation) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *Revocation) GetRevokedAtNs() int64 {
+	if x != nil {
+		return x.RevokedAtNs
+	}
+	return 0
+}
+
+type RevokeCapabilitiesReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeCapabilitiesReply) Reset() {
+	*x = RevokeCapabilitiesReply{}
+	mi := &file_store_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeCapabilitiesReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeCapabilitiesReply) ProtoMessage() {}
+
+func (x *RevokeCapabilitiesReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeCapabilitiesReply.ProtoReflect.Descriptor instead.
+func (*RevokeCapabilitiesReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{22}
+}
+
 var File_store_proto protoreflect.FileDescriptor
 
 const file_store_proto_rawDesc = "" +
@@ -1253,7 +1462,7 @@ const file_store_proto_rawDesc = "" +
 	"\vstore.proto\x12\aweft.v1\"1\n" +
 	"\aChunkID\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\x80\x02\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\xa0\x02\n" +
 	"\x11WriteChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
@@ -1263,31 +1472,46 @@ const file_store_proto_rawDesc = "" +
 	"\areplace\x18\x06 \x01(\bR\areplace\x12\x1f\n" +
 	"\vset_version\x18\a \x01(\x04R\n" +
 	"setVersion\x12%\n" +
-	"\x0eexpect_version\x18\b \x01(\x04R\rexpectVersion\"\x11\n" +
-	"\x0fWriteChunkReply\"j\n" +
+	"\x0eexpect_version\x18\b \x01(\x04R\rexpectVersion\x12\x1e\n" +
+	"\n" +
+	"capability\x18\t \x01(\fR\n" +
+	"capability\"\x11\n" +
+	"\x0fWriteChunkReply\"\x8a\x01\n" +
 	"\x10ReadChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06length\x18\x03 \x01(\x03R\x06length\"s\n" +
+	"\x06length\x18\x03 \x01(\x03R\x06length\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x04 \x01(\fR\n" +
+	"capability\"s\n" +
 	"\x0eReadChunkReply\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
 	"\x05found\x18\x02 \x01(\bR\x05found\x12\x1d\n" +
 	"\n" +
 	"chunk_size\x18\x03 \x01(\x03R\tchunkSize\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\x04R\aversion\"~\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"\x9e\x01\n" +
 	"\x14TruncateChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12*\n" +
-	"\x11changed_before_ns\x18\x03 \x01(\x03R\x0fchangedBeforeNs\"\x14\n" +
-	"\x12TruncateChunkReply\"g\n" +
+	"\x11changed_before_ns\x18\x03 \x01(\x03R\x0fchangedBeforeNs\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x04 \x01(\fR\n" +
+	"capability\"\x14\n" +
+	"\x12TruncateChunkReply\"\x87\x01\n" +
 	"\x13DeleteChunksRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12*\n" +
-	"\x11changed_before_ns\x18\x03 \x01(\x03R\x0fchangedBeforeNs\"-\n" +
+	"\x11changed_before_ns\x18\x03 \x01(\x03R\x0fchangedBeforeNs\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x04 \x01(\fR\n" +
+	"capability\"-\n" +
 	"\x11DeleteChunksReply\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x04R\adeleted\"%\n" +
+	"\adeleted\x18\x01 \x01(\x04R\adeleted\"E\n" +
 	"\x11SyncChunksRequest\x12\x10\n" +
-	"\x03ino\x18\x01 \x01(\x04R\x03ino\"\x11\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x02 \x01(\fR\n" +
+	"capability\"\x11\n" +
 	"\x0fSyncChunksReply\"5\n" +
 	"\x12StoreStatFSRequest\x12\x1f\n" +
 	"\vwant_stored\x18\x01 \x01(\bR\n" +
@@ -1303,7 +1527,7 @@ const file_store_proto_rawDesc = "" +
 	"\x06stored\x18\x06 \x01(\x04R\x06stored\"*\n" +
 	"\x18MarkStoreCompleteRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x18\n" +
-	"\x16MarkStoreCompleteReply\"\xd6\x01\n" +
+	"\x16MarkStoreCompleteReply\"\xf6\x01\n" +
 	"\x0eLocalIORequest\x12\x14\n" +
 	"\x05write\x18\x01 \x01(\bR\x05write\x12&\n" +
 	"\x05chunk\x18\x02 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
@@ -1312,7 +1536,10 @@ const file_store_proto_rawDesc = "" +
 	"\vfile_offset\x18\x05 \x01(\x03R\n" +
 	"fileOffset\x12\x12\n" +
 	"\x04sync\x18\x06 \x01(\bR\x04sync\x12!\n" +
-	"\fwrite_behind\x18\a \x01(\bR\vwriteBehind\"\xaa\x01\n" +
+	"\fwrite_behind\x18\a \x01(\bR\vwriteBehind\x12\x1e\n" +
+	"\n" +
+	"capability\x18\b \x01(\fR\n" +
+	"capability\"\xaa\x01\n" +
 	"\fLocalIOReply\x12\x16\n" +
 	"\x06length\x18\x01 \x01(\x03R\x06length\x12\x1d\n" +
 	"\n" +
@@ -1333,7 +1560,17 @@ const file_store_proto_rawDesc = "" +
 	"\x0fmtime_unix_nano\x18\x04 \x01(\x03R\rmtimeUnixNano\"Q\n" +
 	"\x0fListChunksReply\x12*\n" +
 	"\x06chunks\x18\x01 \x03(\v2\x12.weft.v1.ChunkInfoR\x06chunks\x12\x12\n" +
-	"\x04more\x18\x02 \x01(\bR\x04moreB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
+	"\x04more\x18\x02 \x01(\bR\x04more\"R\n" +
+	"\x19RevokeCapabilitiesRequest\x125\n" +
+	"\vrevocations\x18\x01 \x03(\v2\x13.weft.v1.RevocationR\vrevocations\"b\n" +
+	"\n" +
+	"Revocation\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x12\"\n" +
+	"\rrevoked_at_ns\x18\x03 \x01(\x03R\vrevokedAtNs\"\x19\n" +
+	"\x17RevokeCapabilitiesReplyB%Z#github.com/weftfs/weft/proto/weftpbb\x06proto3"
 
 var (
 	file_store_proto_rawDescOnce sync.Once
@@ -1347,28 +1584,31 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_store_proto_goTypes = []any{
-	(*ChunkID)(nil),                  // 0: weft.v1.ChunkID
-	(*WriteChunkRequest)(nil),        // 1: weft.v1.WriteChunkRequest
-	(*WriteChunkReply)(nil),          // 2: weft.v1.WriteChunkReply
-	(*ReadChunkRequest)(nil),         // 3: weft.v1.ReadChunkRequest
-	(*ReadChunkReply)(nil),           // 4: weft.v1.ReadChunkReply
-	(*TruncateChunkRequest)(nil),     // 5: weft.v1.TruncateChunkRequest
-	(*TruncateChunkReply)(nil),       // 6: weft.v1.TruncateChunkReply
-	(*DeleteChunksRequest)(nil),      // 7: weft.v1.DeleteChunksRequest
-	(*DeleteChunksReply)(nil),        // 8: weft.v1.DeleteChunksReply
-	(*SyncChunksRequest)(nil),        // 9: weft.v1.SyncChunksRequest
-	(*SyncChunksReply)(nil),          // 10: weft.v1.SyncChunksReply
-	(*StoreStatFSRequest)(nil),       // 11: weft.v1.StoreStatFSRequest
-	(*StoreStatFSReply)(nil),         // 12: weft.v1.StoreStatFSReply
-	(*MarkStoreCompleteRequest)(nil), // 13: weft.v1.MarkStoreCompleteRequest
-	(*MarkStoreCompleteReply)(nil),   // 14: weft.v1.MarkStoreCompleteReply
-	(*LocalIORequest)(nil),           // 15: weft.v1.LocalIORequest
-	(*LocalIOReply)(nil),             // 16: weft.v1.LocalIOReply
-	(*ListChunksRequest)(nil),        // 17: weft.v1.ListChunksRequest
-	(*ChunkInfo)(nil),                // 18: weft.v1.ChunkInfo
-	(*ListChunksReply)(nil),          // 19: weft.v1.ListChunksReply
+	(*ChunkID)(nil),                   // 0: weft.v1.ChunkID
+	(*WriteChunkRequest)(nil),         // 1: weft.v1.WriteChunkRequest
+	(*WriteChunkReply)(nil),           // 2: weft.v1.WriteChunkReply
+	(*ReadChunkRequest)(nil),          // 3: weft.v1.ReadChunkRequest
+	(*ReadChunkReply)(nil),            // 4: weft.v1.ReadChunkReply
+	(*TruncateChunkRequest)(nil),      // 5: weft.v1.TruncateChunkRequest
+	(*TruncateChunkReply)(nil),        // 6: weft.v1.TruncateChunkReply
+	(*DeleteChunksRequest)(nil),       // 7: weft.v1.DeleteChunksRequest
+	(*DeleteChunksReply)(nil),         // 8: weft.v1.DeleteChunksReply
+	(*SyncChunksRequest)(nil),         // 9: weft.v1.SyncChunksRequest
+	(*SyncChunksReply)(nil),           // 10: weft.v1.SyncChunksReply
+	(*StoreStatFSRequest)(nil),        // 11: weft.v1.StoreStatFSRequest
+	(*StoreStatFSReply)(nil),          // 12: weft.v1.StoreStatFSReply
+	(*MarkStoreCompleteRequest)(nil),  // 13: weft.v1.MarkStoreCompleteRequest
+	(*MarkStoreCompleteReply)(nil),    // 14: weft.v1.MarkStoreCompleteReply
+	(*LocalIORequest)(nil),            // 15: weft.v1.LocalIORequest
+	(*LocalIOReply)(nil),              // 16: weft.v1.LocalIOReply
+	(*ListChunksRequest)(nil),         // 17: weft.v1.ListChunksRequest
+	(*ChunkInfo)(nil),                 // 18: weft.v1.ChunkInfo
+	(*ListChunksReply)(nil),           // 19: weft.v1.ListChunksReply
+	(*RevokeCapabilitiesRequest)(nil), // 20: weft.v1.RevokeCapabilitiesRequest
+	(*Revocation)(nil),                // 21: weft.v1.Revocation
+	(*RevokeCapabilitiesReply)(nil),   // 22: weft.v1.RevokeCapabilitiesReply
 }
 var file_store_proto_depIdxs = []int32{
 	0,  // 0: weft.v1.WriteChunkRequest.chunk:type_name -> weft.v1.ChunkID
@@ -1378,11 +1618,12 @@ var file_store_proto_depIdxs = []int32{
 	0,  // 4: weft.v1.ListChunksRequest.after:type_name -> weft.v1.ChunkID
 	0,  // 5: weft.v1.ChunkInfo.chunk:type_name -> weft.v1.ChunkID
 	18, // 6: weft.v1.ListChunksReply.chunks:type_name -> weft.v1.ChunkInfo
-	7,  // [7:7] is the sub-list for method output_type
-	7,  // [7:7] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	21, // 7: weft.v1.RevokeCapabilitiesRequest.revocations:type_name -> weft.v1.Revocation
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -1396,7 +1637,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
