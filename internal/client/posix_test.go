@@ -41,13 +41,11 @@ func newPosixFS(t *testing.T) posixtest.FS {
 			t.Errorf("stop cluster: %v", err)
 		}
 	})
-	c, err := client.New(client.Config{
-		MetaAddrs:   []string{e.MetaAddr()},
-		StoreAddrs:  []string{e.StoreAddr()},
-		ChunkSize:   posixtest.TestChunkSize,
-		InlineLimit: posixtest.TestInlineLimit,
-		RetryFor:    2 * time.Second,
-	})
+	// The cluster's own client settings (its admin identity), with the
+	// suite's chunk and inline sizes.
+	cc := cluster.ClientConfig(e.Config(), core.Root, nil)
+	cc.ChunkSize, cc.InlineLimit, cc.RetryFor = posixtest.TestChunkSize, posixtest.TestInlineLimit, 2*time.Second
+	c, err := client.New(cc)
 	if err != nil {
 		t.Fatalf("client: %v", err)
 	}

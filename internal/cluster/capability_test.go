@@ -45,7 +45,11 @@ func TestCapabilitiesAcrossProcesses(t *testing.T) {
 	defer f.Close()
 	ref := f.Ref()
 
-	metaPeer := rpc.NewPeer(cfg.Meta[0].Addr, rpc.DialOptions{})
+	dial, err := DialOptions(cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metaPeer := rpc.NewPeer(cfg.Meta[0].Addr, dial)
 	defer metaPeer.Close()
 	var open weftpb.OpenReply
 	nobody := &weftpb.Creds{Uid: 65534, Gid: 65534}
@@ -54,7 +58,7 @@ func TestCapabilitiesAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := func(store int, tok []byte) error {
-		sp := rpc.NewPeer(cfg.Store[store].Addr, rpc.DialOptions{})
+		sp := rpc.NewPeer(cfg.Store[store].Addr, dial)
 		defer sp.Close()
 		_, err := sp.CallData(ctx, weftpb.MethodReadChunk, &weftpb.ReadChunkRequest{Chunk: &weftpb.ChunkID{Ino: uint64(ref.Ino)}, Length: 100, Capability: tok}, nil, &weftpb.ReadChunkReply{})
 		return err
