@@ -21,6 +21,7 @@ import (
 // no honest client would send.
 type capCluster struct {
 	c           *client.Client
+	cc          client.Config // c's, for more clients
 	meta, store *rpc.Peer
 }
 
@@ -43,7 +44,13 @@ func newCapCluster(t *testing.T) *capCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	cl := &capCluster{c: c, meta: rpc.NewPeer(emb.MetaAddr(), rpc.DialOptions{}), store: rpc.NewPeer(emb.StoreAddr(), rpc.DialOptions{})}
+	// The raw connections are authenticated (the cluster's admin
+	// identity): what they lack is a capability.
+	dial, err := cluster.DialOptions(emb.Config(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &capCluster{c: c, cc: cc, meta: rpc.NewPeer(emb.MetaAddr(), dial), store: rpc.NewPeer(emb.StoreAddr(), dial)}
 	t.Cleanup(func() { cl.meta.Close(); cl.store.Close() })
 	return cl
 }
@@ -210,8 +217,9 @@ func TestChmodRevokesAtTheStore(t *testing.T) {
 // clientConfigOf returns a config for a second client of cl's cluster.
 func clientConfigOf(t *testing.T, cl *capCluster) client.Config {
 	t.Helper()
-	return client.Config{MetaAddrs: []string{cl.meta.Addr()}, StoreAddrs: []string{cl.store.Addr()}, ChunkSize: 64 << 10, Creds: core.Root,
-		RetryFor: 5 * time.Second}
+	cc := cl.cc
+	cc.RetryFor = 5 * time.Second
+	return cc
 }
 
 // BenchmarkRenewCapability is the round trip that fetches a fresh
