@@ -35,6 +35,9 @@ var onlyDeps = map[string][]string{
 	"repair":  {"core", "errs", "weftpb", "rpc"},
 	"layout":  {"core", "errs"}, // the meta store's key layout, for meta and fsck
 	"waitfor": {},               // tests' waits for a condition
+
+	// sessions, leases and file locks, for meta (and auth, when it comes)
+	"lease": {"core", "errs", "weftpb", "rpc", "auth"},
 }
 
 // upper are the components that assemble the system; nothing below them

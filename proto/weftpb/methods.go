@@ -42,6 +42,9 @@ const (
 	MethodPeerInstallPartition = 44
 	MethodPeerSetPerm          = 45
 	MethodPeerRelease          = 46
+	// 60-69: leases (lease.proto). Release is a one-way message.
+	MethodLeaseAcquire = 60
+	MethodLeaseRelease = 61
 
 	MethodWriteChunk        = 100
 	MethodReadChunk         = 101
@@ -51,6 +54,9 @@ const (
 	MethodStoreStatFS       = 105
 	MethodListChunks        = 106 // weft gc and repair: what a store holds
 	MethodMarkStoreComplete = 107 // weft repair: a replacement store is whole again
+
+	// 200-209: lease callbacks from a meta server to a client (one-way).
+	MethodLeaseRecall = 200
 )
 
 var methodNames = map[uint16]string{
@@ -71,6 +77,9 @@ var methodNames = map[uint16]string{
 	MethodTruncateChunk: "truncate_chunk", MethodDeleteChunks: "delete_chunks",
 	MethodSyncChunks: "sync_chunks", MethodStoreStatFS: "store_statfs",
 	MethodListChunks: "list_chunks", MethodMarkStoreComplete: "mark_store_complete",
+
+	MethodLeaseAcquire: "lease_acquire", MethodLeaseRelease: "lease_release",
+	MethodLeaseRecall: "lease_recall",
 }
 
 // MethodName returns a method's name for logs and metric labels.

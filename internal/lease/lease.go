@@ -1,0 +1,326 @@
+package lease
+
+import (
+	"context"
+	"time"
+
+	"github.com/weftfs/weft/internal/errs"
+)
+
+// keyLeases are the leases on one key.
+type keyLeases struct {
+	grants map[uint64]*grant // by session
+	// changes counts the changes in progress on the key (BeginChange): no
+	// lease is granted while one runs.
+	changes int
+}
+
+// grant is one session's lease on a key.
+type grant struct {
+	mode     Mode
+	expires  time.Time
+	recalled time.Time // when a recall was sent; zero if none
+}
+
+// conflicts reports whether g, another session's lease, stands in the way of
+// a lease in mode m (0: a change, which conflicts with every lease).
+func (g *grant) conflicts(m Mode) bool { return m != Read || g.mode == Write }
+
+// Acquire grants session leases in mode on keys, all of them or none. It
+// recalls conflicting leases of other sessions and waits, bounded by ctx,
+// for them to go, for changes on the keys to end and (for write leases)
+// for the grace period to end. It returns the lease's term. holder is
+// where recalls of the session's leases go from now on (nil keeps the
+// previous one).
+func (s *Service) Acquire(ctx context.Context, id uint64, holder Holder, mode Mode, keys []Key) (time.Duration, error) {
+	const op = "lease acquire"
+	switch {
+	case id == 0:
+		return 0, errs.New(errs.Invalid, op, "no session")
+	case mode != Read && mode != Write:
+		return 0, errs.New(errs.Invalid, op, "unknown lease mode %d", mode)
+	case len(keys) == 0:
+		return 0, errs.New(errs.Invalid, op, "no keys")
+	}
+	for {
+		wait, recalls, err := s.tryAcquire(id, holder, mode, keys)
+		if err != nil || wait == nil {
+			return s.term, err
+		}
+		sendRecalls(recalls)
+		if err := wait.wait(ctx, op); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// tryAcquire grants the leases if nothing stands in the way; otherwise it
+// returns what to wait for and the recalls to send.
+func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (*waiter, []recall, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.expireLocked(now)
+	ss := s.touchLocked(id, now)
+	if holder != nil {
+		ss.holder = holder
+	}
+	w := &waiter{changed: s.mu.changed}
+	if mode == Write && now.Before(s.graceEnd) {
+		w.until(s.graceEnd)
+	}
+	var recalls []recall
+	for _, k := range keys {
+		kl := s.mu.leases[k]
+		if kl == nil {
+			continue
+		}
+		s.expireKeyLocked(k, kl, now)
+		if kl.changes > 0 {
+			w.blocked = true
+		}
+		recalls = s.recallLocked(k, kl, id, nil, mode, now, w, recalls)
+	}
+	if w.blocked || !w.deadline.IsZero() {
+		w.from(now)
+		return w, recalls, nil
+	}
+	for _, k := range keys {
+		kl := s.mu.leases[k]
+		if kl == nil {
+			kl = &keyLeases{grants: make(map[uint64]*grant)}
+			s.mu.leases[k] = kl
+		}
+		g := kl.grants[id]
+		if g == nil {
+			g = &grant{}
+			kl.grants[id] = g
+			ss.leases[k] = struct{}{}
+			s.mu.held++
+		}
+		// A new grant replaces the old one: a fresh term, and a recall
+		// of the old grant is answered by asking again.
+		g.mode, g.expires, g.recalled = mode, now.Add(s.term), time.Time{}
+	}
+	s.metrics.granted(len(keys))
+	return nil, nil, nil
+}
+
+// recallLocked looks at the leases on k that stand in the way of session id
+// wanting mode (0 for a change), skipping sessions whose holder is skip. It
+// marks the ones not yet recalled, adds their recalls to recalls, and makes
+// w wait for the earliest of their ends.
+func (s *Service) recallLocked(k Key, kl *keyLeases, id uint64, skip Holder, mode Mode, now time.Time, w *waiter, recalls []recall) []recall {
+	for sid, g := range kl.grants {
+		if sid == id || !g.conflicts(mode) {
+			continue
+		}
+		ss := s.mu.sessions[sid]
+		if skip != nil && ss != nil && ss.holder == skip {
+			continue
+		}
+		w.blocked = true
+		w.until(g.expires)
+		if !g.recalled.IsZero() {
+			continue
+		}
+		g.recalled = now
+		s.metrics.recalled()
+		if ss != nil && ss.holder != nil {
+			recalls = append(recalls, recall{holder: ss.holder, session: sid, key: k})
+		}
+	}
+	return recalls
+}
+
+// Release gives up session id's leases on keys. Releasing a lease not held
+// is not an error (it may have expired, or been released twice).
+func (s *Service) Release(id uint64, keys []Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.expireLocked(now)
+	if ss := s.mu.sessions[id]; ss != nil {
+		ss.expires = now.Add(s.ttl)
+	}
+	for _, k := range keys {
+		if kl := s.mu.leases[k]; kl != nil {
+			if g := kl.grants[id]; g != nil && !g.recalled.IsZero() {
+				s.metrics.recallLatency(now.Sub(g.recalled))
+			}
+			s.dropGrantLocked(k, kl, id)
+		}
+	}
+}
+
+// BeginChange is called before a commit that changes records under keys.
+// It recalls every lease other sessions hold on them, except those of
+// sessions whose holder is requester (the client that asked for the
+// change; nil: none), and waits until each is released or its term ends,
+// and until the grace period is over. Until end is called, no lease on the
+// keys is granted. It fails only when ctx ends first.
+func (s *Service) BeginChange(ctx context.Context, requester Holder, keys []Key) (end func(), err error) {
+	if len(keys) == 0 {
+		return func() {}, nil
+	}
+	s.mu.Lock()
+	for _, k := range keys {
+		kl := s.mu.leases[k]
+		if kl == nil {
+			kl = &keyLeases{grants: make(map[uint64]*grant)}
+			s.mu.leases[k] = kl
+		}
+		kl.changes++
+	}
+	s.mu.Unlock()
+	end = func() { s.endChange(keys) }
+	for {
+		wait, recalls := s.tryChange(requester, keys)
+		if wait == nil {
+			return end, nil
+		}
+		sendRecalls(recalls)
+		if err := wait.wait(ctx, "lease recall"); err != nil {
+			end()
+			return nil, err
+		}
+	}
+}
+
+func (s *Service) tryChange(requester Holder, keys []Key) (*waiter, []recall) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.expireLocked(now)
+	w := &waiter{changed: s.mu.changed}
+	if now.Before(s.graceEnd) {
+		w.until(s.graceEnd)
+	}
+	var recalls []recall
+	for _, k := range keys {
+		kl := s.mu.leases[k]
+		s.expireKeyLocked(k, kl, now)
+		recalls = s.recallLocked(k, kl, 0, requester, 0, now, w, recalls)
+	}
+	if w.blocked || !w.deadline.IsZero() {
+		w.from(now)
+		return w, recalls
+	}
+	return nil, nil
+}
+
+func (s *Service) endChange(keys []Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		kl := s.mu.leases[k]
+		kl.changes--
+		if kl.changes == 0 && len(kl.grants) == 0 {
+			delete(s.mu.leases, k)
+		}
+	}
+	s.wakeLocked()
+}
+
+// expireKeyLocked drops the grants on k whose term has ended.
+func (s *Service) expireKeyLocked(k Key, kl *keyLeases, now time.Time) {
+	for sid, g := range kl.grants {
+		if now.Before(g.expires) {
+			continue
+		}
+		if !g.recalled.IsZero() {
+			s.metrics.expired()
+		}
+		s.dropGrantLocked(k, kl, sid)
+	}
+}
+
+// dropGrantLocked removes session sid's lease on k and wakes waiters.
+func (s *Service) dropGrantLocked(k Key, kl *keyLeases, sid uint64) {
+	if _, ok := kl.grants[sid]; !ok {
+		return
+	}
+	delete(kl.grants, sid)
+	s.mu.held--
+	if ss := s.mu.sessions[sid]; ss != nil {
+		delete(ss.leases, k)
+	}
+	if len(kl.grants) == 0 && kl.changes == 0 {
+		delete(s.mu.leases, k)
+	}
+	s.wakeLocked()
+}
+
+// recall is one recall to send.
+type recall struct {
+	holder  Holder
+	session uint64
+	key     Key
+}
+
+// sendRecalls sends recalls, one message per holder and session.
+func sendRecalls(rs []recall) {
+	type dest struct {
+		h  Holder
+		id uint64
+	}
+	byDest := map[dest][]Key{}
+	var order []dest
+	for _, r := range rs {
+		d := dest{r.holder, r.session}
+		if _, ok := byDest[d]; !ok {
+			order = append(order, d)
+		}
+		byDest[d] = append(byDest[d], r.key)
+	}
+	for _, d := range order {
+		d.h.Recall(d.id, byDest[d])
+	}
+}
+
+// waiter is what an acquire or a change waits for: a lease to go or a
+// change to end (changed), or a deadline (the earliest term end, the end of
+// the grace period).
+type waiter struct {
+	changed  <-chan struct{}
+	blocked  bool
+	deadline time.Time     // on the service's clock
+	after    time.Duration // deadline - now, set by from
+}
+
+// from fixes how long the wait lasts at most, from now on the service's
+// clock.
+func (w *waiter) from(now time.Time) {
+	if !w.deadline.IsZero() {
+		w.after = max(w.deadline.Sub(now), time.Millisecond)
+	}
+}
+
+func (w *waiter) until(t time.Time) {
+	if w.deadline.IsZero() || t.Before(w.deadline) {
+		w.deadline = t
+	}
+}
+
+// wait blocks until something changed, the deadline passed (timed on the
+// real clock; the service's clock decides again when it wakes), or ctx
+// ended.
+func (w *waiter) wait(ctx context.Context, op string) error {
+	var timeout <-chan time.Time
+	if !w.deadline.IsZero() {
+		t := time.NewTimer(w.after)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-w.changed:
+	case <-timeout:
+	case <-ctx.Done():
+		kind := errs.Canceled
+		if ctx.Err() == context.DeadlineExceeded {
+			kind = errs.Timeout
+		}
+		return errs.Wrap(kind, op, "waiting for leases", ctx.Err())
+	}
+	return nil
+}
