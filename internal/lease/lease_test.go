@@ -223,7 +223,10 @@ func TestLeaseGrace(t *testing.T) {
 	if d := time.Since(start); d > grace/2 {
 		t.Fatalf("read lease took %v in the grace period", d)
 	}
-	w := background(func() error { _, err := s.Acquire(context.Background(), 2, newHolder("h2"), Write, []Key{2}); return err })
+	w := background(func() error {
+		_, err := s.Acquire(context.Background(), 2, newHolder("h2"), Write, []Key{2})
+		return err
+	})
 	c := change(s, nil, 3)
 	for _, done := range []<-chan error{w, c} {
 		if err := waitResult(t, "after the grace period", done); err != nil {

@@ -1,0 +1,154 @@
+package fusefs
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/core"
+)
+
+// Kernel caching under read leases. A reply the mount gives under a read
+// lease (client.ReadLease, taken before the server is asked) lets the
+// kernel keep the entry or attributes for as long as the client trusts the
+// lease; one without keeps today's short timeouts (Options). When a meta
+// server recalls a lease, because another client is about to change what it
+// covers, the client calls recalled before it releases the lease, so that
+// the change lands only once this kernel has forgotten the old state.
+//
+// recalled runs on the client's goroutine for the recall, never inside a
+// FUSE request. The kernel may still block an invalidation behind a request
+// of this mount (a lookup in the directory holds its lock); the client
+// releases the lease anyway after a bound (client.recallNotifyWait), so
+// the two can never wait for each other for longer.
+
+// nodeIndex finds the nodes the kernel may cache, by inode, for recalls.
+// go-fuse may drop a node newChild made (the kernel already knew the
+// inode by another name) without telling it: an inode keeps its last few
+// nodes, and a recall notifies them all (the dropped ones were never
+// handed to the kernel, so that does nothing).
+type nodeIndex struct {
+	root *Node
+	mu   sync.Mutex
+	m    map[core.Ino][]*Node
+}
+
+// maxNodesPerIno bounds the dropped nodes an inode's list keeps.
+const maxNodesPerIno = 4
+
+func (x *nodeIndex) add(n *Node) {
+	ino := n.ino()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.m == nil {
+		x.m = make(map[core.Ino][]*Node)
+	}
+	l := x.m[ino]
+	for _, o := range l {
+		if o == n {
+			return
+		}
+	}
+	if len(l) == maxNodesPerIno {
+		l = l[1:]
+	}
+	x.m[ino] = append(l, n)
+}
+
+func (x *nodeIndex) remove(n *Node) {
+	ino := n.ino()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	l := x.m[ino]
+	for i, o := range l {
+		if o == n {
+			l = append(l[:i:i], l[i+1:]...)
+			break
+		}
+	}
+	if len(l) == 0 {
+		delete(x.m, ino)
+	} else {
+		x.m[ino] = l
+	}
+}
+
+func (x *nodeIndex) get(ino core.Ino) []*Node {
+	if ino == core.RootIno {
+		return []*Node{x.root}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return append([]*Node(nil), x.m[ino]...)
+}
+
+var _ fs.NodeOnForgetter = (*Node)(nil)
+
+// OnForget is called when the kernel has forgotten the node.
+func (n *Node) OnForget() { n.fsys.index.remove(n) }
+
+// recalled makes the kernel forget what the recalled leases covered: for
+// a key that is a directory, its attributes, its cached listing, every
+// name the kernel knows in it and the attributes those embed (the pages of
+// files open here too: their size and times may have changed); for any
+// other inode, its attributes and pages.
+func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
+	for _, k := range keys {
+		for _, n := range fsys.index.get(k.Ino) {
+			n.forget()
+		}
+	}
+}
+
+func (n *Node) forget() {
+	_ = n.NotifyContent(0, 0)
+	if !n.IsDir() {
+		return
+	}
+	for name, ch := range n.Children() {
+		_ = n.NotifyEntry(name)
+		off := int64(-1) // attributes only
+		if cn, ok := ch.Operations().(*Node); ok && cn.isOpen() {
+			off = 0
+		}
+		_ = ch.NotifyContent(off, 0)
+	}
+}
+
+func (n *Node) isOpen() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mu.opens > 0
+}
+
+// leaseTimeout is how long the kernel may keep what l covers: what is left
+// of the lease, or def without one.
+func leaseTimeout(l client.Lease, def time.Duration) time.Duration {
+	if rem := l.Remaining(); rem > 0 {
+		return rem
+	}
+	return def
+}
+
+// entryLease takes the read lease that covers name in n, before the server
+// is asked about it.
+func (n *Node) entryLease(ctx context.Context, name string) client.Lease {
+	c := n.fsys.c
+	return c.ReadLease(ctx, c.EntryLease(n.ino(), name))
+}
+
+// attrLease takes the read lease that covers n's attributes.
+func (n *Node) attrLease(ctx context.Context) client.Lease {
+	n.mu.Lock()
+	a := n.mu.attr
+	n.mu.Unlock()
+	c := n.fsys.c
+	return c.ReadLease(ctx, c.AttrLease(n.ref(), a))
+}
+
+// inlineAttrs reports whether a's attributes live in the entry that names
+// them (so the entry's lease covers them).
+func inlineAttrs(a core.Attr) bool { return a.Mode&core.ModeType != core.ModeDir && a.Nlink <= 1 }

@@ -1,0 +1,104 @@
+package fusefs
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"testing"
+)
+
+// TestTwoMountsSingleImage checks the single system image two mounts give
+// under leases: once a call returns on mount A, the very next call on mount
+// B sees its effect, although B's kernel cached the old state a moment
+// before (no sleep anywhere: without recalls, B's kernel would keep the old
+// entry or attributes for up to its timeout).
+func TestTwoMountsSingleImage(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+
+	stat := func(path string) fs.FileInfo {
+		t.Helper()
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatalf("stat %s: %v", path, err)
+		}
+		return st
+	}
+	gone := func(what, path string) {
+		t.Helper()
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: stat %s on the other mount: %v, want ENOENT", what, path, err)
+		}
+	}
+	write := func(path, data string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// rename: B's kernel knows the old name.
+	write(a+"/x", "x")
+	stat(b + "/x")
+	check(os.Rename(a+"/x", a+"/y"))
+	gone("rename", b+"/x")
+	stat(b + "/y")
+
+	// chmod of a file (attributes in its entry) and of a directory
+	// (attributes in its own record).
+	check(os.Chmod(a+"/y", 0o600))
+	if m := stat(b + "/y").Mode().Perm(); m != 0o600 {
+		t.Errorf("chmod: the other mount sees mode %o, want 600", m)
+	}
+	check(os.Mkdir(a+"/d", 0o755))
+	stat(b + "/d")
+	stat(b + "/d")
+	check(os.Chmod(a+"/d", 0o700))
+	if m := stat(b + "/d").Mode().Perm(); m != 0o700 {
+		t.Errorf("chmod of a directory: the other mount sees mode %o, want 700", m)
+	}
+
+	// create: B listed the directory (and cached its attributes) before.
+	if _, err := os.ReadDir(b); err != nil {
+		t.Fatal(err)
+	}
+	gone("before create", b+"/new")
+	write(a+"/new", "")
+	stat(b + "/new")
+
+	// unlink
+	stat(b + "/y")
+	check(os.Remove(a + "/y"))
+	gone("unlink", b+"/y")
+
+	// mkdir and rmdir
+	gone("before mkdir", b+"/d/sub")
+	check(os.Mkdir(a+"/d/sub", 0o755))
+	if !stat(b + "/d/sub").IsDir() {
+		t.Error("mkdir: not a directory on the other mount")
+	}
+	check(os.Remove(a + "/d/sub"))
+	gone("rmdir", b+"/d/sub")
+
+	// write+close: the size B's kernel cached changes with A's close;
+	// then the content on open.
+	write(a+"/w", "v1")
+	if got, err := os.ReadFile(b + "/w"); err != nil || string(got) != "v1" {
+		t.Fatalf("read: %q, %v", got, err)
+	}
+	write(a+"/w", "version 2")
+	if sz := stat(b + "/w").Size(); sz != 9 {
+		t.Errorf("write+close: the other mount sees size %d, want 9", sz)
+	}
+	if got, err := os.ReadFile(b + "/w"); err != nil || string(got) != "version 2" {
+		t.Errorf("write+close: the other mount reads %q, %v", got, err)
+	}
+}
