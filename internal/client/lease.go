@@ -54,6 +54,7 @@ type LeaseKey struct {
 // heldLease is a read lease the client holds.
 type heldLease struct {
 	key      LeaseKey
+	seq      uint64    // the server's name for the grant
 	trusted  time.Time // monotonic: until when the client relies on it
 	recalled atomic.Bool
 }
@@ -79,16 +80,30 @@ func (l Lease) Remaining() time.Duration {
 	return max(rem, 0)
 }
 
+// recallMark is the latest grant of a key recalled, and when.
+type recallMark struct {
+	seq uint64
+	at  time.Time
+}
+
+// recalledKeep is how long a recall is remembered for the replies it may
+// have overtaken: longer than any term (an acquire waits at most
+// leaseAcquireWait).
+const recalledKeep = 2 * leaseAcquireWait
+
 // leaseCache is what the client knows of its leases.
 type leaseCache struct {
 	onRecall atomic.Pointer[func([]LeaseKey)]
 	mu       struct {
 		sync.Mutex
 		held map[LeaseKey]*heldLease
-		// recalls counts the recalls from each server: an acquire that
-		// saw one arrive while it waited trusts nothing it got (the
-		// recall may have been for what it was granted).
-		recalls map[int]uint64
+		// recalled is the latest grant recalled for each key: a reply
+		// that a recall of its own grant overtook (the recall may be
+		// handled first) is not trusted. An entry goes when a later
+		// grant of the key is stored, or after recalledKeep: a reply
+		// that old was sent more than a term ago, so it is trusted for
+		// no time at all anyway.
+		recalled map[LeaseKey]recallMark
 	}
 }
 
@@ -175,9 +190,6 @@ func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*held
 	if err != nil {
 		return nil
 	}
-	c.leases.mu.Lock()
-	before := c.leases.mu.recalls[server]
-	c.leases.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, leaseAcquireWait)
 	defer cancel()
 	sent := time.Now()
@@ -192,18 +204,25 @@ func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*held
 	trusted := sent.Add(term - leaseMargin(term))
 	c.leases.mu.Lock()
 	defer c.leases.mu.Unlock()
-	if c.leases.mu.recalls[server] != before {
-		// A recall crossed the reply: it may have been for these.
-		go c.release(server, session, reply.Granted)
-		return nil
-	}
 	if c.leases.mu.held == nil {
 		c.leases.mu.held = make(map[LeaseKey]*heldLease)
 	}
 	got := make([]*heldLease, 0, len(reply.Granted))
 	for _, ino := range reply.Granted {
-		h := &heldLease{key: LeaseKey{Server: server, Ino: core.Ino(ino)}, trusted: trusted}
-		c.leases.mu.held[h.key] = h
+		k := LeaseKey{Server: server, Ino: core.Ino(ino)}
+		if r, ok := c.leases.mu.recalled[k]; ok {
+			if r.seq >= reply.Seq {
+				// Recalled already (and released, or about to be).
+				return nil
+			}
+			delete(c.leases.mu.recalled, k)
+		}
+		if old := c.leases.mu.held[k]; old != nil && old.seq > reply.Seq {
+			got = append(got, old) // a later grant overtook this reply
+			continue
+		}
+		h := &heldLease{key: k, seq: reply.Seq, trusted: trusted}
+		c.leases.mu.held[k] = h
 		got = append(got, h)
 	}
 	return got
@@ -213,7 +232,7 @@ func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*held
 func (c *Client) recallMux(server int) *rpc.Mux {
 	mux := rpc.NewMux()
 	rpc.HandleOneWay(mux, weftpb.MethodLeaseRecall, func(_ context.Context, req *weftpb.LeaseRecallRequest) {
-		c.recalled(server, req.Session, req.Keys)
+		c.recalled(server, req.Session, req.Keys, req.Seqs)
 	})
 	return mux
 }
@@ -221,18 +240,34 @@ func (c *Client) recallMux(server int) *rpc.Mux {
 // recalled drops the recalled leases at once (no reply trusts them from
 // now on), then, in the background, lets the layer above drop what it
 // cached and releases them.
-func (c *Client) recalled(server int, session uint64, inos []uint64) {
+func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
+	if len(seqs) != len(inos) {
+		c.log.Warn("lease recall: keys and grants do not match; ignored", "meta", server)
+		return
+	}
 	keys := make([]LeaseKey, len(inos))
 	c.leases.mu.Lock()
-	if c.leases.mu.recalls == nil {
-		c.leases.mu.recalls = make(map[int]uint64)
+	now := time.Now()
+	if c.leases.mu.recalled == nil {
+		c.leases.mu.recalled = make(map[LeaseKey]recallMark)
 	}
-	c.leases.mu.recalls[server]++
+	if len(c.leases.mu.recalled) > 1024 {
+		for k, r := range c.leases.mu.recalled {
+			if now.Sub(r.at) > recalledKeep {
+				delete(c.leases.mu.recalled, k)
+			}
+		}
+	}
 	for i, ino := range inos {
-		keys[i] = LeaseKey{Server: server, Ino: core.Ino(ino)}
-		if h := c.leases.mu.held[keys[i]]; h != nil {
+		k := LeaseKey{Server: server, Ino: core.Ino(ino)}
+		keys[i] = k
+		if h := c.leases.mu.held[k]; h != nil && h.seq <= seqs[i] {
 			h.recalled.Store(true)
-			delete(c.leases.mu.held, keys[i])
+			delete(c.leases.mu.held, k)
+		}
+		if h := c.leases.mu.held[k]; h == nil {
+			r := c.leases.mu.recalled[k]
+			c.leases.mu.recalled[k] = recallMark{seq: max(r.seq, seqs[i]), at: now}
 		}
 	}
 	c.leases.mu.Unlock()
@@ -251,13 +286,13 @@ func (c *Client) recalled(server int, session uint64, inos []uint64) {
 			}
 			t.Stop()
 		}
-		c.release(server, session, inos)
+		c.release(server, session, inos, seqs)
 	}()
 }
 
-// release gives leases back to server (one-way).
-func (c *Client) release(server int, session uint64, inos []uint64) {
+// release gives the grants seqs of leases inos back to server (one-way).
+func (c *Client) release(server int, session uint64, inos, seqs []uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	_ = c.metas[server].Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: session, Keys: inos})
+	_ = c.metas[server].Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: session, Keys: inos, Seqs: seqs})
 }

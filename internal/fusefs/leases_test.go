@@ -1,10 +1,15 @@
 package fusefs
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/weftfs/weft/internal/lease"
 )
 
 // TestTwoMountsSingleImage checks the single system image two mounts give
@@ -100,5 +105,81 @@ func TestTwoMountsSingleImage(t *testing.T) {
 	}
 	if got, err := os.ReadFile(b + "/w"); err != nil || string(got) != "version 2" {
 		t.Errorf("write+close: the other mount reads %q, %v", got, err)
+	}
+}
+
+// TestLeaseHolderFailures: a mount process holding a read lease that is
+// stopped (SIGSTOP: its connection stays up, it never answers the recall)
+// or killed (SIGKILL) delays a conflicting change by another client by at
+// most one lease term; a live holder answers at once.
+func TestLeaseHolderFailures(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	c := tc.client(t)
+	ctx := context.Background()
+	file := tc.emb.ClusterFile()
+	mnt := newMountPoint(t)
+	pid := mountBackground(t, file, mnt)
+	const term = lease.DefaultTerm
+	if err := os.WriteFile(mnt+"/f", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// renameTime renames from to to through the library and returns how
+	// long it took.
+	renameTime := func(from, to string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		if err := c.Rename(ctx, from, to, 0); err != nil {
+			t.Fatalf("rename %s %s: %v", from, to, err)
+		}
+		return time.Since(start)
+	}
+
+	// A live holder: the rename waits for its recall only.
+	if _, err := os.Stat(mnt + "/f"); err != nil {
+		t.Fatal(err)
+	}
+	live := renameTime("/f", "/g")
+	if _, err := os.Stat(mnt + "/f"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("old name on the mount after the rename: %v", err)
+	}
+	t.Logf("rename while a live mount holds the directory's lease: %v", live)
+	if live > term/2 {
+		t.Errorf("a live holder delayed a rename by %v", live)
+	}
+
+	// A stopped holder never answers: its lease ends with its term.
+	if _, err := os.Stat(mnt + "/g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := renameTime("/g", "/h")
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rename while a stopped mount holds the directory's lease: %v", stopped)
+	// The mount's lease was fresh (taken, or trusted for at least
+	// another second, at the stat): the server waited for it.
+	if stopped > term+time.Second || stopped < term/4 {
+		t.Errorf("a stopped holder delayed a rename by %v; the lease term is %v", stopped, term)
+	}
+	if _, err := os.Stat(mnt + "/g"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("old name on the resumed mount: %v", err)
+	}
+
+	// A killed holder.
+	if _, err := os.Stat(mnt + "/h"); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid)
+	killed := renameTime("/h", "/i")
+	t.Logf("rename after the mount holding the directory's lease was killed: %v", killed)
+	if killed > term+time.Second || killed < term/4 {
+		t.Errorf("a killed holder delayed a rename by %v; the lease term is %v", killed, term)
 	}
 }

@@ -17,6 +17,7 @@ type keyLeases struct {
 
 // grant is one session's lease on a key.
 type grant struct {
+	seq      uint64 // names the grant (Acquire's result)
 	mode     Mode
 	expires  time.Time
 	recalled time.Time // when a recall was sent; zero if none
@@ -26,37 +27,43 @@ type grant struct {
 // a lease in mode m (0: a change, which conflicts with every lease).
 func (g *grant) conflicts(m Mode) bool { return m != Read || g.mode == Write }
 
+// Grant is what Acquire granted: Seq names the grant (its recalls carry
+// it, and a release names it), Term is how long it lasts from the grant.
+type Grant struct {
+	Seq  uint64
+	Term time.Duration
+}
+
 // Acquire grants session leases in mode on keys, all of them or none. It
 // recalls conflicting leases of other sessions and waits, bounded by ctx,
 // for them to go, for changes on the keys to end and (for write leases)
-// for the grace period to end. It returns the lease's term. holder is
-// where recalls of the session's leases go from now on (nil keeps the
-// previous one).
-func (s *Service) Acquire(ctx context.Context, id uint64, holder Holder, mode Mode, keys []Key) (time.Duration, error) {
+// for the grace period to end. holder is where recalls of the session's
+// leases go from now on (nil keeps the previous one).
+func (s *Service) Acquire(ctx context.Context, id uint64, holder Holder, mode Mode, keys []Key) (Grant, error) {
 	const op = "lease acquire"
 	switch {
 	case id == 0:
-		return 0, errs.New(errs.Invalid, op, "no session")
+		return Grant{}, errs.New(errs.Invalid, op, "no session")
 	case mode != Read && mode != Write:
-		return 0, errs.New(errs.Invalid, op, "unknown lease mode %d", mode)
+		return Grant{}, errs.New(errs.Invalid, op, "unknown lease mode %d", mode)
 	case len(keys) == 0:
-		return 0, errs.New(errs.Invalid, op, "no keys")
+		return Grant{}, errs.New(errs.Invalid, op, "no keys")
 	}
 	for {
-		wait, recalls, err := s.tryAcquire(id, holder, mode, keys)
-		if err != nil || wait == nil {
-			return s.term, err
+		seq, wait, recalls := s.tryAcquire(id, holder, mode, keys)
+		if wait == nil {
+			return Grant{Seq: seq, Term: s.term}, nil
 		}
 		sendRecalls(recalls)
 		if err := wait.wait(ctx, op); err != nil {
-			return 0, err
+			return Grant{}, err
 		}
 	}
 }
 
 // tryAcquire grants the leases if nothing stands in the way; otherwise it
 // returns what to wait for and the recalls to send.
-func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (*waiter, []recall, error) {
+func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (uint64, *waiter, []recall) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -83,8 +90,9 @@ func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (*
 	}
 	if w.blocked || !w.deadline.IsZero() {
 		w.from(now)
-		return w, recalls, nil
+		return 0, w, recalls
 	}
+	s.mu.seq++
 	for _, k := range keys {
 		kl := s.mu.leases[k]
 		if kl == nil {
@@ -100,10 +108,10 @@ func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (*
 		}
 		// A new grant replaces the old one: a fresh term, and a recall
 		// of the old grant is answered by asking again.
-		g.mode, g.expires, g.recalled = mode, now.Add(s.term), time.Time{}
+		g.seq, g.mode, g.expires, g.recalled = s.mu.seq, mode, now.Add(s.term), time.Time{}
 	}
 	s.metrics.granted(len(keys))
-	return nil, nil, nil
+	return s.mu.seq, nil, nil
 }
 
 // recallLocked looks at the leases on k that stand in the way of session id
@@ -127,15 +135,18 @@ func (s *Service) recallLocked(k Key, kl *keyLeases, id uint64, skip Holder, mod
 		g.recalled = now
 		s.metrics.recalled()
 		if ss != nil && ss.holder != nil {
-			recalls = append(recalls, recall{holder: ss.holder, session: sid, key: k})
+			recalls = append(recalls, recall{holder: ss.holder, session: sid, key: k, seq: g.seq})
 		}
 	}
 	return recalls
 }
 
-// Release gives up session id's leases on keys. Releasing a lease not held
-// is not an error (it may have expired, or been released twice).
-func (s *Service) Release(id uint64, keys []Key) {
+// Release gives up session id's leases on keys: for each key, the grant
+// seqs names, or whichever the session holds if seqs is shorter or names
+// 0. A lease that is not held, or held under a later grant, stays as it
+// is: it may have expired, or been acquired again after the recall that
+// this release answers.
+func (s *Service) Release(id uint64, keys []Key, seqs []uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -143,13 +154,19 @@ func (s *Service) Release(id uint64, keys []Key) {
 	if ss := s.mu.sessions[id]; ss != nil {
 		ss.expires = now.Add(s.ttl)
 	}
-	for _, k := range keys {
-		if kl := s.mu.leases[k]; kl != nil {
-			if g := kl.grants[id]; g != nil && !g.recalled.IsZero() {
-				s.metrics.recallLatency(now.Sub(g.recalled))
-			}
-			s.dropGrantLocked(k, kl, id)
+	for i, k := range keys {
+		kl := s.mu.leases[k]
+		if kl == nil {
+			continue
 		}
+		g := kl.grants[id]
+		if g == nil || i < len(seqs) && seqs[i] != 0 && seqs[i] != g.seq {
+			continue
+		}
+		if !g.recalled.IsZero() {
+			s.metrics.recallLatency(now.Sub(g.recalled))
+		}
+		s.dropGrantLocked(k, kl, id)
 	}
 }
 
@@ -256,6 +273,7 @@ type recall struct {
 	holder  Holder
 	session uint64
 	key     Key
+	seq     uint64
 }
 
 // sendRecalls sends recalls, one message per holder and session.
@@ -264,17 +282,24 @@ func sendRecalls(rs []recall) {
 		h  Holder
 		id uint64
 	}
-	byDest := map[dest][]Key{}
+	type batch struct {
+		keys []Key
+		seqs []uint64
+	}
+	byDest := map[dest]*batch{}
 	var order []dest
 	for _, r := range rs {
 		d := dest{r.holder, r.session}
-		if _, ok := byDest[d]; !ok {
+		b := byDest[d]
+		if b == nil {
+			b = &batch{}
+			byDest[d] = b
 			order = append(order, d)
 		}
-		byDest[d] = append(byDest[d], r.key)
+		b.keys, b.seqs = append(b.keys, r.key), append(b.seqs, r.seq)
 	}
 	for _, d := range order {
-		d.h.Recall(d.id, byDest[d])
+		d.h.Recall(d.id, byDest[d].keys, byDest[d].seqs)
 	}
 }
 

@@ -23,7 +23,7 @@ type fakeHolder struct {
 
 func newHolder(name string) *fakeHolder { return &fakeHolder{name: name, ch: make(chan []Key, 16)} }
 
-func (h *fakeHolder) Recall(_ uint64, keys []Key) {
+func (h *fakeHolder) Recall(_ uint64, keys []Key, _ []uint64) {
 	h.mu.Lock()
 	h.got = append(h.got, keys...)
 	h.mu.Unlock()
@@ -91,9 +91,9 @@ func TestLeaseConflicts(t *testing.T) {
 		t.Fatalf("h1 recalled %v, want [10]", k)
 	}
 	h2.recalled(t)
-	s.Release(1, []Key{10})
+	s.Release(1, []Key{10}, nil)
 	notYet(t, "write lease while h2 still reads", done)
-	s.Release(2, []Key{10})
+	s.Release(2, []Key{10}, nil)
 	if err := waitResult(t, "write lease", done); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestLeaseConflicts(t *testing.T) {
 	done = background(func() error { _, err := s.Acquire(context.Background(), 1, h1, Read, []Key{10}); return err })
 	h3.recalled(t)
 	notYet(t, "read lease while h3 writes", done)
-	s.Release(3, []Key{10})
+	s.Release(3, []Key{10}, nil)
 	if err := waitResult(t, "read lease", done); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestLeaseChange(t *testing.T) {
 			t.Fatal("change went through while h1 held its lease")
 		case <-time.After(50 * time.Millisecond):
 		}
-		s.Release(1, []Key{5})
+		s.Release(1, []Key{5}, nil)
 		<-done
 		return end, err
 	}()
@@ -262,4 +262,30 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.Counter.GetValue()
+}
+
+// A late release of an older grant (it answers a recall that crossed a new
+// acquire) leaves the newer grant alone.
+func TestLeaseLateRelease(t *testing.T) {
+	s := New(Config{Grace: -1, Term: time.Minute})
+	h1 := newHolder("h1")
+	g1, err := s.Acquire(context.Background(), 1, h1, Read, []Key{4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := s.Acquire(context.Background(), 1, h1, Read, []Key{4})
+	if err != nil || g2.Seq <= g1.Seq {
+		t.Fatalf("second grant %+v, %v after %+v", g2, err, g1)
+	}
+	s.Release(1, []Key{4}, []uint64{g1.Seq})
+	if s.Held() != 1 {
+		t.Fatal("a release of the first grant ended the second")
+	}
+	done := change(s, nil, 4)
+	h1.recalled(t)
+	notYet(t, "change while the second grant is held", done)
+	s.Release(1, []Key{4}, []uint64{g2.Seq})
+	if err := waitResult(t, "change after the release", done); err != nil {
+		t.Fatal(err)
+	}
 }

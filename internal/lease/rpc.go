@@ -64,7 +64,7 @@ func (s *Service) HandleAcquire(ctx context.Context, req *weftpb.LeaseAcquireReq
 	for i, k := range req.Keys {
 		keys[i] = Key(k)
 	}
-	term, err := s.Acquire(ctx, req.Session, holder, Mode(req.Mode), keys)
+	g, err := s.Acquire(ctx, req.Session, holder, Mode(req.Mode), keys)
 	if errs.Is(err, errs.Timeout) || errs.Is(err, errs.Canceled) {
 		// The client stopped waiting: it caches nothing.
 		return &weftpb.LeaseAcquireReply{}, nil
@@ -72,7 +72,7 @@ func (s *Service) HandleAcquire(ctx context.Context, req *weftpb.LeaseAcquireReq
 	if err != nil {
 		return nil, err
 	}
-	return &weftpb.LeaseAcquireReply{Granted: req.Keys, TermMs: uint32(term / time.Millisecond)}, nil
+	return &weftpb.LeaseAcquireReply{Granted: req.Keys, TermMs: uint32(g.Term / time.Millisecond), Seq: g.Seq}, nil
 }
 
 // HandleRelease serves the one-way LeaseRelease.
@@ -81,7 +81,7 @@ func (s *Service) HandleRelease(_ context.Context, req *weftpb.LeaseReleaseReque
 	for i, k := range req.Keys {
 		keys[i] = Key(k)
 	}
-	s.Release(req.Session, keys)
+	s.Release(req.Session, keys, req.Seqs)
 }
 
 // HolderOf returns the Holder for the connection a request arrived on
@@ -97,8 +97,8 @@ func HolderOf(ctx context.Context) Holder {
 // connHolder sends recalls on a client's connection.
 type connHolder struct{ c *rpc.Conn }
 
-func (h connHolder) Recall(session uint64, keys []Key) {
-	req := &weftpb.LeaseRecallRequest{Session: session, Keys: make([]uint64, len(keys))}
+func (h connHolder) Recall(session uint64, keys []Key, seqs []uint64) {
+	req := &weftpb.LeaseRecallRequest{Session: session, Keys: make([]uint64, len(keys)), Seqs: seqs}
 	for i, k := range keys {
 		req.Keys[i] = uint64(k)
 	}

@@ -36,10 +36,11 @@ const (
 // Holders are compared with ==: a change skips the leases of the sessions
 // whose holder is the requester's.
 type Holder interface {
-	// Recall asks the holder to drop keys and release them. It must not
-	// block: the service calls it under no lock but in the path of a
-	// waiting change.
-	Recall(session uint64, keys []Key)
+	// Recall asks the holder to drop keys and release them; seqs are
+	// the grants recalled (Grant.Seq), one per key. It must not block:
+	// the service calls it under no lock but in the path of a waiting
+	// change.
+	Recall(session uint64, keys []Key, seqs []uint64)
 }
 
 // Config configures a Service.
@@ -76,6 +77,7 @@ type Service struct {
 		// a change ends: acquires and changes waiting for it try again.
 		changed   chan struct{}
 		lastSweep time.Time
+		seq       uint64 // of the last grant
 	}
 }
 

@@ -149,9 +149,13 @@ func (x *LeaseAcquireRequest) GetKeys() []uint64 {
 // a lease lasts term_ms from when the server granted it. The holder stops
 // trusting it earlier, measured from when it sent the request.
 type LeaseAcquireReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Granted       []uint64               `protobuf:"varint,1,rep,packed,name=granted,proto3" json:"granted,omitempty"`
-	TermMs        uint32                 `protobuf:"varint,2,opt,name=term_ms,json=termMs,proto3" json:"term_ms,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Granted []uint64               `protobuf:"varint,1,rep,packed,name=granted,proto3" json:"granted,omitempty"`
+	TermMs  uint32                 `protobuf:"varint,2,opt,name=term_ms,json=termMs,proto3" json:"term_ms,omitempty"`
+	// seq names this grant: recalls name the grant they recall, and a
+	// release names the grant it gives back, so that a late release of an
+	// older grant never ends a newer one.
+	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -200,11 +204,19 @@ func (x *LeaseAcquireReply) GetTermMs() uint32 {
 	return 0
 }
 
+func (x *LeaseAcquireReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // LeaseReleaseRequest gives leases back (one-way message).
 type LeaseReleaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
 	Keys          []uint64               `protobuf:"varint,2,rep,packed,name=keys,proto3" json:"keys,omitempty"`
+	Seqs          []uint64               `protobuf:"varint,3,rep,packed,name=seqs,proto3" json:"seqs,omitempty"` // the grant of each key (0: whichever is held)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -253,6 +265,13 @@ func (x *LeaseReleaseRequest) GetKeys() []uint64 {
 	return nil
 }
 
+func (x *LeaseReleaseRequest) GetSeqs() []uint64 {
+	if x != nil {
+		return x.Seqs
+	}
+	return nil
+}
+
 // LeaseRecallRequest, from a meta server to a holder (one-way), asks it to
 // drop what it caches under keys and release them: someone is about to
 // change them. A holder that does not release loses them at the end of the
@@ -261,6 +280,7 @@ type LeaseRecallRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
 	Keys          []uint64               `protobuf:"varint,2,rep,packed,name=keys,proto3" json:"keys,omitempty"`
+	Seqs          []uint64               `protobuf:"varint,3,rep,packed,name=seqs,proto3" json:"seqs,omitempty"` // the grant recalled, for each key
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +329,13 @@ func (x *LeaseRecallRequest) GetKeys() []uint64 {
 	return nil
 }
 
+func (x *LeaseRecallRequest) GetSeqs() []uint64 {
+	if x != nil {
+		return x.Seqs
+	}
+	return nil
+}
+
 var File_lease_proto protoreflect.FileDescriptor
 
 const file_lease_proto_rawDesc = "" +
@@ -317,16 +344,19 @@ const file_lease_proto_rawDesc = "" +
 	"\x13LeaseAcquireRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12&\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x12.weft.v1.LeaseModeR\x04mode\x12\x12\n" +
-	"\x04keys\x18\x03 \x03(\x04R\x04keys\"F\n" +
+	"\x04keys\x18\x03 \x03(\x04R\x04keys\"X\n" +
 	"\x11LeaseAcquireReply\x12\x18\n" +
 	"\agranted\x18\x01 \x03(\x04R\agranted\x12\x17\n" +
-	"\aterm_ms\x18\x02 \x01(\rR\x06termMs\"C\n" +
+	"\aterm_ms\x18\x02 \x01(\rR\x06termMs\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"W\n" +
 	"\x13LeaseReleaseRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
-	"\x04keys\x18\x02 \x03(\x04R\x04keys\"B\n" +
+	"\x04keys\x18\x02 \x03(\x04R\x04keys\x12\x12\n" +
+	"\x04seqs\x18\x03 \x03(\x04R\x04seqs\"V\n" +
 	"\x12LeaseRecallRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
-	"\x04keys\x18\x02 \x03(\x04R\x04keys*<\n" +
+	"\x04keys\x18\x02 \x03(\x04R\x04keys\x12\x12\n" +
+	"\x04seqs\x18\x03 \x03(\x04R\x04seqs*<\n" +
 	"\tLeaseMode\x12\x0e\n" +
 	"\n" +
 	"LEASE_NONE\x10\x00\x12\x0e\n" +
