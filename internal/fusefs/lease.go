@@ -21,9 +21,16 @@ import (
 //
 // recalled runs on the client's goroutine for the recall, never inside a
 // FUSE request. The kernel may still block an invalidation behind a request
-// of this mount (a lookup in the directory holds its lock); the client
-// releases the lease anyway after a bound (client.recallNotifyWait), so
-// the two can never wait for each other for longer.
+// of this mount: one that changes a directory holds the directory's lock,
+// and an entry invalidation needs it. When this mount's own change is what
+// the server recalls for (a change that spans meta servers recalls the
+// requester's leases on the other servers too), that would wait for the
+// change, which waits for the release. So a recall of a directory this
+// mount is changing invalidates in the background and answers at once:
+// the kernel's cached names there may be served until that change returns
+// (lookups in the directory wait for its lock anyway). Any other
+// invalidation that blocks is bounded by the client
+// (client.recallNotifyWait), which then releases the lease anyway.
 
 // nodeIndex finds the nodes the kernel may cache, by inode, for recalls.
 // go-fuse may drop a node newChild made (the kernel already knew the
@@ -34,6 +41,7 @@ type nodeIndex struct {
 	root *Node
 	mu   sync.Mutex
 	m    map[core.Ino][]*Node
+	busy map[core.Ino]int // directories this mount's requests are changing
 }
 
 // maxNodesPerIno bounds the dropped nodes an inode's list keeps.
@@ -97,10 +105,45 @@ func (n *Node) OnForget() { n.fsys.index.remove(n) }
 // other inode, its attributes and pages.
 func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 	for _, k := range keys {
+		busy := fsys.index.changing(k.Ino)
 		for _, n := range fsys.index.get(k.Ino) {
-			n.forget()
+			if busy {
+				go n.forget()
+			} else {
+				n.forget()
+			}
 		}
 	}
+}
+
+// change notes that a request of this mount is changing dirs until the
+// returned function is called.
+func (fsys *fileSystem) change(dirs ...core.Ino) (done func()) {
+	x := &fsys.index
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.busy == nil {
+		x.busy = make(map[core.Ino]int)
+	}
+	for _, d := range dirs {
+		x.busy[d]++
+	}
+	return func() {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		for _, d := range dirs {
+			if x.busy[d]--; x.busy[d] == 0 {
+				delete(x.busy, d)
+			}
+		}
+	}
+}
+
+// changing reports whether a request of this mount is changing dir.
+func (x *nodeIndex) changing(dir core.Ino) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.busy[dir] > 0
 }
 
 func (n *Node) forget() {

@@ -74,6 +74,7 @@ func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	l := n.entryLease(cctx, name)
+	defer n.fsys.change(n.ino())()
 	a, err := n.fsys.c.MkdirAt(cctx, n.ino(), name, mode)
 	return n.created(ctx, "mkdir", name, a, err, out, l)
 }
@@ -83,6 +84,7 @@ func (n *Node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	l := n.entryLease(cctx, name)
+	defer n.fsys.change(n.ino())()
 	a, err := n.fsys.c.MknodAt(cctx, n.ino(), name, mode, rdev)
 	return n.created(ctx, "mknod", name, a, err, out, l)
 }
@@ -92,6 +94,7 @@ func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	l := n.entryLease(cctx, name)
+	defer n.fsys.change(n.ino())()
 	a, err := n.fsys.c.SymlinkAt(cctx, n.ino(), name, target)
 	return n.created(ctx, "symlink", name, a, err, out, l)
 }
@@ -104,6 +107,7 @@ func (n *Node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	defer n.fsys.change(n.ino(), tn.ino())()
 	a, err := n.fsys.c.LinkAt(cctx, tn.ref(), n.ino(), name)
 	if err != nil {
 		return nil, n.fsys.fail("link", err)
@@ -121,6 +125,7 @@ func (n *Node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	defer n.fsys.change(n.ino())()
 	if err := n.fsys.c.UnlinkAt(cctx, n.ino(), name); err != nil {
 		return n.fsys.fail("unlink", err)
 	}
@@ -131,6 +136,7 @@ func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
 func (n *Node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	defer n.fsys.change(n.ino())()
 	return n.fsys.fail("rmdir", n.fsys.c.RmdirAt(cctx, n.ino(), name))
 }
 
@@ -143,5 +149,6 @@ func (n *Node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	defer n.fsys.change(n.ino(), np.ino())()
 	return n.fsys.fail("rename", n.fsys.c.RenameAt(cctx, n.ino(), name, np.ino(), newName, flags))
 }

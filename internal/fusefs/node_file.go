@@ -59,6 +59,7 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	l := n.entryLease(cctx, name)
+	defer n.fsys.change(n.ino())()
 	f, a, err := n.fsys.c.CreateAtAttr(cctx, n.ino(), name, int(flags), mode)
 	if err != nil {
 		return nil, nil, 0, n.fsys.fail("create", err)

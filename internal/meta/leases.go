@@ -53,6 +53,21 @@ func (s *Server) changeLeasesOf(b *pebble.Batch) (end func(), err error) {
 	return s.changeLeases(context.Background(), b)
 }
 
+// commitFor is commit (synced) for a client's request, whose own leases
+// are not recalled.
+func (s *Server) commitFor(ctx context.Context, op string, b *pebble.Batch) error {
+	end, err := s.changeLeases(ctx, b)
+	if err != nil {
+		return err
+	}
+	err = s.apply(op, b, true)
+	end()
+	if err != nil {
+		return err
+	}
+	return s.syncWait(op, b, true)
+}
+
 // leaseKeys returns the keys of the records b writes: the inode of an inode
 // record, of an extended attribute, or of the directory an entry is in.
 func leaseKeys(b *pebble.Batch) []lease.Key {
