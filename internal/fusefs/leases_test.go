@@ -3,13 +3,16 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/weftfs/weft/internal/lease"
+	"github.com/weftfs/weft/internal/waitfor"
 )
 
 // TestTwoMountsSingleImage checks the single system image two mounts give
@@ -155,6 +158,9 @@ func TestLeaseHolderFailures(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// kill returns before every thread has stopped: one could still
+	// answer the recall.
+	waitfor.Until(t, 10*time.Second, "the mount process to stop", func() bool { return allStopped(pid) })
 	stopped := renameTime("/g", "/h")
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -182,4 +188,24 @@ func TestLeaseHolderFailures(t *testing.T) {
 	if killed > term+time.Second || killed < term/4 {
 		t.Errorf("a killed holder delayed a rename by %v; the lease term is %v", killed, term)
 	}
+	t.Logf("rename with no lease held: %v", renameTime("/i", "/j"))
+}
+
+// allStopped reports whether every thread of process pid is stopped.
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		_, rest, _ := strings.Cut(string(data), ") ")
+		if !strings.HasPrefix(rest, "T") {
+			return false
+		}
+	}
+	return true
 }
