@@ -111,6 +111,7 @@ func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (u
 		g.seq, g.mode, g.expires, g.recalled = s.mu.seq, mode, now.Add(s.term), time.Time{}
 	}
 	s.metrics.granted(len(keys))
+	s.mu.granted += uint64(len(keys))
 	return s.mu.seq, nil, nil
 }
 
@@ -134,6 +135,7 @@ func (s *Service) recallLocked(k Key, kl *keyLeases, id uint64, skip Holder, mod
 		}
 		g.recalled = now
 		s.metrics.recalled()
+		s.mu.recalled++
 		if ss != nil && ss.holder != nil {
 			recalls = append(recalls, recall{holder: ss.holder, session: sid, key: k, seq: g.seq})
 		}
@@ -247,6 +249,7 @@ func (s *Service) expireKeyLocked(k Key, kl *keyLeases, now time.Time) {
 		}
 		if !g.recalled.IsZero() {
 			s.metrics.expired()
+			s.mu.expired++
 		}
 		s.dropGrantLocked(k, kl, sid)
 	}

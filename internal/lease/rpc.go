@@ -21,6 +21,16 @@ func (s *Service) Register(mux *rpc.Mux) {
 	rpc.Handle(mux, weftpb.MethodEndLockSession, s.EndSession)
 	rpc.Handle(mux, weftpb.MethodLeaseAcquire, s.HandleAcquire)
 	rpc.HandleOneWay(mux, weftpb.MethodLeaseRelease, s.HandleRelease)
+	rpc.Handle(mux, weftpb.MethodLeaseStatus, s.Status)
+}
+
+// Status serves LeaseStatus.
+func (s *Service) Status(context.Context, *weftpb.LeaseStatusRequest) (*weftpb.LeaseStatusReply, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expireLocked(s.now())
+	return &weftpb.LeaseStatusReply{Held: uint64(s.mu.held), Sessions: uint64(len(s.mu.sessions)),
+		Granted: s.mu.granted, Recalled: s.mu.recalled, Expired: s.mu.expired}, nil
 }
 
 // KeepAlive extends a session's life; a session the service did not know

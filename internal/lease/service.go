@@ -78,6 +78,8 @@ type Service struct {
 		changed   chan struct{}
 		lastSweep time.Time
 		seq       uint64 // of the last grant
+		// since the start, for weft status
+		granted, recalled, expired uint64
 	}
 }
 

@@ -336,6 +336,122 @@ func (x *LeaseRecallRequest) GetSeqs() []uint64 {
 	return nil
 }
 
+// LeaseStatusRequest asks a meta server for its lease counts (weft status).
+type LeaseStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseStatusRequest) Reset() {
+	*x = LeaseStatusRequest{}
+	mi := &file_lease_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseStatusRequest) ProtoMessage() {}
+
+func (x *LeaseStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lease_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseStatusRequest.ProtoReflect.Descriptor instead.
+func (*LeaseStatusRequest) Descriptor() ([]byte, []int) {
+	return file_lease_proto_rawDescGZIP(), []int{4}
+}
+
+// LeaseStatusReply: leases and sessions held now, and leases granted,
+// recalled and expired under recall (their holder never released them)
+// since the server started.
+type LeaseStatusReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Held          uint64                 `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
+	Sessions      uint64                 `protobuf:"varint,2,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	Granted       uint64                 `protobuf:"varint,3,opt,name=granted,proto3" json:"granted,omitempty"`
+	Recalled      uint64                 `protobuf:"varint,4,opt,name=recalled,proto3" json:"recalled,omitempty"`
+	Expired       uint64                 `protobuf:"varint,5,opt,name=expired,proto3" json:"expired,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseStatusReply) Reset() {
+	*x = LeaseStatusReply{}
+	mi := &file_lease_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseStatusReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseStatusReply) ProtoMessage() {}
+
+func (x *LeaseStatusReply) ProtoReflect() protoreflect.Message {
+	mi := &file_lease_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseStatusReply.ProtoReflect.Descriptor instead.
+func (*LeaseStatusReply) Descriptor() ([]byte, []int) {
+	return file_lease_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *LeaseStatusReply) GetHeld() uint64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *LeaseStatusReply) GetSessions() uint64 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *LeaseStatusReply) GetGranted() uint64 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
+func (x *LeaseStatusReply) GetRecalled() uint64 {
+	if x != nil {
+		return x.Recalled
+	}
+	return 0
+}
+
+func (x *LeaseStatusReply) GetExpired() uint64 {
+	if x != nil {
+		return x.Expired
+	}
+	return 0
+}
+
 var File_lease_proto protoreflect.FileDescriptor
 
 const file_lease_proto_rawDesc = "" +
@@ -356,7 +472,14 @@ const file_lease_proto_rawDesc = "" +
 	"\x12LeaseRecallRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\x04R\x04keys\x12\x12\n" +
-	"\x04seqs\x18\x03 \x03(\x04R\x04seqs*<\n" +
+	"\x04seqs\x18\x03 \x03(\x04R\x04seqs\"\x14\n" +
+	"\x12LeaseStatusRequest\"\x92\x01\n" +
+	"\x10LeaseStatusReply\x12\x12\n" +
+	"\x04held\x18\x01 \x01(\x04R\x04held\x12\x1a\n" +
+	"\bsessions\x18\x02 \x01(\x04R\bsessions\x12\x18\n" +
+	"\agranted\x18\x03 \x01(\x04R\agranted\x12\x1a\n" +
+	"\brecalled\x18\x04 \x01(\x04R\brecalled\x12\x18\n" +
+	"\aexpired\x18\x05 \x01(\x04R\aexpired*<\n" +
 	"\tLeaseMode\x12\x0e\n" +
 	"\n" +
 	"LEASE_NONE\x10\x00\x12\x0e\n" +
@@ -377,13 +500,15 @@ func file_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_lease_proto_goTypes = []any{
 	(LeaseMode)(0),              // 0: weft.v1.LeaseMode
 	(*LeaseAcquireRequest)(nil), // 1: weft.v1.LeaseAcquireRequest
 	(*LeaseAcquireReply)(nil),   // 2: weft.v1.LeaseAcquireReply
 	(*LeaseReleaseRequest)(nil), // 3: weft.v1.LeaseReleaseRequest
 	(*LeaseRecallRequest)(nil),  // 4: weft.v1.LeaseRecallRequest
+	(*LeaseStatusRequest)(nil),  // 5: weft.v1.LeaseStatusRequest
+	(*LeaseStatusReply)(nil),    // 6: weft.v1.LeaseStatusReply
 }
 var file_lease_proto_depIdxs = []int32{
 	0, // 0: weft.v1.LeaseAcquireRequest.mode:type_name -> weft.v1.LeaseMode
@@ -405,7 +530,7 @@ func file_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lease_proto_rawDesc), len(file_lease_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

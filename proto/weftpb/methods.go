@@ -45,6 +45,7 @@ const (
 	// 60-69: leases (lease.proto). Release is a one-way message.
 	MethodLeaseAcquire = 60
 	MethodLeaseRelease = 61
+	MethodLeaseStatus  = 62 // weft status: lease counts
 
 	MethodWriteChunk        = 100
 	MethodReadChunk         = 101
@@ -79,7 +80,7 @@ var methodNames = map[uint16]string{
 	MethodListChunks: "list_chunks", MethodMarkStoreComplete: "mark_store_complete",
 
 	MethodLeaseAcquire: "lease_acquire", MethodLeaseRelease: "lease_release",
-	MethodLeaseRecall: "lease_recall",
+	MethodLeaseRecall: "lease_recall", MethodLeaseStatus: "lease_status",
 }
 
 // MethodName returns a method's name for logs and metric labels.
