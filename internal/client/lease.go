@@ -199,7 +199,8 @@ func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*held
 	if err != nil || len(reply.Granted) == 0 {
 		return nil
 	}
-	c.locks.answered(server)
+	// Not locks.answered: a server that forgets a session holding only
+	// leases takes nothing the client relies on past the lease's term.
 	term := time.Duration(reply.TermMs) * time.Millisecond
 	trusted := sent.Add(term - leaseMargin(term))
 	c.leases.mu.Lock()
