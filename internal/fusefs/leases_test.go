@@ -15,34 +15,52 @@ import (
 	"github.com/weftfs/weft/internal/waitfor"
 )
 
-// TestTwoMountsSingleImage checks the single system image two mounts give
-// under leases: once a call returns on mount A, the very next call on mount
-// B sees its effect, although B's kernel cached the old state a moment
-// before (no sleep anywhere: without recalls, B's kernel would keep the old
-// entry or attributes for up to its timeout).
-func TestTwoMountsSingleImage(t *testing.T) {
+// TestThreeMountsSingleImage checks the single system image mounts give
+// under leases: once a call returns on mount A, the very next call on
+// mounts B and C sees its effect, although their kernels cached the old
+// state a moment before (no sleep anywhere: without recalls, their kernels
+// would keep the old entry or attributes for up to their timeout).
+func TestThreeMountsSingleImage(t *testing.T) {
 	requireFUSE(t)
 	tc := startCluster(t)
 	a := mount(t, tc.client(t), Options{}).Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	readers := []string{mount(t, tc.client(t), Options{}).Dir(), mount(t, tc.client(t), Options{}).Dir()}
 
-	stat := func(path string) fs.FileInfo {
+	// stat stats name on every reader; they all must agree.
+	stat := func(name string) fs.FileInfo {
 		t.Helper()
-		st, err := os.Stat(path)
-		if err != nil {
-			t.Fatalf("stat %s: %v", path, err)
+		var first fs.FileInfo
+		for _, r := range readers {
+			st, err := os.Stat(r + name)
+			if err != nil {
+				t.Fatalf("stat %s on %s: %v", name, r, err)
+			}
+			if first != nil && (st.Mode() != first.Mode() || st.Size() != first.Size()) {
+				t.Errorf("%s: mounts disagree: %v %d and %v %d", name, first.Mode(), first.Size(), st.Mode(), st.Size())
+			}
+			first = st
 		}
-		return st
+		return first
 	}
-	gone := func(what, path string) {
+	gone := func(what, name string) {
 		t.Helper()
-		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s: stat %s on the other mount: %v, want ENOENT", what, path, err)
+		for _, r := range readers {
+			if _, err := os.Stat(r + name); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s: stat %s on %s: %v, want ENOENT", what, name, r, err)
+			}
 		}
 	}
-	write := func(path, data string) {
+	read := func(name, want string) {
 		t.Helper()
-		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		for _, r := range readers {
+			if got, err := os.ReadFile(r + name); err != nil || string(got) != want {
+				t.Errorf("read %s on %s: %q, %v; want %q", name, r, got, err, want)
+			}
+		}
+	}
+	write := func(name, data string) {
+		t.Helper()
+		if err := os.WriteFile(a+name, []byte(data), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -53,62 +71,61 @@ func TestTwoMountsSingleImage(t *testing.T) {
 		}
 	}
 
-	// rename: B's kernel knows the old name.
-	write(a+"/x", "x")
-	stat(b + "/x")
+	// rename: the readers' kernels know the old name.
+	write("/x", "x")
+	stat("/x")
 	check(os.Rename(a+"/x", a+"/y"))
-	gone("rename", b+"/x")
-	stat(b + "/y")
+	gone("rename", "/x")
+	stat("/y")
 
 	// chmod of a file (attributes in its entry) and of a directory
 	// (attributes in its own record).
 	check(os.Chmod(a+"/y", 0o600))
-	if m := stat(b + "/y").Mode().Perm(); m != 0o600 {
-		t.Errorf("chmod: the other mount sees mode %o, want 600", m)
+	if m := stat("/y").Mode().Perm(); m != 0o600 {
+		t.Errorf("chmod: mode %o, want 600", m)
 	}
 	check(os.Mkdir(a+"/d", 0o755))
-	stat(b + "/d")
-	stat(b + "/d")
+	stat("/d")
+	stat("/d")
 	check(os.Chmod(a+"/d", 0o700))
-	if m := stat(b + "/d").Mode().Perm(); m != 0o700 {
-		t.Errorf("chmod of a directory: the other mount sees mode %o, want 700", m)
+	if m := stat("/d").Mode().Perm(); m != 0o700 {
+		t.Errorf("chmod of a directory: mode %o, want 700", m)
 	}
 
-	// create: B listed the directory (and cached its attributes) before.
-	if _, err := os.ReadDir(b); err != nil {
-		t.Fatal(err)
+	// create: the readers listed the directory (and cached its
+	// attributes) before.
+	for _, r := range readers {
+		if _, err := os.ReadDir(r); err != nil {
+			t.Fatal(err)
+		}
 	}
-	gone("before create", b+"/new")
-	write(a+"/new", "")
-	stat(b + "/new")
+	gone("before create", "/new")
+	write("/new", "")
+	stat("/new")
 
 	// unlink
-	stat(b + "/y")
+	stat("/y")
 	check(os.Remove(a + "/y"))
-	gone("unlink", b+"/y")
+	gone("unlink", "/y")
 
 	// mkdir and rmdir
-	gone("before mkdir", b+"/d/sub")
+	gone("before mkdir", "/d/sub")
 	check(os.Mkdir(a+"/d/sub", 0o755))
-	if !stat(b + "/d/sub").IsDir() {
-		t.Error("mkdir: not a directory on the other mount")
+	if !stat("/d/sub").IsDir() {
+		t.Error("mkdir: not a directory on the other mounts")
 	}
 	check(os.Remove(a + "/d/sub"))
-	gone("rmdir", b+"/d/sub")
+	gone("rmdir", "/d/sub")
 
-	// write+close: the size B's kernel cached changes with A's close;
-	// then the content on open.
-	write(a+"/w", "v1")
-	if got, err := os.ReadFile(b + "/w"); err != nil || string(got) != "v1" {
-		t.Fatalf("read: %q, %v", got, err)
+	// write+close: the size the readers' kernels cached changes with A's
+	// close; then the content on open.
+	write("/w", "v1")
+	read("/w", "v1")
+	write("/w", "version 2")
+	if sz := stat("/w").Size(); sz != 9 {
+		t.Errorf("write+close: size %d, want 9", sz)
 	}
-	write(a+"/w", "version 2")
-	if sz := stat(b + "/w").Size(); sz != 9 {
-		t.Errorf("write+close: the other mount sees size %d, want 9", sz)
-	}
-	if got, err := os.ReadFile(b + "/w"); err != nil || string(got) != "version 2" {
-		t.Errorf("write+close: the other mount reads %q, %v", got, err)
-	}
+	read("/w", "version 2")
 }
 
 // TestLeaseHolderFailures: a mount process holding a read lease that is
