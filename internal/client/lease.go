@@ -39,6 +39,10 @@ const (
 	releaseTimeout = time.Second
 )
 
+// maxHeldLeases is how many leases the client remembers before it drops
+// the ones no longer trusted.
+const maxHeldLeases = 4096
+
 // leaseMargin is how long before its term a lease stops being trusted: a
 // tenth of the term, and at least 50 ms (clock rates and the time the
 // acquire's reply spends in flight are covered, since the term is measured
@@ -207,6 +211,16 @@ func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*held
 	defer c.leases.mu.Unlock()
 	if c.leases.mu.held == nil {
 		c.leases.mu.held = make(map[LeaseKey]*heldLease)
+	}
+	if len(c.leases.mu.held) > maxHeldLeases {
+		// Leases that ran out stay until their key is used again; drop
+		// them once there are many.
+		now := time.Now()
+		for k, h := range c.leases.mu.held {
+			if !now.Before(h.trusted) {
+				delete(c.leases.mu.held, k)
+			}
+		}
 	}
 	got := make([]*heldLease, 0, len(reply.Granted))
 	for _, ino := range reply.Granted {
