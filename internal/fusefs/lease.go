@@ -147,6 +147,9 @@ func (x *nodeIndex) changing(dir core.Ino) bool {
 }
 
 func (n *Node) forget() {
+	if !n.IsDir() {
+		n.fsys.c.MarkStale(n.ino())
+	}
 	_ = n.NotifyContent(0, 0)
 	if !n.IsDir() {
 		return
@@ -156,6 +159,7 @@ func (n *Node) forget() {
 		off := int64(-1) // attributes only
 		if cn, ok := ch.Operations().(*Node); ok && cn.isOpen() {
 			off = 0
+			n.fsys.c.MarkStale(cn.ino())
 		}
 		_ = ch.NotifyContent(off, 0)
 	}

@@ -126,6 +126,38 @@ func TestThreeMountsSingleImage(t *testing.T) {
 		t.Errorf("write+close: size %d, want 9", sz)
 	}
 	read("/w", "version 2")
+
+	// A reread of a file that stays open on the readers, inline and in
+	// chunks: after A's write and close, the next pread sees the new
+	// content and size.
+	for _, size := range []int{10, 200_000} {
+		old, changed := strings.Repeat("a", size), strings.Repeat("b", size+2)
+		write("/open", old)
+		var files []*os.File
+		for _, r := range readers {
+			f, err := os.Open(r + "/open")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			files = append(files, f)
+		}
+		buf := make([]byte, size+100)
+		for _, f := range files {
+			if n, _ := f.ReadAt(buf, 0); n != size {
+				t.Fatalf("first read of %d bytes: %d", size, n)
+			}
+		}
+		write("/open", changed)
+		for _, f := range files {
+			n, _ := f.ReadAt(buf, 0)
+			st, err := f.Stat()
+			if string(buf[:n]) != changed || err != nil || st.Size() != int64(len(changed)) {
+				t.Errorf("reread of an open file (%d bytes): %d bytes starting %q, fstat %v, %v; want %d bytes of b",
+					size, n, buf[:min(n, 1)], st.Size(), err, len(changed))
+			}
+		}
+	}
 }
 
 // TestLeaseHolderFailures: a mount process holding a read lease that is
