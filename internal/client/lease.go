@@ -190,6 +190,9 @@ const leaseRenewBelow = time.Second
 
 // acquire asks server for read leases on inos; nil if it granted none.
 func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*heldLease {
+	if c.cfg.Local[c.cfg.MetaAddrs[server]] != nil {
+		return nil // in this process: no connection to recall over, so no grant
+	}
 	session, err := c.lockSessionFor(server)
 	if err != nil {
 		return nil
