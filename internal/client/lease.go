@@ -65,7 +65,17 @@ type heldLease struct {
 
 // Lease is a snapshot of the read leases covering one reply. The zero Lease
 // covers nothing.
-type Lease struct{ held []*heldLease }
+type Lease struct {
+	held []*heldLease
+	// denied: a server that grants leases granted none (a change of the
+	// key was waiting for this client, or the request failed). What the
+	// reply says may be about to change: the caller should not cache it.
+	denied bool
+}
+
+// Denied reports whether a server that grants leases refused this one, as
+// opposed to leases being off (no OnRecall, or a server in this process).
+func (l Lease) Denied() bool { return l.denied }
 
 // Remaining is how long what the lease covers may still be cached: zero if
 // any of its leases was recalled or is no longer trusted.
@@ -174,9 +184,12 @@ func (c *Client) ReadLease(ctx context.Context, keys ...LeaseKey) Lease {
 	}
 	c.leases.mu.Unlock()
 	for server, inos := range need {
+		if c.cfg.Local[c.cfg.MetaAddrs[server]] != nil {
+			return Lease{} // in this process: no connection to recall over, so no grant
+		}
 		got := c.acquire(ctx, server, inos)
 		if got == nil {
-			return Lease{}
+			return Lease{denied: true}
 		}
 		out.held = append(out.held, got...)
 	}
@@ -190,9 +203,6 @@ const leaseRenewBelow = time.Second
 
 // acquire asks server for read leases on inos; nil if it granted none.
 func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*heldLease {
-	if c.cfg.Local[c.cfg.MetaAddrs[server]] != nil {
-		return nil // in this process: no connection to recall over, so no grant
-	}
 	session, err := c.lockSessionFor(server)
 	if err != nil {
 		return nil

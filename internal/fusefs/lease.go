@@ -172,10 +172,14 @@ func (n *Node) isOpen() bool {
 }
 
 // leaseTimeout is how long the kernel may keep what l covers: what is left
-// of the lease, or def without one.
+// of the lease; nothing if the server refused it (what was read may be
+// about to change); def if leases are off.
 func leaseTimeout(l client.Lease, def time.Duration) time.Duration {
 	if rem := l.Remaining(); rem > 0 {
 		return rem
+	}
+	if l.Denied() {
+		return 0
 	}
 	return def
 }

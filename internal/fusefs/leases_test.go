@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -257,4 +258,55 @@ func allStopped(pid int) bool {
 		}
 	}
 	return true
+}
+
+// TestSharedDirectoryNoStall: mount B keeps looking up names in a
+// directory while mount A renames in it. A recall may reach B while one of
+// B's lookups there waits for a lease on the very directory (the kernel
+// holds the directory's lock for it, which B's invalidation needs): the
+// server must refuse that lease at once rather than have the two wait for
+// each other until the client's 500 ms bound.
+func TestSharedDirectoryNoStall(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	const files = 20
+	for i := range files {
+		if err := os.WriteFile(fmt.Sprintf("%s/f%d", a, i), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = os.Stat(fmt.Sprintf("%s/f%d", b, i%files))
+			}
+		})
+	}
+	var slowest time.Duration
+	for i := range 300 {
+		from, to := fmt.Sprintf("%s/f%d", a, i%files), fmt.Sprintf("%s/g%d", a, i%files)
+		start := time.Now()
+		if err := os.Rename(from, to); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(to, from); err != nil {
+			t.Fatal(err)
+		}
+		slowest = max(slowest, time.Since(start))
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("slowest pair of renames on A while B looks up in the directory: %v", slowest)
+	if slowest > 400*time.Millisecond {
+		t.Errorf("a pair of renames took %v: A and B waited for each other", slowest)
+	}
 }

@@ -39,6 +39,13 @@ type Grant struct {
 // for them to go, for changes on the keys to end and (for write leases)
 // for the grace period to end. holder is where recalls of the session's
 // leases go from now on (nil keeps the previous one).
+//
+// It fails at once with errs.Busy when a change on a key waits for this
+// very session to release its lease there: the holder is asking while it
+// handles the recall (a FUSE lookup in the directory, whose lock the
+// kernel must take to invalidate what the recall covers), and waiting
+// would have each wait for the other until the holder's bound. The caller
+// reads without a lease.
 func (s *Service) Acquire(ctx context.Context, id uint64, holder Holder, mode Mode, keys []Key) (Grant, error) {
 	const op = "lease acquire"
 	switch {
@@ -50,7 +57,10 @@ func (s *Service) Acquire(ctx context.Context, id uint64, holder Holder, mode Mo
 		return Grant{}, errs.New(errs.Invalid, op, "no keys")
 	}
 	for {
-		seq, wait, recalls := s.tryAcquire(id, holder, mode, keys)
+		seq, wait, recalls, err := s.tryAcquire(id, holder, mode, keys)
+		if err != nil {
+			return Grant{}, err
+		}
 		if wait == nil {
 			return Grant{Seq: seq, Term: s.term}, nil
 		}
@@ -63,7 +73,7 @@ func (s *Service) Acquire(ctx context.Context, id uint64, holder Holder, mode Mo
 
 // tryAcquire grants the leases if nothing stands in the way; otherwise it
 // returns what to wait for and the recalls to send.
-func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (uint64, *waiter, []recall) {
+func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (uint64, *waiter, []recall, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -84,13 +94,16 @@ func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (u
 		}
 		s.expireKeyLocked(k, kl, now)
 		if kl.changes > 0 {
+			if g := kl.grants[id]; g != nil && !g.recalled.IsZero() {
+				return 0, nil, nil, errs.New(errs.Busy, "lease acquire", "a change waits for this session's release")
+			}
 			w.blocked = true
 		}
 		recalls = s.recallLocked(k, kl, id, nil, mode, now, w, recalls)
 	}
 	if w.blocked || !w.deadline.IsZero() {
 		w.from(now)
-		return 0, w, recalls
+		return 0, w, recalls, nil
 	}
 	s.mu.seq++
 	for _, k := range keys {
@@ -112,7 +125,7 @@ func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (u
 	}
 	s.metrics.granted(len(keys))
 	s.mu.granted += uint64(len(keys))
-	return s.mu.seq, nil, nil
+	return s.mu.seq, nil, nil, nil
 }
 
 // recallLocked looks at the leases on k that stand in the way of session id

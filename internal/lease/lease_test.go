@@ -289,3 +289,26 @@ func TestLeaseLateRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A session asking again for a lease that a waiting change recalled from
+// it is refused at once: it may be asking while it handles the recall.
+// Other sessions wait for the change as usual.
+func TestLeaseAcquireWhileRecalled(t *testing.T) {
+	s := New(Config{Grace: -1, Term: time.Minute})
+	h1, h2 := newHolder("h1"), newHolder("h2")
+	acquire(t, s, 1, h1, Read, 9)
+	done := change(s, nil, 9)
+	h1.recalled(t)
+	start := time.Now()
+	if _, err := s.Acquire(context.Background(), 1, h1, Read, []Key{9}); !errs.Is(err, errs.Busy) || time.Since(start) > time.Second {
+		t.Fatalf("acquire by the recalled session: %v after %v, want Busy at once", err, time.Since(start))
+	}
+	other := background(func() error { _, err := s.Acquire(context.Background(), 2, h2, Read, []Key{9}); return err })
+	notYet(t, "another session during the change", other)
+	s.Release(1, []Key{9}, nil)
+	for _, d := range []<-chan error{done, other} {
+		if err := waitResult(t, "after the release", d); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

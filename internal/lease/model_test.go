@@ -80,8 +80,8 @@ func runLeaseModel(t *testing.T, seed uint64, steps int) {
 				mode = Write
 			}
 			ks := []Key{Key(rng.IntN(keys))}
-			seq, wait, _ := s.tryAcquire(id, holders[id], mode, ks)
-			if wait == nil {
+			seq, wait, _, err := s.tryAcquire(id, holders[id], mode, ks)
+			if err == nil && wait == nil {
 				for _, c := range changes {
 					for _, ck := range c.keys {
 						if ck == ks[0] {

@@ -75,8 +75,9 @@ func (s *Service) HandleAcquire(ctx context.Context, req *weftpb.LeaseAcquireReq
 		keys[i] = Key(k)
 	}
 	g, err := s.Acquire(ctx, req.Session, holder, Mode(req.Mode), keys)
-	if errs.Is(err, errs.Timeout) || errs.Is(err, errs.Canceled) {
-		// The client stopped waiting: it caches nothing.
+	if errs.Is(err, errs.Timeout) || errs.Is(err, errs.Canceled) || errs.Is(err, errs.Busy) {
+		// The client stopped waiting, or must not wait: it caches
+		// nothing.
 		return &weftpb.LeaseAcquireReply{}, nil
 	}
 	if err != nil {
