@@ -18,9 +18,13 @@
 // and the one whose commits change it: recalls never cross servers, and a
 // split directory has one lease per partition (its key on each partition's
 // server). A read lease is shared; a write lease excludes every other
-// session's lease. A lease lasts one Term from its grant; the holder renews
+// session's lease. A lease lasts one Term from its grant (keepalives keep
+// the session, not its leases: a holder that missed a recall must not be
+// able to extend the lease it was asked to give back); the holder renews
 // it by acquiring it again, and stops trusting it earlier, measured on its
-// own clock from when it sent the request.
+// own clock from when it sent the request. Every grant has a sequence
+// number, carried by its recalls and releases, so that a late release of
+// an older grant never ends a newer one.
 //
 // Acquiring is synchronous and may wait (bounded by the caller's context)
 // for conflicting leases to go. Releasing is a one-way message. A change
@@ -30,7 +34,9 @@
 // ends; while the change runs, no new lease on its keys is granted (acquires
 // wait), so that nobody can read the old state under a fresh lease and miss
 // the recall. The requesting client's own session keeps its leases: it
-// knows what it changes.
+// knows what it changes. A session that asks again for a lease a waiting
+// change has recalled from it is refused at once rather than made to wait:
+// it is likely asking from a request that its own invalidation waits for.
 //
 // Grace. Clients may still trust leases granted before a restart; they
 // stop at most one term after they asked, which was before the restart. So
