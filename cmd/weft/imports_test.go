@@ -36,6 +36,9 @@ var onlyDeps = map[string][]string{
 	"layout":  {"core", "errs"},                  // the meta store's key layout, for meta and fsck
 	"auth":    {"core", "errs", "weftpb", "rpc"}, // identities, transport security, capabilities
 	"waitfor": {},                                // tests' waits for a condition
+
+	// sessions, leases and file locks, for meta
+	"lease": {"core", "errs", "weftpb", "rpc", "auth"},
 }
 
 // upper are the components that assemble the system; nothing below them

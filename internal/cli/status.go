@@ -35,6 +35,24 @@ type clusterStatus struct {
 	Store       []storeStatus     `json:"store"`
 	Top         []partitionStatus `json:"top_partitions"`
 	Replicas    *replicaStatus    `json:"replicas,omitempty"`
+	Leases      *leaseStatus      `json:"leases,omitempty"`
+}
+
+// leaseStatus sums the meta servers' lease counts (internal/lease).
+type leaseStatus struct {
+	Held     uint64 `json:"held"`
+	Sessions uint64 `json:"sessions"`
+	Granted  uint64 `json:"granted"`
+	Recalled uint64 `json:"recalled"`
+	Expired  uint64 `json:"expired"` // recalled, never released: the holder died or stalled
+}
+
+func (l *leaseStatus) add(r *weftpb.LeaseStatusReply) {
+	l.Held += r.GetHeld()
+	l.Sessions += r.GetSessions()
+	l.Granted += r.GetGranted()
+	l.Recalled += r.GetRecalled()
+	l.Expired += r.GetExpired()
 }
 
 // replicaStatus is what a dry-run repair pass found: chunks whose placed
@@ -150,6 +168,8 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, dial rpc.DialOptions
 	}
 	tops := make([][]*weftpb.PartitionStatus, len(cfg.Meta)) // by meta server
 	byOwner := make([]*weftpb.StatusReply, len(cfg.Meta))    // the replies, by meta server
+	// Lease counts, by meta server; nil from a server without leases.
+	leases := make([]*weftpb.LeaseStatusReply, len(cfg.Meta))
 	var wg sync.WaitGroup
 	for i, m := range cfg.Meta {
 		wg.Go(func() {
@@ -164,6 +184,11 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, dial rpc.DialOptions
 			s.Splits, s.Redirects, s.Durability = r.GetSplits(), r.GetRedirects(), r.GetDurability()
 			tops[i] = r.GetTop()
 			byOwner[i] = &r
+			var lr weftpb.LeaseStatusReply
+			ls := s.serverState
+			if callServer(ctx, &ls, dial, timeout, weftpb.MethodLeaseStatus, &weftpb.LeaseStatusRequest{}, &lr) {
+				leases[i] = &lr
+			}
 			switch {
 			case int(r.GetServerId()) != i:
 				// Clients would send this server's requests to another.
@@ -192,6 +217,14 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, dial rpc.DialOptions
 	}
 	wg.Wait()
 	st.sumCounts(byOwner)
+	for _, lr := range leases {
+		if lr != nil {
+			if st.Leases == nil {
+				st.Leases = &leaseStatus{}
+			}
+			st.Leases.add(lr)
+		}
+	}
 	if len(cfg.Store) > 1 && cfg.Replication > 1 {
 		st.Replicas = gatherReplicas(ctx, cfg, dial, timeout)
 	}
@@ -337,6 +370,10 @@ func printStatus(w io.Writer, st *clusterStatus) {
 			fmt.Fprintf(w, "; incomplete count: %s", r.Error)
 		}
 		fmt.Fprintln(w)
+	}
+	if l := st.Leases; l != nil {
+		fmt.Fprintf(w, "\nleases: %d held by %d client sessions; since start %d granted, %d recalled, %d expired unreleased\n",
+			l.Held, l.Sessions, l.Granted, l.Recalled, l.Expired)
 	}
 
 	if len(st.Top) > 0 {

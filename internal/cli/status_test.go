@@ -39,6 +39,7 @@ func TestStatusShowsDownServer(t *testing.T) {
 		`(?m)^store +0 +127\.0\.0\.1:\d+ +up +`,
 		`(?m)^store +1 +127\.0\.0\.1:\d+ +down: .*connection refused`,
 		`(?m)^META +DIR +INDEX +RADIX +ENTRIES$`,
+		`(?m)^leases: \d+ held by \d+ client sessions; since start \d+ granted, \d+ recalled, \d+ expired unreleased$`,
 	} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("status output does not match %s:\n%s", want, out)

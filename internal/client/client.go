@@ -146,7 +146,8 @@ type Client struct {
 	}
 	bg sync.WaitGroup // background chunk reclaims
 
-	locks lockSession // file lock session (lock.go)
+	locks  lockSession // file lock session (lock.go)
+	leases leaseCache  // read leases (lease.go)
 }
 
 // New connects lazily to the cluster described by cfg: no server is contacted
@@ -168,8 +169,9 @@ func New(cfg Config) (*Client, error) {
 		opts.Logger, opts.Local = cfg.Logger, cfg.Local[addr]
 		return rpc.NewPeer(addr, opts)
 	}
-	for _, a := range cfg.MetaAddrs {
-		c.metas = append(c.metas, peer(a))
+	for i, a := range cfg.MetaAddrs {
+		// Meta servers call back with lease recalls (lease.go).
+		c.metas = append(c.metas, rpc.NewPeer(a, rpc.DialOptions{Logger: cfg.Logger, Local: cfg.Local[a], Mux: c.recallMux(i)}))
 	}
 	for _, a := range cfg.StoreAddrs {
 		c.stores = append(c.stores, peer(a))

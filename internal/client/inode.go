@@ -57,6 +57,7 @@ type openInode struct {
 		cache   map[uint64]*fetch // read-ahead, by chunk
 		drained sync.Cond         // broadcast when an upload ends
 		freed   bool              // no link left: nothing to commit; chunks go at the last release (orphan.go)
+		stale   bool              // another client may have changed the file: the next read asks (refresh.go)
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 // keepalive every lockKeepAliveEvery to every meta server it locked on, and
 // Close ends it, releasing whatever it still holds. A client that dies stops
 // sending keepalives and its locks go away when the session expires on the
-// server (meta.LockSessionTTL, 10 s). docs/fuse.md, "Locks", has the whole
+// server (lease.DefaultSessionTTL, 10 s). docs/fuse.md, "Locks", has the whole
 // story.
 
 // LockType is the kind of a lock.

@@ -29,6 +29,7 @@ const streamReadAhead = 4
 // read fills p from off; sequential says the handle is streaming, so whole
 // chunks are fetched and the next ones prefetched.
 func (n *openInode) read(ctx context.Context, p []byte, off int64, sequential bool) (int, error) {
+	n.refreshIfStale(ctx)
 	n.mu.Lock()
 	size := int64(n.mu.size)
 	if off >= size {

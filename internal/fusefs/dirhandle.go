@@ -9,6 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 )
@@ -31,6 +32,7 @@ type dirHandle struct {
 		eof       bool            // page is the last one
 		marks     []pageMark      // cookie of every page fetched, by start
 		last      *core.DirEntry  // the entry returned last, for Lookup
+		lease     client.Lease    // the directory's, taken before page was read
 	}
 }
 
@@ -70,10 +72,13 @@ func (d *dirHandle) fetchLocked(ctx context.Context) error {
 	}
 	cctx, cancel := d.node.fsys.callCtx(ctx)
 	defer cancel()
-	page, next, eof, err := d.node.fsys.c.ReadDirPage(cctx, d.node.ino(), d.mu.next, 0, true)
+	c := d.node.fsys.c
+	lease := c.ReadLease(cctx, c.DirLeases(d.node.ino())...)
+	page, next, eof, err := c.ReadDirPage(cctx, d.node.ino(), d.mu.next, 0, true)
 	if err != nil {
 		return err
 	}
+	d.mu.lease = lease
 	if !eof && len(page) == 0 && string(next) == string(d.mu.next) {
 		return errs.New(errs.Protocol, "readdir", "server made no progress")
 	}
@@ -143,14 +148,14 @@ func (d *dirHandle) seekLocked(i uint64) {
 // attributes the listing carried, without another round trip.
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	d.mu.Lock()
-	e := d.mu.last
+	e, lease := d.mu.last, d.mu.lease
 	d.mu.Unlock()
 	if e == nil || e.Name != name || e.Attr == nil {
 		return d.node.Lookup(ctx, name, out)
 	}
 	a := *e.Attr
 	child := d.node.newChild(ctx, name, a)
-	d.node.fillEntry(out, child, a)
+	d.node.fillEntryLeased(out, child, a, lease, client.Lease{})
 	return child, 0
 }
 

@@ -91,6 +91,7 @@ type fileSystem struct {
 	opts   Options
 	log    *slog.Logger
 	groups *groupCache
+	index  nodeIndex // nodes by inode, for lease recalls (lease.go)
 }
 
 // Mount is a mounted weft file system.
@@ -118,6 +119,8 @@ func New(dir string, opts Options) (*Mount, error) {
 	}
 	fsys := &fileSystem{c: opts.Client, opts: opts, log: opts.Logger, groups: newGroupCache()}
 	root := &Node{fsys: fsys}
+	fsys.index.root = root
+	opts.Client.OnRecall(fsys.recalled)
 	entry, attr, neg := opts.EntryTimeout, opts.AttrTimeout, opts.NegativeTimeout
 	goFuseLog := log.New(slogWriter{opts.Logger}, "", 0)
 	fo := &fs.Options{

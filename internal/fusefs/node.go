@@ -69,7 +69,9 @@ func (n *Node) newChild(ctx context.Context, name string, a core.Attr) *fs.Inode
 	}
 	child := &Node{fsys: n.fsys}
 	child.mu.attr = a
-	return n.NewInode(ctx, child, fs.StableAttr{Mode: a.Mode & core.ModeType, Ino: uint64(a.Ino), Gen: 1})
+	in := n.NewInode(ctx, child, fs.StableAttr{Mode: a.Mode & core.ModeType, Ino: uint64(a.Ino), Gen: 1})
+	n.fsys.index.add(child)
+	return in
 }
 
 func (n *Node) setAttr(a core.Attr) {
@@ -112,25 +114,43 @@ func (n *Node) attrTimeout() time.Duration {
 
 // fillEntry fills a lookup-style reply for child with attributes a.
 func (n *Node) fillEntry(out *fuse.EntryOut, child *fs.Inode, a core.Attr) {
+	n.fillEntryLeased(out, child, a, client.Lease{}, client.Lease{})
+}
+
+// fillEntryLeased is fillEntry for a reply read under lease l, the entry's,
+// which covers the attributes too when they live in the entry; al covers
+// them when they live in the inode's own record.
+func (n *Node) fillEntryLeased(out *fuse.EntryOut, child *fs.Inode, a core.Attr, l, al client.Lease) {
 	fillAttr(&out.Attr, a)
-	out.SetEntryTimeout(n.fsys.opts.EntryTimeout)
+	out.SetEntryTimeout(leaseTimeout(l, n.fsys.opts.EntryTimeout))
+	attr := n.fsys.opts.AttrTimeout
 	if cn, ok := child.Operations().(*Node); ok {
-		out.SetAttrTimeout(cn.attrTimeout())
-	} else {
-		out.SetAttrTimeout(n.fsys.opts.AttrTimeout)
+		attr = cn.attrTimeout()
 	}
+	switch {
+	case inlineAttrs(a):
+		al = l
+	case al.Remaining() == 0 && l.Remaining() > 0:
+		// Leases are in use, but none covers these attributes: the
+		// kernel should ask again (Getattr takes their lease).
+		attr = 0
+	}
+	out.SetAttrTimeout(leaseTimeout(al, attr))
 }
 
 // Getattr asks the server. A file whose last name is gone while this mount
 // still has it open answers from what this mount knows (see the package
 // doc).
 func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	lctx, cancel := n.fsys.callCtx(ctx)
+	l := n.attrLease(lctx)
+	cancel()
 	a, err := n.getattr(ctx)
 	if err != nil {
 		return n.fsys.fail("getattr", err)
 	}
 	fillAttr(&out.Attr, a)
-	out.SetTimeout(n.attrTimeout())
+	out.SetTimeout(leaseTimeout(l, n.attrTimeout()))
 	return 0
 }
 

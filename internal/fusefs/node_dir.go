@@ -26,22 +26,46 @@ var (
 func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	l := n.entryLease(cctx, name)
 	a, err := n.fsys.c.LookupAt(cctx, n.ino(), name)
 	if err != nil {
 		return nil, n.fsys.fail("lookup", err)
 	}
+	var al client.Lease
+	if l.Remaining() > 0 && !inlineAttrs(a) {
+		a, al = n.ownAttrs(cctx, a)
+	}
 	child := n.newChild(ctx, name, a)
-	n.fillEntry(out, child, a)
+	n.fillEntryLeased(out, child, a, l, al)
 	return child, 0
 }
 
-// created finishes a call that made a new node named name.
-func (n *Node) created(ctx context.Context, op, name string, a core.Attr, err error, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+// ownAttrs reads again, under their lease, the attributes a lookup found
+// in the inode's own record (a directory's, a hard-linked file's): the
+// lease of the entry does not cover them, and a kernel told to keep them 0
+// seconds still keeps them for the rest of its clock tick. If either step
+// fails, a stays as it was and unleased.
+func (n *Node) ownAttrs(ctx context.Context, a core.Attr) (core.Attr, client.Lease) {
+	c := n.fsys.c
+	al := c.ReadLease(ctx, c.InodeLease(a.Ino))
+	if al.Remaining() == 0 {
+		return a, client.Lease{}
+	}
+	b, err := c.GetAttr(ctx, client.Ref{Ino: a.Ino})
+	if err != nil || b.Ino != a.Ino {
+		return a, client.Lease{}
+	}
+	return b, al
+}
+
+// created finishes a call that made a new node named name, under lease l
+// (taken before the call).
+func (n *Node) created(ctx context.Context, op, name string, a core.Attr, err error, out *fuse.EntryOut, l client.Lease) (*fs.Inode, syscall.Errno) {
 	if err != nil {
 		return nil, n.fsys.fail(op, err)
 	}
 	child := n.newChild(ctx, name, a)
-	n.fillEntry(out, child, a)
+	n.fillEntryLeased(out, child, a, l, client.Lease{})
 	return child, 0
 }
 
@@ -49,24 +73,30 @@ func (n *Node) created(ctx context.Context, op, name string, a core.Attr, err er
 func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	l := n.entryLease(cctx, name)
+	defer n.fsys.change(n.ino())()
 	a, err := n.fsys.c.MkdirAt(cctx, n.ino(), name, mode)
-	return n.created(ctx, "mkdir", name, a, err, out)
+	return n.created(ctx, "mkdir", name, a, err, out, l)
 }
 
 // Mknod creates a fifo, socket, device node or empty regular file.
 func (n *Node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	l := n.entryLease(cctx, name)
+	defer n.fsys.change(n.ino())()
 	a, err := n.fsys.c.MknodAt(cctx, n.ino(), name, mode, rdev)
-	return n.created(ctx, "mknod", name, a, err, out)
+	return n.created(ctx, "mknod", name, a, err, out, l)
 }
 
 // Symlink creates name pointing at target.
 func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	l := n.entryLease(cctx, name)
+	defer n.fsys.change(n.ino())()
 	a, err := n.fsys.c.SymlinkAt(cctx, n.ino(), name, target)
-	return n.created(ctx, "symlink", name, a, err, out)
+	return n.created(ctx, "symlink", name, a, err, out, l)
 }
 
 // Link makes name in n another link to target.
@@ -77,6 +107,7 @@ func (n *Node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	defer n.fsys.change(n.ino(), tn.ino())()
 	a, err := n.fsys.c.LinkAt(cctx, tn.ref(), n.ino(), name)
 	if err != nil {
 		return nil, n.fsys.fail("link", err)
@@ -94,6 +125,7 @@ func (n *Node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	defer n.fsys.change(n.ino())()
 	if err := n.fsys.c.UnlinkAt(cctx, n.ino(), name); err != nil {
 		return n.fsys.fail("unlink", err)
 	}
@@ -104,6 +136,7 @@ func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
 func (n *Node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	defer n.fsys.change(n.ino())()
 	return n.fsys.fail("rmdir", n.fsys.c.RmdirAt(cctx, n.ino(), name))
 }
 
@@ -116,5 +149,6 @@ func (n *Node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	defer n.fsys.change(n.ino(), np.ino())()
 	return n.fsys.fail("rename", n.fsys.c.RenameAt(cctx, n.ino(), name, np.ino(), newName, flags))
 }

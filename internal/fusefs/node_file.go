@@ -58,6 +58,8 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	l := n.entryLease(cctx, name)
+	defer n.fsys.change(n.ino())()
 	f, a, err := n.fsys.c.CreateAtAttr(cctx, n.ino(), name, int(flags), mode)
 	if err != nil {
 		return nil, nil, 0, n.fsys.fail("create", err)
@@ -66,7 +68,7 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	child := n.newChild(ctx, name, a)
 	cn := child.Operations().(*Node)
 	h := cn.newHandle(f, flags)
-	n.fillEntry(out, child, a)
+	n.fillEntryLeased(out, child, a, l, client.Lease{})
 	return child, h, cn.openFlags(h, false), 0
 }
 

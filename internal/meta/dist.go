@@ -424,7 +424,7 @@ func (s *Server) distCommit(t *txn) error {
 			s.kickReplay()
 		}
 	}
-	err = s.commit(t.op, t.b, true)
+	err = s.commitFor(t.ctx, t.op, t.b)
 	if err == nil {
 		s.addCounts(t)
 	}

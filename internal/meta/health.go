@@ -84,7 +84,16 @@ func (s *Server) gated(op string, fn func() error) error {
 // commit applies b through the gate and, if sync, waits for its WAL fsync
 // outside it.
 func (s *Server) commit(op string, b *pebble.Batch, sync bool) error {
-	if err := s.apply(op, b, sync); err != nil {
+	// Not a client's request (a peer's writes, a split, a replay): every
+	// lease on what b changes is recalled, and the wait is bounded by the
+	// term.
+	end, err := s.changeLeasesOf(b)
+	if err != nil {
+		return err
+	}
+	err = s.apply(op, b, sync)
+	end()
+	if err != nil {
 		return err
 	}
 	return s.syncWait(op, b, sync)

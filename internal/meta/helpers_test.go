@@ -48,7 +48,7 @@ type env struct {
 func newEnv(t testing.TB, mod ...func(*Config)) *env {
 	t.Helper()
 	e := &env{t: t, dir: t.TempDir(), clock: &fakeClock{now: time.Unix(1_700_000_000, 0)}}
-	e.cfg = Config{Dir: e.dir, Durability: DurabilitySync, Now: e.clock.Now, Registry: prometheus.NewRegistry()}
+	e.cfg = Config{Dir: e.dir, Durability: DurabilitySync, Now: e.clock.Now, Registry: prometheus.NewRegistry(), LeaseGrace: -1}
 	for _, m := range mod {
 		m(&e.cfg)
 	}

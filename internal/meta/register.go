@@ -38,10 +38,6 @@ func (s *Server) Register(mux *rpc.Mux) {
 	rpc.Handle(mux, weftpb.MethodPeerInstallPartition, s.PeerInstallPartition)
 	rpc.Handle(mux, weftpb.MethodPeerSetPerm, s.PeerSetPerm)
 	rpc.Handle(mux, weftpb.MethodPeerRelease, s.PeerRelease)
-	// File locks live in memory, in a table of their own (locks.go).
-	locks := newLockTable(s.cfg.Now, LockSessionTTL)
-	rpc.Handle(mux, weftpb.MethodSetLock, locks.SetLock)
-	rpc.Handle(mux, weftpb.MethodGetLock, locks.GetLock)
-	rpc.Handle(mux, weftpb.MethodLockKeepAlive, locks.KeepAlive)
-	rpc.Handle(mux, weftpb.MethodEndLockSession, locks.EndSession)
+	// Sessions, leases and file locks live in memory (internal/lease).
+	s.leases.Register(mux)
 }

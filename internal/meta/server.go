@@ -13,6 +13,7 @@ import (
 	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/lease"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
 )
@@ -78,6 +79,12 @@ type Config struct {
 	// Capabilities mints the capabilities of open, create and lookup
 	// replies (capability.go); nil: none (security mode none).
 	Capabilities *auth.Minter
+
+	// LeaseTerm is how long a client's lease lasts (default
+	// lease.DefaultTerm). LeaseGrace is how long a restarted server lets
+	// no change through, for the leases clients may hold from before
+	// (default LeaseTerm; negative: none). A new store has no grace.
+	LeaseTerm, LeaseGrace time.Duration
 }
 
 const (
@@ -214,6 +221,13 @@ type Server struct {
 
 	reclaim reclaimer // drops freed chunks on the stores (reclaimer.go)
 
+	// leases are the clients' sessions, leases and file locks (leases.go);
+	// nil until Open has loaded the store.
+	leases *lease.Service
+	// created says this Open made the store: no client can hold a lease
+	// from before.
+	created bool
+
 	syncStop, syncDone chan struct{}
 
 	// What happens when the storage fails (health.go). health is the gate
@@ -263,6 +277,7 @@ func Open(cfg Config) (*Server, error) {
 	}
 	s.initGiga()
 	s.registerMetrics()
+	s.initLeases()
 	if !s.sync {
 		s.syncStop, s.syncDone = make(chan struct{}), make(chan struct{})
 		go s.syncLoop(cfg.AsyncInterval)
@@ -332,6 +347,7 @@ func (s *Server) checkServers() error {
 // initStore writes a new store's identity, allocator state and, on server 0,
 // the root directory, in one synced batch: a store is either new or complete.
 func (s *Server) initStore() error {
+	s.created = true
 	b := s.db.NewBatch()
 	defer s.release(b)
 	b.Set(keyServerID, binary.BigEndian.AppendUint64(nil, uint64(s.cfg.ID)), nil)

@@ -610,7 +610,13 @@ func (t *txn) flush() {
 // holder reads this operation's result. In sync mode it does not wait for the
 // fsync (finishCommit does, after the locks are released).
 func (s *Server) commitLocked(t *txn) error {
-	if err := s.apply(t.op, t.b, s.sync); err != nil {
+	end, err := s.changeLeases(t.ctx, t.b)
+	if err != nil {
+		return err
+	}
+	err = s.apply(t.op, t.b, s.sync)
+	end()
+	if err != nil {
 		return err
 	}
 	s.addCounts(t)

@@ -43,6 +43,10 @@ const (
 	MethodPeerInstallPartition = 44
 	MethodPeerSetPerm          = 45
 	MethodPeerRelease          = 46
+	// 60-69: leases (lease.proto). Release is a one-way message.
+	MethodLeaseAcquire = 60
+	MethodLeaseRelease = 61
+	MethodLeaseStatus  = 62 // weft status: lease counts
 
 	MethodWriteChunk         = 100
 	MethodReadChunk          = 101
@@ -53,6 +57,9 @@ const (
 	MethodListChunks         = 106 // weft gc and repair: what a store holds
 	MethodMarkStoreComplete  = 107 // weft repair: a replacement store is whole again
 	MethodRevokeCapabilities = 108 // meta server: a file's older capabilities are void
+
+	// 200-209: lease callbacks from a meta server to a client (one-way).
+	MethodLeaseRecall = 200
 )
 
 var methodNames = map[uint16]string{
@@ -74,6 +81,9 @@ var methodNames = map[uint16]string{
 	MethodSyncChunks: "sync_chunks", MethodStoreStatFS: "store_statfs",
 	MethodListChunks: "list_chunks", MethodMarkStoreComplete: "mark_store_complete",
 	MethodRevokeCapabilities: "revoke_capabilities",
+
+	MethodLeaseAcquire: "lease_acquire", MethodLeaseRelease: "lease_release",
+	MethodLeaseRecall: "lease_recall", MethodLeaseStatus: "lease_status",
 }
 
 // MethodName returns a method's name for logs and metric labels.

@@ -1,4 +1,4 @@
-package meta
+package lease
 
 import (
 	"context"
@@ -25,12 +25,12 @@ const (
 type lockEnv struct {
 	t     *testing.T
 	clock *fakeClock
-	*lockTable
+	*Service
 }
 
 func newLockEnv(t *testing.T) *lockEnv {
 	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-	return &lockEnv{t: t, clock: clock, lockTable: newLockTable(clock.Now, LockSessionTTL)}
+	return &lockEnv{t: t, clock: clock, Service: New(Config{Now: clock.Now, Grace: -1})}
 }
 
 func (e *lockEnv) advance(d time.Duration) {
@@ -228,7 +228,7 @@ func TestGetLock(t *testing.T) {
 	e.wantHeld("1/4242:r:0-99 1/4242:w:200-eof")
 }
 
-// A session that is not heard from for LockSessionTTL loses its locks;
+// A session that is not heard from for DefaultSessionTTL loses its locks;
 // keepalives and lock requests keep it.
 func TestLockSessionExpiry(t *testing.T) {
 	e := newLockEnv(t)
@@ -238,9 +238,9 @@ func TestLockSessionExpiry(t *testing.T) {
 	ctx := context.Background()
 
 	for i := 0; i < 5; i++ {
-		e.advance(LockSessionTTL / 2)
+		e.advance(DefaultSessionTTL / 2)
 		r, err := e.KeepAlive(ctx, &weftpb.LockKeepAliveRequest{Session: 1})
-		if err != nil || !r.Known || r.TtlMs != uint32(LockSessionTTL/time.Millisecond) {
+		if err != nil || !r.Known || r.TtlMs != uint32(DefaultSessionTTL/time.Millisecond) {
 			t.Fatalf("keepalive: %v, %v", r, err)
 		}
 		if e.set(b, lkRd, 5, 5) {
@@ -255,7 +255,7 @@ func TestLockSessionExpiry(t *testing.T) {
 
 	// Session 1 goes silent: just before the TTL its lock holds, at the
 	// TTL it is gone.
-	e.advance(LockSessionTTL - time.Millisecond)
+	e.advance(DefaultSessionTTL - time.Millisecond)
 	if c := e.get(b, lkRd, 0, 0); c.Type != lkWr {
 		t.Fatalf("lock gone before the TTL: %v", c)
 	}
@@ -320,7 +320,7 @@ func TestLockBadRequests(t *testing.T) {
 // A session cannot grow the table without bound.
 func TestLockSessionLimit(t *testing.T) {
 	e := newLockEnv(t)
-	e.limit = 100
+	e.lockLimit = 100
 	o := posixOwner(1, 1)
 	for i := uint64(0); i < 100; i++ {
 		e.mustSet(o, lkWr, 2*i, 2*i)
@@ -339,7 +339,7 @@ func TestLockSessionLimit(t *testing.T) {
 	}
 	e.mustSet(o, lkWr, 1, 1)
 	e.mustSet(o, lkUn, 0, toEOF)
-	if n := e.mu.sessions[1].count; n != 0 {
+	if n := e.mu.sessions[1].locks; n != 0 {
 		t.Errorf("lock count after unlocking all: %d", n)
 	}
 	// Other sessions have their own budget.
@@ -348,7 +348,7 @@ func TestLockSessionLimit(t *testing.T) {
 
 // setWait is SetLock with waiting, run in the background; the result
 // arrives on the returned channel.
-func setWait(tab *lockTable, ctx context.Context, o *weftpb.LockOwner, typ weftpb.LockType, start, end uint64, wait time.Duration) <-chan error {
+func setWait(tab *Service, ctx context.Context, o *weftpb.LockOwner, typ weftpb.LockType, start, end uint64, wait time.Duration) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		r, err := tab.SetLock(ctx, &weftpb.SetLockRequest{Ino: 7, Owner: o,
@@ -385,7 +385,7 @@ func notYet(t *testing.T, what string, done <-chan error) {
 // a downgrade or the holder's session ending or expiring. It gives up at
 // its wait limit and when its caller cancels.
 func TestLockWait(t *testing.T) {
-	tab := newLockTable(time.Now, 300*time.Millisecond)
+	tab := New(Config{SessionTTL: 300 * time.Millisecond, Grace: -1})
 	set := func(o *weftpb.LockOwner, typ weftpb.LockType, start, end uint64) {
 		t.Helper()
 		if err := waitResult(t, "set", setWait(tab, context.Background(), o, typ, start, end, 0)); err != nil {
@@ -470,9 +470,9 @@ func TestLockWait(t *testing.T) {
 
 // The lock methods are served by Register, over real loopback TCP.
 func TestLocksOverRPC(t *testing.T) {
-	e := newEnv(t)
+	ctx := context.Background()
 	mux := rpc.NewMux()
-	e.Register(mux)
+	New(Config{Grace: -1}).Register(mux)
 	srv := rpc.NewServer(mux, rpc.ServerOptions{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

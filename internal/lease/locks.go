@@ -1,9 +1,8 @@
-package meta
+package lease
 
 import (
 	"context"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/weftfs/weft/internal/core"
@@ -11,8 +10,8 @@ import (
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
-// File locks (fcntl byte-range locks and flock), arbitrated here for the
-// inodes this server allocated, so that processes on different mounts
+// File locks (fcntl byte-range locks and flock), arbitrated by the meta
+// server that allocated the inode, so that processes on different mounts
 // exclude each other. The state is in memory only: a restart forgets every
 // lock, as an NFSv4 server without a grace period would (docs/fuse.md,
 // "Locks").
@@ -21,15 +20,11 @@ import (
 // owner (a process's file table for POSIX locks, an open file description
 // for flock). POSIX locks and flock locks live side by side and never
 // conflict with each other, as on Linux. A session that sends nothing for
-// LockSessionTTL loses all its locks: that is how the locks of a client that
+// its session's TTL loses all its locks: that is how the locks of a client that
 // died (kill -9 of weft mount, a lost machine) go away. Expiry is checked
 // lazily, at every lock request, which is when anyone could notice it; a
 // waiter blocked by a lock of a silent session wakes when that session
-// expires.
-
-// LockSessionTTL is how long a lock session lives without hearing from its
-// client. Clients send a keepalive every LockSessionTTL/5.
-const LockSessionTTL = 10 * time.Second
+// expires. Sessions are the service's (service.go), shared with leases.
 
 const (
 	// maxLockEnd is the largest byte offset a lock may cover (the kernel's
@@ -76,33 +71,6 @@ type fileLocks struct {
 	released chan struct{}
 }
 
-// lockSession is what the table knows of one client's session.
-type lockSession struct {
-	expires time.Time
-	files   map[core.Ino]struct{} // files where the session may hold locks
-	count   int                   // locks held
-}
-
-// lockTable holds the locks of one meta server.
-type lockTable struct {
-	now   func() time.Time
-	ttl   time.Duration
-	limit int // locks per session (maxLocksPerSession; tests lower it)
-
-	mu struct {
-		sync.Mutex
-		files    map[core.Ino]*fileLocks
-		sessions map[uint64]*lockSession
-	}
-}
-
-func newLockTable(now func() time.Time, ttl time.Duration) *lockTable {
-	t := &lockTable{now: now, ttl: ttl, limit: maxLocksPerSession}
-	t.mu.files = make(map[core.Ino]*fileLocks)
-	t.mu.sessions = make(map[uint64]*lockSession)
-	return t
-}
-
 // lockRequest is a validated SetLock or GetLock request.
 type lockRequest struct {
 	ino        core.Ino
@@ -134,7 +102,7 @@ func parseLockRequest(op string, ino uint64, o *weftpb.LockOwner, r *weftpb.Lock
 
 // SetLock sets or removes a lock, waiting up to req.WaitMs for conflicting
 // locks to go away.
-func (t *lockTable) SetLock(ctx context.Context, req *weftpb.SetLockRequest) (*weftpb.SetLockReply, error) {
+func (s *Service) SetLock(ctx context.Context, req *weftpb.SetLockRequest) (*weftpb.SetLockReply, error) {
 	const op = "setlock"
 	r, err := parseLockRequest(op, req.Ino, req.Owner, req.Lock)
 	if err != nil {
@@ -147,7 +115,7 @@ func (t *lockTable) SetLock(ctx context.Context, req *weftpb.SetLockRequest) (*w
 		deadline = timer.C
 	}
 	for {
-		conflict, released, expires, err := t.trySet(r)
+		conflict, released, expires, err := s.trySet(r)
 		if err != nil {
 			return nil, err
 		}
@@ -159,7 +127,7 @@ func (t *lockTable) SetLock(ctx context.Context, req *weftpb.SetLockRequest) (*w
 		}
 		// The holder's session may die without a word: wake when it
 		// would expire, and let the next attempt drop it.
-		expiry := time.NewTimer(max(expires.Sub(t.now()), time.Millisecond))
+		expiry := time.NewTimer(max(expires.Sub(s.now()), time.Millisecond))
 		select {
 		case <-released:
 		case <-expiry.C:
@@ -175,18 +143,18 @@ func (t *lockTable) SetLock(ctx context.Context, req *weftpb.SetLockRequest) (*w
 }
 
 // GetLock reports a lock that would stand in the way of req (F_GETLK).
-func (t *lockTable) GetLock(_ context.Context, req *weftpb.GetLockRequest) (*weftpb.GetLockReply, error) {
+func (s *Service) GetLock(_ context.Context, req *weftpb.GetLockRequest) (*weftpb.GetLockReply, error) {
 	r, err := parseLockRequest("getlock", req.Ino, req.Owner, req.Lock)
 	if err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.now()
-	t.expireLocked(now)
-	t.touchLocked(r.owner.session, now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.expireLocked(now)
+	s.touchLocked(r.owner.session, now)
 	if r.typ != weftpb.LockType_LOCK_UNLOCK {
-		if fl := t.mu.files[r.ino]; fl != nil {
+		if fl := s.mu.files[r.ino]; fl != nil {
 			if c := fl.conflictLocked(r); c != nil {
 				return &weftpb.GetLockReply{Conflict: rangeOf(*c)}, nil
 			}
@@ -195,72 +163,45 @@ func (t *lockTable) GetLock(_ context.Context, req *weftpb.GetLockRequest) (*wef
 	return &weftpb.GetLockReply{Conflict: &weftpb.LockRange{Type: weftpb.LockType_LOCK_UNLOCK}}, nil
 }
 
-// KeepAlive extends a session's life; a session the table did not know
-// starts now.
-func (t *lockTable) KeepAlive(_ context.Context, req *weftpb.LockKeepAliveRequest) (*weftpb.LockKeepAliveReply, error) {
-	if req.Session == 0 {
-		return nil, errs.New(errs.Invalid, "lock keepalive", "no lock session")
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.now()
-	t.expireLocked(now)
-	_, known := t.mu.sessions[req.Session]
-	t.touchLocked(req.Session, now)
-	return &weftpb.LockKeepAliveReply{Known: known, TtlMs: uint32(t.ttl / time.Millisecond)}, nil
-}
-
-// EndSession releases every lock of a session.
-func (t *lockTable) EndSession(_ context.Context, req *weftpb.EndLockSessionRequest) (*weftpb.Empty, error) {
-	if req.Session == 0 {
-		return nil, errs.New(errs.Invalid, "end lock session", "no lock session")
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.expireLocked(t.now())
-	t.dropSessionLocked(req.Session)
-	return &weftpb.Empty{}, nil
-}
-
 // trySet applies r if nothing conflicts. Otherwise it returns a conflicting
 // lock, a channel closed when a lock of the file is released, and when the
 // conflicting holder's session expires.
-func (t *lockTable) trySet(r lockRequest) (conflict *heldLock, released <-chan struct{}, expires time.Time, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.now()
-	t.expireLocked(now)
-	s := t.touchLocked(r.owner.session, now)
-	fl := t.mu.files[r.ino]
+func (s *Service) trySet(r lockRequest) (conflict *heldLock, released <-chan struct{}, expires time.Time, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.expireLocked(now)
+	ss := s.touchLocked(r.owner.session, now)
+	fl := s.mu.files[r.ino]
 	if fl == nil {
 		if r.typ == weftpb.LockType_LOCK_UNLOCK {
 			return nil, nil, time.Time{}, nil
 		}
 		fl = &fileLocks{released: make(chan struct{})}
-		t.mu.files[r.ino] = fl
+		s.mu.files[r.ino] = fl
 	}
 	if r.typ != weftpb.LockType_LOCK_UNLOCK {
 		if c := fl.conflictLocked(r); c != nil {
-			return c, fl.released, t.mu.sessions[c.owner.session].expires, nil
+			return c, fl.released, s.mu.sessions[c.owner.session].expires, nil
 		}
 	}
-	before := s.count
+	before := ss.locks
 	held, removed := fl.apply(r)
-	if after := before + len(held) - len(fl.held); after > t.limit {
-		return nil, nil, time.Time{}, errs.New(errs.NoSpace, "setlock", "lock session holds %d locks, the most a session may", t.limit)
+	if after := before + len(held) - len(fl.held); after > s.lockLimit {
+		return nil, nil, time.Time{}, errs.New(errs.NoSpace, "setlock", "lock session holds %d locks, the most a session may", s.lockLimit)
 	}
-	s.count += len(held) - len(fl.held)
+	ss.locks += len(held) - len(fl.held)
 	fl.held = held
 	if fl.holds(r.owner.session) {
-		s.files[r.ino] = struct{}{}
+		ss.files[r.ino] = struct{}{}
 	} else {
-		delete(s.files, r.ino)
+		delete(ss.files, r.ino)
 	}
 	if removed {
 		fl.wake()
 	}
 	if len(fl.held) == 0 {
-		delete(t.mu.files, r.ino)
+		delete(s.mu.files, r.ino)
 	}
 	return nil, nil, time.Time{}, nil
 }
@@ -338,35 +279,11 @@ func (fl *fileLocks) wake() {
 	fl.released = make(chan struct{})
 }
 
-// touchLocked extends a session's life, creating it if needed.
-func (t *lockTable) touchLocked(id uint64, now time.Time) *lockSession {
-	s := t.mu.sessions[id]
-	if s == nil {
-		s = &lockSession{files: make(map[core.Ino]struct{})}
-		t.mu.sessions[id] = s
-	}
-	s.expires = now.Add(t.ttl)
-	return s
-}
-
-// expireLocked drops the sessions whose time is up, with their locks.
-func (t *lockTable) expireLocked(now time.Time) {
-	for id, s := range t.mu.sessions {
-		if !now.Before(s.expires) {
-			t.dropSessionLocked(id)
-		}
-	}
-}
-
-// dropSessionLocked removes a session and every lock it holds.
-func (t *lockTable) dropSessionLocked(id uint64) {
-	s := t.mu.sessions[id]
-	if s == nil {
-		return
-	}
-	delete(t.mu.sessions, id)
-	for ino := range s.files {
-		fl := t.mu.files[ino]
+// dropLocksLocked removes every lock of session id (being dropped), waking
+// the waiters of their files.
+func (s *Service) dropLocksLocked(id uint64, ss *session) {
+	for ino := range ss.files {
+		fl := s.mu.files[ino]
 		if fl == nil {
 			continue
 		}
@@ -382,7 +299,7 @@ func (t *lockTable) dropSessionLocked(id uint64) {
 			fl.wake()
 		}
 		if len(fl.held) == 0 {
-			delete(t.mu.files, ino)
+			delete(s.mu.files, ino)
 		}
 	}
 }

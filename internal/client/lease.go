@@ -1,0 +1,326 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// Read leases (internal/lease has the server's side). A layer that caches
+// what the servers said (the FUSE mount: the kernel's entry and attribute
+// caches) asks for read leases on what it is about to read, and caches for
+// as long as the lease is trusted. The client trusts a lease until
+// leaseMargin before its term ends, measured on its monotonic clock from
+// when it sent the acquire, so it stops before the server can grant a
+// conflicting one even if the recall is lost. On a recall it drops the
+// lease, asks the layer above to drop what it cached (OnRecall), and then
+// releases the lease (a one-way message). Leases use the client's lock
+// session, kept alive by the same keepalives. A client without an OnRecall
+// callback, or whose server is in its own process (no connection to call
+// back on), never holds leases.
+
+const (
+	// leaseAcquireWait bounds an acquire: the server waits for changes in
+	// progress and for conflicting holders, at worst a term. A reader that
+	// gives up caches nothing.
+	leaseAcquireWait = 3 * time.Second
+	// recallNotifyWait bounds how long a recall waits for the layer above
+	// before it releases the lease anyway. The kernel can block an
+	// invalidation behind a request of this mount that is itself waiting
+	// for the change being recalled for; without the bound they would wait
+	// for each other until the term ends.
+	recallNotifyWait = 500 * time.Millisecond
+	// releaseTimeout bounds the sending of a release.
+	releaseTimeout = time.Second
+)
+
+// maxHeldLeases is how many leases the client remembers before it drops
+// the ones no longer trusted.
+const maxHeldLeases = 4096
+
+// leaseMargin is how long before its term a lease stops being trusted: a
+// tenth of the term, and at least 50 ms (clock rates and the time the
+// acquire's reply spends in flight are covered, since the term is measured
+// from the send).
+func leaseMargin(term time.Duration) time.Duration { return max(term/10, 50*time.Millisecond) }
+
+// LeaseKey names a lease: a key (an inode) on one meta server.
+type LeaseKey struct {
+	Server int
+	Ino    core.Ino
+}
+
+// heldLease is a read lease the client holds.
+type heldLease struct {
+	key      LeaseKey
+	seq      uint64    // the server's name for the grant
+	trusted  time.Time // monotonic: until when the client relies on it
+	recalled atomic.Bool
+}
+
+// Lease is a snapshot of the read leases covering one reply. The zero Lease
+// covers nothing.
+type Lease struct {
+	held []*heldLease
+	// denied: a server that grants leases granted none (a change of the
+	// key was waiting for this client, or the request failed). What the
+	// reply says may be about to change: the caller should not cache it.
+	denied bool
+}
+
+// Denied reports whether a server that grants leases refused this one, as
+// opposed to leases being off (no OnRecall, or a server in this process).
+func (l Lease) Denied() bool { return l.denied }
+
+// Remaining is how long what the lease covers may still be cached: zero if
+// any of its leases was recalled or is no longer trusted.
+func (l Lease) Remaining() time.Duration {
+	if len(l.held) == 0 {
+		return 0
+	}
+	now := time.Now()
+	rem := time.Duration(1<<63 - 1)
+	for _, h := range l.held {
+		if h.recalled.Load() {
+			return 0
+		}
+		rem = min(rem, h.trusted.Sub(now))
+	}
+	return max(rem, 0)
+}
+
+// recallMark is the latest grant of a key recalled, and when.
+type recallMark struct {
+	seq uint64
+	at  time.Time
+}
+
+// recalledKeep is how long a recall is remembered for the replies it may
+// have overtaken: longer than any term (an acquire waits at most
+// leaseAcquireWait).
+const recalledKeep = 2 * leaseAcquireWait
+
+// leaseCache is what the client knows of its leases.
+type leaseCache struct {
+	onRecall atomic.Pointer[func([]LeaseKey)]
+	mu       struct {
+		sync.Mutex
+		held map[LeaseKey]*heldLease
+		// recalled is the latest grant recalled for each key: a reply
+		// that a recall of its own grant overtook (the recall may be
+		// handled first) is not trusted. An entry goes when a later
+		// grant of the key is stored, or after recalledKeep: a reply
+		// that old was sent more than a term ago, so it is trusted for
+		// no time at all anyway.
+		recalled map[LeaseKey]recallMark
+	}
+}
+
+// OnRecall makes the client take read leases (ReadLease) and registers fn,
+// called with the keys of every recall before the client releases them.
+// fn must not block for long (the client waits recallNotifyWait at most).
+func (c *Client) OnRecall(fn func([]LeaseKey)) { c.leases.onRecall.Store(&fn) }
+
+// EntryLease is the key of the lease covering name in dir and, for a file
+// with one link, its attributes: dir's key on the server of name's
+// partition.
+func (c *Client) EntryLease(dir core.Ino, name string) LeaseKey {
+	if len(c.metas) == 1 {
+		return LeaseKey{Ino: dir}
+	}
+	return LeaseKey{Server: core.NameServer(dir, name, c.maps.bitmap(dir), len(c.metas)), Ino: dir}
+}
+
+// DirLeases are the keys of the leases covering every entry of dir (and
+// the attributes they embed): dir's key on every meta server, whichever of
+// them hold a partition now or later.
+func (c *Client) DirLeases(dir core.Ino) []LeaseKey {
+	keys := make([]LeaseKey, len(c.metas))
+	for i := range keys {
+		keys[i] = LeaseKey{Server: i, Ino: dir}
+	}
+	return keys
+}
+
+// InodeLease is the key of the lease covering ino's own record: the
+// attributes of a directory or a hard-linked file, on its owner.
+func (c *Client) InodeLease(ino core.Ino) LeaseKey {
+	return LeaseKey{Server: ino.Server() % len(c.metas), Ino: ino}
+}
+
+// AttrLease is the key of the lease covering the attributes a of the node
+// ref names: its entry's when they live in the entry, else its own.
+func (c *Client) AttrLease(ref Ref, a core.Attr) LeaseKey {
+	if a.Mode&core.ModeType != core.ModeDir && a.Nlink <= 1 && ref.Parent != 0 && ref.Name != "" {
+		return c.EntryLease(ref.Parent, ref.Name)
+	}
+	return c.InodeLease(ref.Ino)
+}
+
+// ReadLease returns read leases on keys, acquiring those the client does
+// not hold or trusts for less than leaseRenewBelow. It never fails: without
+// leases (an error, a server that could not grant in time, leases not
+// enabled) the Lease it returns covers nothing.
+func (c *Client) ReadLease(ctx context.Context, keys ...LeaseKey) Lease {
+	if c.leases.onRecall.Load() == nil {
+		return Lease{}
+	}
+	var out Lease
+	need := map[int][]uint64{}
+	c.leases.mu.Lock()
+	now := time.Now()
+	for _, k := range keys {
+		h := c.leases.mu.held[k]
+		if h != nil && !h.recalled.Load() && h.trusted.Sub(now) > leaseRenewBelow {
+			out.held = append(out.held, h)
+			continue
+		}
+		need[k.Server] = append(need[k.Server], uint64(k.Ino))
+	}
+	c.leases.mu.Unlock()
+	for server, inos := range need {
+		if c.cfg.Local[c.cfg.MetaAddrs[server]] != nil {
+			return Lease{} // in this process: no connection to recall over, so no grant
+		}
+		got := c.acquire(ctx, server, inos)
+		if got == nil {
+			return Lease{denied: true}
+		}
+		out.held = append(out.held, got...)
+	}
+	return out
+}
+
+// leaseRenewBelow: a held lease trusted for less than this is acquired
+// again rather than handed to a reply, so that what the reply lets the
+// kernel cache is worth caching (half the default term).
+const leaseRenewBelow = time.Second
+
+// acquire asks server for read leases on inos; nil if it granted none.
+func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*heldLease {
+	session, err := c.lockSessionFor(server)
+	if err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, leaseAcquireWait)
+	defer cancel()
+	sent := time.Now()
+	var reply weftpb.LeaseAcquireReply
+	err = c.metas[server].Call(ctx, weftpb.MethodLeaseAcquire, &weftpb.LeaseAcquireRequest{
+		Session: session, Mode: weftpb.LeaseMode_LEASE_READ, Keys: inos}, &reply)
+	if err != nil || len(reply.Granted) == 0 {
+		return nil
+	}
+	// Not locks.answered: a server that forgets a session holding only
+	// leases takes nothing the client relies on past the lease's term.
+	term := time.Duration(reply.TermMs) * time.Millisecond
+	trusted := sent.Add(term - leaseMargin(term))
+	c.leases.mu.Lock()
+	defer c.leases.mu.Unlock()
+	if c.leases.mu.held == nil {
+		c.leases.mu.held = make(map[LeaseKey]*heldLease)
+	}
+	if len(c.leases.mu.held) > maxHeldLeases {
+		// Leases that ran out stay until their key is used again; drop
+		// them once there are many.
+		now := time.Now()
+		for k, h := range c.leases.mu.held {
+			if !now.Before(h.trusted) {
+				delete(c.leases.mu.held, k)
+			}
+		}
+	}
+	got := make([]*heldLease, 0, len(reply.Granted))
+	for _, ino := range reply.Granted {
+		k := LeaseKey{Server: server, Ino: core.Ino(ino)}
+		if r, ok := c.leases.mu.recalled[k]; ok {
+			if r.seq >= reply.Seq {
+				// Recalled already (and released, or about to be).
+				return nil
+			}
+			delete(c.leases.mu.recalled, k)
+		}
+		if old := c.leases.mu.held[k]; old != nil && old.seq > reply.Seq {
+			got = append(got, old) // a later grant overtook this reply
+			continue
+		}
+		h := &heldLease{key: k, seq: reply.Seq, trusted: trusted}
+		c.leases.mu.held[k] = h
+		got = append(got, h)
+	}
+	return got
+}
+
+// recallMux serves the recalls of meta server server.
+func (c *Client) recallMux(server int) *rpc.Mux {
+	mux := rpc.NewMux()
+	rpc.HandleOneWay(mux, weftpb.MethodLeaseRecall, func(_ context.Context, req *weftpb.LeaseRecallRequest) {
+		c.recalled(server, req.Session, req.Keys, req.Seqs)
+	})
+	return mux
+}
+
+// recalled drops the recalled leases at once (no reply trusts them from
+// now on), then, in the background, lets the layer above drop what it
+// cached and releases them.
+func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
+	if len(seqs) != len(inos) {
+		c.log.Warn("lease recall: keys and grants do not match; ignored", "meta", server)
+		return
+	}
+	keys := make([]LeaseKey, len(inos))
+	c.leases.mu.Lock()
+	now := time.Now()
+	if c.leases.mu.recalled == nil {
+		c.leases.mu.recalled = make(map[LeaseKey]recallMark)
+	}
+	if len(c.leases.mu.recalled) > 1024 {
+		for k, r := range c.leases.mu.recalled {
+			if now.Sub(r.at) > recalledKeep {
+				delete(c.leases.mu.recalled, k)
+			}
+		}
+	}
+	for i, ino := range inos {
+		k := LeaseKey{Server: server, Ino: core.Ino(ino)}
+		keys[i] = k
+		if h := c.leases.mu.held[k]; h != nil && h.seq <= seqs[i] {
+			h.recalled.Store(true)
+			delete(c.leases.mu.held, k)
+		}
+		if h := c.leases.mu.held[k]; h == nil {
+			r := c.leases.mu.recalled[k]
+			c.leases.mu.recalled[k] = recallMark{seq: max(r.seq, seqs[i]), at: now}
+		}
+	}
+	c.leases.mu.Unlock()
+	go func() {
+		if fn := c.leases.onRecall.Load(); fn != nil {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				(*fn)(keys)
+			}()
+			t := time.NewTimer(recallNotifyWait)
+			select {
+			case <-done:
+			case <-t.C:
+				c.log.Debug("lease recall: the cache's invalidation is slow; releasing anyway", "meta", server)
+			}
+			t.Stop()
+		}
+		c.release(server, session, inos, seqs)
+	}()
+}
+
+// release gives the grants seqs of leases inos back to server (one-way).
+func (c *Client) release(server int, session uint64, inos, seqs []uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	_ = c.metas[server].Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: session, Keys: inos, Seqs: seqs})
+}

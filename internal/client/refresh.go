@@ -1,0 +1,75 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/weftfs/weft/internal/core"
+	pb "github.com/weftfs/weft/proto/weftpb"
+)
+
+// Files open on several clients. An open file's size, times and inline
+// content are what the server said at open, plus this client's own writes
+// (close-to-open). A layer that learns that another client is about to
+// change the file (a lease recall) calls MarkStale; the next read then asks
+// the server again under a read lease on the file's attributes, which the
+// server grants only once that change is in, so a file that stays open on
+// two mounts reads what the other wrote and closed. A file with writes of
+// its own not yet committed keeps its view: those writes win until they
+// land.
+
+// MarkStale tells the client that ino, if open here, may be changed by
+// another client: its next read takes the server's view again.
+func (c *Client) MarkStale(ino core.Ino) {
+	n := c.lookupOpen(ino)
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	n.mu.stale = true
+	n.mu.Unlock()
+	c.releaseOpen(n)
+}
+
+// refreshIfStale takes the server's view of a file marked stale that has
+// no writes of this client pending. If the server cannot be asked, the
+// read goes on with what the client has (as before the mark), and the next
+// read asks again.
+func (n *openInode) refreshIfStale(ctx context.Context) {
+	n.mu.Lock()
+	if !n.mu.stale {
+		n.mu.Unlock()
+		return
+	}
+	ref, creds, mode := n.mu.ref, n.mu.creds, n.mu.mode
+	if n.mu.modified || n.mu.buffered != 0 {
+		n.mu.stale = false
+		n.mu.Unlock()
+		return
+	}
+	n.mu.Unlock()
+	c := n.c
+	// The lease is what makes the read wait for the change it was warned
+	// of: the server grants none while a change of its key runs.
+	l := c.ReadLease(ctx, c.AttrLease(ref, core.Attr{Mode: mode, Nlink: 1}))
+	var r pb.OpenReply
+	req := &pb.OpenRequest{Creds: credsPB(creds), Node: ref.pb(), Flags: uint32(oRDONLY)}
+	if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodOpen, req, &r, true); err != nil {
+		c.log.Debug("refresh of an open file failed; reading what the client has", "ino", n.ino, "err", err)
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.modified || n.mu.buffered != 0 {
+		n.mu.stale = false
+		return // a write of this client came in meanwhile: it wins
+	}
+	// Without a lease the view may predate the change: ask again next
+	// time. A recall after the lease was taken marks the file again.
+	n.mu.stale = l.Remaining() == 0
+	n.mu.size = r.Attr.GetSize()
+	n.mu.mtime = time.Unix(0, r.Attr.GetMtimeNs())
+	n.mu.inline = r.Attr.GetInline()
+	n.mu.data = append([]byte(nil), r.InlineData...)
+	n.dropCacheLocked()
+}

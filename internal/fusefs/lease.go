@@ -1,0 +1,205 @@
+package fusefs
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/core"
+)
+
+// Kernel caching under read leases. A reply the mount gives under a read
+// lease (client.ReadLease, taken before the server is asked) lets the
+// kernel keep the entry or attributes for as long as the client trusts the
+// lease; one without keeps today's short timeouts (Options). When a meta
+// server recalls a lease, because another client is about to change what it
+// covers, the client calls recalled before it releases the lease, so that
+// the change lands only once this kernel has forgotten the old state.
+//
+// recalled runs on the client's goroutine for the recall, never inside a
+// FUSE request. The kernel may still block an invalidation behind a request
+// of this mount: one that changes a directory holds the directory's lock,
+// and an entry invalidation needs it. When this mount's own change is what
+// the server recalls for (a change that spans meta servers recalls the
+// requester's leases on the other servers too), that would wait for the
+// change, which waits for the release. So a recall of a directory this
+// mount is changing invalidates in the background and answers at once:
+// the kernel's cached names there may be served until that change returns
+// (lookups in the directory wait for its lock anyway). Any other
+// invalidation that blocks is bounded by the client
+// (client.recallNotifyWait), which then releases the lease anyway.
+
+// nodeIndex finds the nodes the kernel may cache, by inode, for recalls.
+// go-fuse may drop a node newChild made (the kernel already knew the
+// inode by another name) without telling it: an inode keeps its last few
+// nodes, and a recall notifies them all (the dropped ones were never
+// handed to the kernel, so that does nothing).
+type nodeIndex struct {
+	root *Node
+	mu   sync.Mutex
+	m    map[core.Ino][]*Node
+	busy map[core.Ino]int // directories this mount's requests are changing
+}
+
+// maxNodesPerIno bounds the dropped nodes an inode's list keeps.
+const maxNodesPerIno = 4
+
+func (x *nodeIndex) add(n *Node) {
+	ino := n.ino()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.m == nil {
+		x.m = make(map[core.Ino][]*Node)
+	}
+	l := x.m[ino]
+	for _, o := range l {
+		if o == n {
+			return
+		}
+	}
+	if len(l) == maxNodesPerIno {
+		l = l[1:]
+	}
+	x.m[ino] = append(l, n)
+}
+
+func (x *nodeIndex) remove(n *Node) {
+	ino := n.ino()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	l := x.m[ino]
+	for i, o := range l {
+		if o == n {
+			l = append(l[:i:i], l[i+1:]...)
+			break
+		}
+	}
+	if len(l) == 0 {
+		delete(x.m, ino)
+	} else {
+		x.m[ino] = l
+	}
+}
+
+func (x *nodeIndex) get(ino core.Ino) []*Node {
+	if ino == core.RootIno {
+		return []*Node{x.root}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return append([]*Node(nil), x.m[ino]...)
+}
+
+var _ fs.NodeOnForgetter = (*Node)(nil)
+
+// OnForget is called when the kernel has forgotten the node.
+func (n *Node) OnForget() { n.fsys.index.remove(n) }
+
+// recalled makes the kernel forget what the recalled leases covered: for
+// a key that is a directory, its attributes, its cached listing, every
+// name the kernel knows in it and the attributes those embed (the pages of
+// files open here too: their size and times may have changed); for any
+// other inode, its attributes and pages.
+func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
+	for _, k := range keys {
+		busy := fsys.index.changing(k.Ino)
+		for _, n := range fsys.index.get(k.Ino) {
+			if busy {
+				go n.forget()
+			} else {
+				n.forget()
+			}
+		}
+	}
+}
+
+// change notes that a request of this mount is changing dirs until the
+// returned function is called.
+func (fsys *fileSystem) change(dirs ...core.Ino) (done func()) {
+	x := &fsys.index
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.busy == nil {
+		x.busy = make(map[core.Ino]int)
+	}
+	for _, d := range dirs {
+		x.busy[d]++
+	}
+	return func() {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		for _, d := range dirs {
+			if x.busy[d]--; x.busy[d] == 0 {
+				delete(x.busy, d)
+			}
+		}
+	}
+}
+
+// changing reports whether a request of this mount is changing dir.
+func (x *nodeIndex) changing(dir core.Ino) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.busy[dir] > 0
+}
+
+func (n *Node) forget() {
+	if !n.IsDir() {
+		n.fsys.c.MarkStale(n.ino())
+	}
+	_ = n.NotifyContent(0, 0)
+	if !n.IsDir() {
+		return
+	}
+	for name, ch := range n.Children() {
+		_ = n.NotifyEntry(name)
+		off := int64(-1) // attributes only
+		if cn, ok := ch.Operations().(*Node); ok && cn.isOpen() {
+			off = 0
+			n.fsys.c.MarkStale(cn.ino())
+		}
+		_ = ch.NotifyContent(off, 0)
+	}
+}
+
+func (n *Node) isOpen() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mu.opens > 0
+}
+
+// leaseTimeout is how long the kernel may keep what l covers: what is left
+// of the lease; nothing if the server refused it (what was read may be
+// about to change); def if leases are off.
+func leaseTimeout(l client.Lease, def time.Duration) time.Duration {
+	if rem := l.Remaining(); rem > 0 {
+		return rem
+	}
+	if l.Denied() {
+		return 0
+	}
+	return def
+}
+
+// entryLease takes the read lease that covers name in n, before the server
+// is asked about it.
+func (n *Node) entryLease(ctx context.Context, name string) client.Lease {
+	c := n.fsys.c
+	return c.ReadLease(ctx, c.EntryLease(n.ino(), name))
+}
+
+// attrLease takes the read lease that covers n's attributes.
+func (n *Node) attrLease(ctx context.Context) client.Lease {
+	n.mu.Lock()
+	a := n.mu.attr
+	n.mu.Unlock()
+	c := n.fsys.c
+	return c.ReadLease(ctx, c.AttrLease(n.ref(), a))
+}
+
+// inlineAttrs reports whether a's attributes live in the entry that names
+// them (so the entry's lease covers them).
+func inlineAttrs(a core.Attr) bool { return a.Mode&core.ModeType != core.ModeDir && a.Nlink <= 1 }
