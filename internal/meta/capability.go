@@ -109,7 +109,7 @@ func capStateOf(r *weftpb.InodeRecord) capState {
 func (t *txn) revokeIfNarrowed(n *node, old capState) {
 	r := n.attr
 	switch {
-	case old.mode&core.ModeBits&^r.Mode != 0, old.uid != r.Uid, old.gid != r.Gid, r.Size < old.size:
+	case old.mode&core.ModePerm&^r.Mode != 0, old.uid != r.Uid, old.gid != r.Gid, r.Size < old.size:
 		t.revoke(n)
 	}
 }
