@@ -104,6 +104,8 @@ var statusNames = [...]string{
 	errs.WrongServer:  "wrong_server",
 	errs.ReadOnly:     "read_only",
 	errs.Lost:         "lost",
+
+	errs.CapabilityRefused: "capability_refused",
 }
 
 // StatusLabel is the metric label for a request's outcome: "ok", or a short
