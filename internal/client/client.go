@@ -164,17 +164,17 @@ func New(cfg Config) (*Client, error) {
 		b.DialOptions(&cfg.Dial)
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger}
-	peer := func(addr string) *rpc.Peer {
+	peer := func(addr string, mux *rpc.Mux) *rpc.Peer {
 		opts := cfg.Dial
-		opts.Logger, opts.Local = cfg.Logger, cfg.Local[addr]
+		opts.Logger, opts.Local, opts.Mux = cfg.Logger, cfg.Local[addr], mux
 		return rpc.NewPeer(addr, opts)
 	}
 	for i, a := range cfg.MetaAddrs {
 		// Meta servers call back with lease recalls (lease.go).
-		c.metas = append(c.metas, rpc.NewPeer(a, rpc.DialOptions{Logger: cfg.Logger, Local: cfg.Local[a], Mux: c.recallMux(i)}))
+		c.metas = append(c.metas, peer(a, c.recallMux(i)))
 	}
 	for _, a := range cfg.StoreAddrs {
-		c.stores = append(c.stores, peer(a))
+		c.stores = append(c.stores, peer(a, nil))
 		c.same = append(c.same, &sameHost{addr: a})
 	}
 	c.suspects = newSuspects(len(c.stores))

@@ -109,7 +109,7 @@ func capStateOf(r *weftpb.InodeRecord) capState {
 func (t *txn) revokeIfNarrowed(n *node, old capState) {
 	r := n.attr
 	switch {
-	case old.mode&core.ModeBits&^r.Mode != 0, old.uid != r.Uid, old.gid != r.Gid, r.Size < old.size:
+	case old.mode&core.ModePerm&^r.Mode != 0, old.uid != r.Uid, old.gid != r.Gid, r.Size < old.size:
 		t.revoke(n)
 	}
 }
@@ -125,7 +125,9 @@ func (t *txn) revoke(n *node) {
 }
 
 // pushRevocations tells every store, each within revokeTimeout; what a
-// store did not take is retried in the background (retryRevocations).
+// store did not take is retried in the background (retryRevocations). A
+// store whose push failed within revokeSuspectFor is not waited for: a
+// chmod -R with a stopped store would otherwise wait revokeTimeout per file.
 func (s *Server) pushRevocations(revs []*weftpb.Revocation) {
 	r := &s.reclaim
 	if len(revs) == 0 || s.cfg.Capabilities == nil || len(r.stores) == 0 {
@@ -135,7 +137,13 @@ func (s *Server) pushRevocations(revs []*weftpb.Revocation) {
 	var wg sync.WaitGroup
 	for i := range r.stores {
 		wg.Go(func() {
-			if err := s.revokeOn(i, req); err != nil {
+			var err error
+			if time.Since(time.Unix(0, r.revokeFailed[i].Load())) < revokeSuspectFor {
+				err = errs.New(errs.Unavailable, "revoke capabilities", "store failed lately")
+			} else if err = s.revokeOn(i, req); err != nil {
+				r.revokeFailed[i].Store(time.Now().UnixNano())
+			}
+			if err != nil {
 				select {
 				case r.revokeRetry <- storeRevocation{store: i, req: req, at: time.Now()}:
 				default:
@@ -160,6 +168,9 @@ const (
 	maxPendingRevocations = 4096
 	// revokeRetryEvery is how often they are tried again.
 	revokeRetryEvery = time.Second
+	// revokeSuspectFor is how long a store whose push failed gets its
+	// revocations from the background only.
+	revokeSuspectFor = 10 * time.Second
 )
 
 func (s *Server) revokeOn(i int, req *weftpb.RevokeCapabilitiesRequest) error {
@@ -199,6 +210,8 @@ func (s *Server) retryRevocations() {
 				if err := s.revokeOn(x.store, x.req); err != nil {
 					down[x.store] = true
 					kept = append(kept, x)
+				} else {
+					r.revokeFailed[x.store].Store(0)
 				}
 			}
 		}

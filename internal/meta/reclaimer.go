@@ -34,8 +34,10 @@ type reclaimer struct {
 	wg     sync.WaitGroup
 
 	// revokeRetry takes the revocations a store did not take at once
-	// (capability.go), for retryRevocations.
-	revokeRetry chan storeRevocation
+	// (capability.go), for retryRevocations; revokeFailed is, by store,
+	// when a push to it last failed (Unix ns).
+	revokeRetry  chan storeRevocation
+	revokeFailed []atomic.Int64
 
 	recorded atomic.Int64 // records written since start (metrics)
 	pending  atomic.Int64 // records found by the last pass
@@ -95,6 +97,7 @@ func (s *Server) initReclaim() error {
 	r.wg.Add(1)
 	go r.run()
 	r.revokeRetry = make(chan storeRevocation, maxPendingRevocations)
+	r.revokeFailed = make([]atomic.Int64, len(r.stores))
 	r.wg.Go(s.retryRevocations)
 	return nil
 }

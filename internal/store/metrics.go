@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weftfs/weft/internal/auth"
 )
 
 // metrics are the store's counters on the server's own registry. The
@@ -20,7 +22,7 @@ type metrics struct {
 	collectors   []prometheus.Collector
 }
 
-func newMetrics(reg *prometheus.Registry, id int, b Backend) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, id int, b Backend, caps *auth.Verifier) (*metrics, error) {
 	labels := prometheus.Labels{"store_id": strconv.Itoa(id)}
 	opts := func(name, help string) prometheus.CounterOpts {
 		return prometheus.CounterOpts{Namespace: "weft", Subsystem: "store", Name: name, Help: help, ConstLabels: labels}
@@ -40,6 +42,12 @@ func newMetrics(reg *prometheus.Registry, id int, b Backend) (*metrics, error) {
 			Namespace: "weft", Subsystem: "store", Name: "chunks",
 			Help: "Chunks stored.", ConstLabels: labels,
 		}, func() float64 { return float64(b.ChunkCount()) }),
+	}
+	if caps != nil {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "weft", Subsystem: "store", Name: "capability_revocations",
+			Help: "Revoked capability generations remembered (bounded; internal/auth/revoke.go).", ConstLabels: labels,
+		}, func() float64 { return float64(caps.Revocations().Len()) }))
 	}
 	if mb, ok := b.(*memBackend); ok {
 		cs = append(cs,

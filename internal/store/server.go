@@ -122,7 +122,7 @@ func Open(cfg Config) (*Server, error) {
 		}
 		b = d
 	}
-	m, err := newMetrics(cfg.Registry, cfg.ID, b)
+	m, err := newMetrics(cfg.Registry, cfg.ID, b, cfg.Capabilities)
 	if err != nil {
 		b.Close()
 		return nil, errs.Wrap(errs.Invalid, "open store", "metrics", err)
