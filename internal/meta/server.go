@@ -271,13 +271,15 @@ func Open(cfg Config) (*Server, error) {
 		s.abandonOrClose()
 		return nil, errs.Wrap(f.kind, "meta open", cfg.Dir, f.cause)
 	}
+	// Leases first: the reclaimer and the intent replay, started next,
+	// commit, and every commit recalls leases.
+	s.initLeases()
 	if err := s.initReclaim(); err != nil {
 		s.abandonOrClose()
 		return nil, err
 	}
 	s.initGiga()
 	s.registerMetrics()
-	s.initLeases()
 	if !s.sync {
 		s.syncStop, s.syncDone = make(chan struct{}), make(chan struct{})
 		go s.syncLoop(cfg.AsyncInterval)
