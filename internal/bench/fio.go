@@ -38,6 +38,9 @@ func fioBenchmark() Benchmark {
 				"sshfs's export (tmpfs, under loopback, keeps its content); \"read, warm\" reads it again at " +
 				"once (--invalidate=0). " +
 				"Median over repeats with min–max.",
+			"weft (none), (secure) and (private) are the security modes (issue 13), each as separate processes " +
+				"(weft cluster start, then weft mount) so that the mount's calls cross real connections; the goal " +
+				"for secure is at most 10% below none.",
 		},
 		Run:     runFio,
 		Tables:  fioTables,
@@ -61,7 +64,7 @@ func runFio(ctx context.Context, env *Env) ([]Result, error) {
 	env.run.version("fio", commandVersion(bin, "--version"))
 	size := fioSize(env.Quick)
 	reps := env.repeats()
-	targets := env.peerTargets()
+	targets := append(env.peerTargets(), env.securityTargets()...)
 	env.progress(len(targets) * (1 + reps*len(fioCases)))
 	var out []Result
 	err = env.eachTarget(ctx, targets, nil, func(m *Mount) error {
@@ -194,7 +197,9 @@ func fioGoals(rs []Result) []string {
 	for _, c := range fioCases {
 		out = append(out,
 			goalAtLeast(rs, "fio "+c, c, weftSync.name, kindSSHFS, 2, false),
-			goalAtLeast(rs, "fio "+c, c, weftSync.name, kindLocal, 0.5, false))
+			goalAtLeast(rs, "fio "+c, c, weftSync.name, kindLocal, 0.5, false),
+			goalAtLeast(rs, "fio "+c, c, weftSecure.name, weftNone.name, 0.9, false),
+			goalAtLeast(rs, "fio "+c, c, weftPrivate.name, weftNone.name, 0.85, false))
 	}
 	return out
 }

@@ -127,6 +127,18 @@ func (e *Env) targets(variants ...weftVariant) []Target {
 	return out
 }
 
+// securityTargets are weft once per security mode (as separate
+// processes), if the run measures weft.
+func (e *Env) securityTargets() []Target {
+	var out []Target
+	for _, t := range e.targets(weftNone, weftSecure, weftPrivate) {
+		if t.Kind == kindWeft {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // baseName names the base build's column of a weft target: "weft (base)",
 // "weft (sync, base)".
 func baseName(name string) string {
