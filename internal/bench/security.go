@@ -7,6 +7,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/linksim"
 )
 
 var securityModes = []string{config.SecurityNone, config.SecuritySecure, config.SecurityPrivate}
@@ -24,6 +26,8 @@ var securityModes = []string{config.SecurityNone, config.SecuritySecure, config.
 const (
 	secPut         = "put over TCP (sync: durable at close)"
 	secGet         = "get over TCP"
+	secPutGigE     = "put over an emulated GigE link (sync)"
+	secGetGigE     = "get over an emulated GigE link"
 	secChmodRevoke = "chmod that revokes (clears a permission bit)"
 	secChmodKeep   = "chmod that does not revoke (adds a bit)"
 )
@@ -40,6 +44,9 @@ func securityBenchmark() Benchmark {
 			"Each mode runs its own cluster as separate processes (weft cluster start: one meta and one disk store " +
 				"server, sync durability); the benchmark is the client, with the cluster's admin identity and the " +
 				"same-host path off, so that every byte crosses a connection in the mode under test.",
+			"The GigE rows put every connection of the client (to the meta and the store server) through linksim's " +
+				"GigE profile (1 Gbit/s each way, 0.1 ms round trip), as between machines: the crypto then runs while the " +
+				"link, not the CPU, sets the pace. 256 MiB (--quick: 16 MiB).",
 			fmt.Sprintf("chmod: %d of each kind per repeat on one file, alternating 0644 → 0600 (clears bits: the meta server "+
 				"raises the file's generation and tells every store before it answers) and 0600 → 0644 (adds bits: "+
 				"no revocation); mean µs per call.", securityChmods),
@@ -128,7 +135,90 @@ func securityMode(ctx context.Context, env *Env, bin, mode, src string, size int
 		revoke.Samples = append(revoke.Samples, r)
 		keep.Samples = append(keep.Samples, k)
 	}
-	return []Result{put, get, revoke, keep}, c.Unlink(ctx, name)
+	putL := Result{Bench: "security", Case: secPutGigE, Target: target, Unit: "MB/s"}
+	getL := Result{Bench: "security", Case: secGetGigE, Target: target, Unit: "MB/s"}
+	if err := securityOverLink(ctx, env, cc, src, dst, size, reps, &putL, &getL); err != nil {
+		return nil, err
+	}
+	return []Result{put, get, putL, getL, revoke, keep}, c.Unlink(ctx, name)
+}
+
+// securityOverLink puts and gets the first bytes of src through a client
+// whose connections cross an emulated GigE link.
+func securityOverLink(ctx context.Context, env *Env, cc client.Config, src, dst string, size int64, reps int, put, get *Result) error {
+	size = min(size/4, 256<<20)
+	part := src + ".gige"
+	if err := copyPrefix(src, part, size); err != nil {
+		return err
+	}
+	defer os.Remove(part)
+	var links []*linksim.Link
+	defer func() {
+		for _, l := range links {
+			l.Close()
+		}
+	}()
+	through := func(addrs []string) ([]string, error) {
+		var out []string
+		for _, a := range addrs {
+			l, err := linksim.Listen(a, linksim.GigE, nil)
+			if err != nil {
+				return nil, err
+			}
+			links = append(links, l)
+			out = append(out, l.Addr())
+		}
+		return out, nil
+	}
+	var err error
+	if cc.MetaAddrs, err = through(cc.MetaAddrs); err != nil {
+		return err
+	}
+	if cc.StoreAddrs, err = through(cc.StoreAddrs); err != nil {
+		return err
+	}
+	c, err := client.New(cc)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	const name = "/gige"
+	for range reps {
+		env.step(put.Target + ": put and get over GigE")
+		if err := c.Truncate(ctx, name, 0); err != nil && !errs.Is(err, errs.NotExist) {
+			return err
+		}
+		t := time.Now()
+		if err := copyIn(ctx, c, part, name); err != nil {
+			return err
+		}
+		put.Samples = append(put.Samples, float64(size)/1e6/time.Since(t).Seconds())
+		os.Remove(dst)
+		t = time.Now()
+		if err := copyOut(ctx, c, name, dst); err != nil {
+			return err
+		}
+		get.Samples = append(get.Samples, float64(size)/1e6/time.Since(t).Seconds())
+	}
+	return c.Unlink(ctx, name)
+}
+
+// copyPrefix writes the first n bytes of src to dst.
+func copyPrefix(src, dst string, n int64) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyN(out, in, n); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // chmodCosts returns the mean µs of a chmod that clears bits of name's mode
