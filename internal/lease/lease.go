@@ -7,6 +7,23 @@ import (
 	"github.com/weftfs/weft/internal/errs"
 )
 
+// maxLeasesPerSession bounds the leases one client session may hold on a
+// server at once, and so the memory a client can make the server keep (a
+// term's worth of acquires); past it, acquires are refused and the client
+// reads without a lease.
+const maxLeasesPerSession = 100_000
+
+// newKeys counts the keys a session does not hold yet.
+func newKeys(held map[Key]struct{}, keys []Key) int {
+	n := 0
+	for _, k := range keys {
+		if _, ok := held[k]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
 // keyLeases are the leases on one key.
 type keyLeases struct {
 	grants map[uint64]*grant // by session
@@ -55,6 +72,8 @@ func (s *Service) Acquire(ctx context.Context, id uint64, holder Holder, mode Mo
 		return Grant{}, errs.New(errs.Invalid, op, "unknown lease mode %d", mode)
 	case len(keys) == 0:
 		return Grant{}, errs.New(errs.Invalid, op, "no keys")
+	case len(keys) > maxLeasesPerSession:
+		return Grant{}, errs.New(errs.Invalid, op, "%d keys in one request, more than a session may hold (%d)", len(keys), maxLeasesPerSession)
 	}
 	for {
 		seq, wait, recalls, err := s.tryAcquire(id, holder, mode, keys)
@@ -104,6 +123,10 @@ func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (u
 	if w.blocked || !w.deadline.IsZero() {
 		w.from(now)
 		return 0, w, recalls, nil
+	}
+	if fresh := newKeys(ss.leases, keys); len(ss.leases)+fresh > maxLeasesPerSession {
+		// Bounded memory per client: it reads without a lease instead.
+		return 0, nil, nil, errs.New(errs.Busy, "lease acquire", "the session holds %d leases, the most a session may (%d)", len(ss.leases), maxLeasesPerSession)
 	}
 	s.mu.seq++
 	for _, k := range keys {

@@ -312,3 +312,31 @@ func TestLeaseAcquireWhileRecalled(t *testing.T) {
 		}
 	}
 }
+
+// A session holds at most maxLeasesPerSession leases on a server: past it,
+// an acquire is refused (Busy, the client reads without a lease) and the
+// server keeps no more; a request naming more keys than that is invalid.
+func TestLeasesPerSessionBounded(t *testing.T) {
+	s := New(Config{Grace: -1, Term: time.Minute})
+	h := newHolder("h")
+	keys := make([]Key, maxLeasesPerSession)
+	for i := range keys {
+		keys[i] = Key(i + 1)
+	}
+	if _, err := s.Acquire(context.Background(), 1, h, Read, keys); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(context.Background(), 1, h, Read, []Key{Key(len(keys) + 1)}); !errs.Is(err, errs.Busy) {
+		t.Fatalf("one lease past the bound: %v, want busy", err)
+	}
+	if n := s.Held(); n != maxLeasesPerSession {
+		t.Errorf("held %d leases, want %d", n, maxLeasesPerSession)
+	}
+	// Renewing what it holds is still allowed.
+	if _, err := s.Acquire(context.Background(), 1, h, Read, keys[:10]); err != nil {
+		t.Fatalf("renewing held leases: %v", err)
+	}
+	if _, err := s.Acquire(context.Background(), 2, h, Read, append(keys, 0)); !errs.Is(err, errs.Invalid) {
+		t.Fatalf("a request with too many keys: %v, want invalid", err)
+	}
+}
