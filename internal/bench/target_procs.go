@@ -28,8 +28,11 @@ func (e *Env) mountWeftProcs(ctx context.Context, m *Mount, base, bin string) er
 	if t.Backend != "" {
 		args = append(args, "--backend", t.Backend)
 	}
+	// Teardown runs even when the run was canceled (its context's values,
+	// not its cancel), each step bounded by unmountTimeout.
+	teardown := context.WithoutCancel(ctx)
 	stop := func() error {
-		return run(context.Background(), unmountTimeout, bin, "cluster", "stop", "--dir", dir)
+		return run(teardown, unmountTimeout, bin, "cluster", "stop", "--dir", dir)
 	}
 	if err := run(ctx, mountTimeout, bin, args...); err != nil {
 		return errors.Join(err, stop())
@@ -48,7 +51,7 @@ func (e *Env) mountWeftProcs(ctx context.Context, m *Mount, base, bin string) er
 		if !isMounted(m.Dir) {
 			return nil
 		}
-		err := run(context.Background(), unmountTimeout, bin, "umount", m.Dir)
+		err := run(teardown, unmountTimeout, bin, "umount", m.Dir)
 		if err != nil || isMounted(m.Dir) {
 			return errors.Join(err, unmount(m.Dir, "fusermount3"))
 		}

@@ -145,6 +145,10 @@ type Client struct {
 		open map[core.Ino]*openInode // files with open handles
 	}
 	bg sync.WaitGroup // background chunk reclaims
+	// life is the client's own context, for work no caller waits for
+	// (write-back uploads, lease releases); Close cancels it.
+	life context.Context
+	stop context.CancelFunc
 
 	locks  lockSession // file lock session (lock.go)
 	leases leaseCache  // read leases (lease.go)
@@ -164,6 +168,7 @@ func New(cfg Config) (*Client, error) {
 		b.DialOptions(&cfg.Dial)
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger}
+	c.life, c.stop = context.WithCancel(context.Background())
 	peer := func(addr string, mux *rpc.Mux) *rpc.Peer {
 		opts := cfg.Dial
 		opts.Logger, opts.Local, opts.Mux = cfg.Logger, cfg.Local[addr], mux
@@ -187,6 +192,7 @@ func New(cfg Config) (*Client, error) {
 func (c *Client) Close() error {
 	c.endLocks()
 	c.bg.Wait()
+	c.stop()
 	for _, h := range c.same {
 		h.close()
 	}

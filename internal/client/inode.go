@@ -416,9 +416,10 @@ func (n *openInode) chainUploadLocked(idx uint64, size int64, upload func(contex
 // unless the transport fails to honour it.
 const uploadGrace = time.Second
 
-// boundedUpload runs upload with StoreTimeout as its context and waits for
-// it at most uploadGrace longer, so that a write, flush or close waiting
-// for uploads is bounded whatever the transport does. If it gave up, it
+// boundedUpload runs upload under the client's own context (the bytes were
+// accepted, so no caller's cancel may abort them) bounded by StoreTimeout,
+// and waits for it at most uploadGrace longer, so that a write, flush or
+// close waiting for uploads is bounded whatever the transport does. If it gave up, it
 // returns a Timeout and finished, closed when upload has returned: only
 // then may its bytes be reused. Otherwise finished is nil.
 func (c *Client) boundedUpload(upload func(context.Context) ([]int, error)) (reps []int, finished chan struct{}, err error) {
@@ -426,7 +427,7 @@ func (c *Client) boundedUpload(upload func(context.Context) ([]int, error)) (rep
 		reps []int
 		err  error
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.StoreTimeout)
+	ctx, cancel := context.WithTimeout(c.life, c.cfg.StoreTimeout)
 	res := make(chan result, 1)
 	finished = make(chan struct{})
 	go func() {

@@ -320,7 +320,7 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 
 // release gives the grants seqs of leases inos back to server (one-way).
 func (c *Client) release(server int, session uint64, inos, seqs []uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	ctx, cancel := context.WithTimeout(c.life, releaseTimeout)
 	defer cancel()
 	_ = c.metas[server].Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: session, Keys: inos, Seqs: seqs})
 }

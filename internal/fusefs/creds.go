@@ -121,10 +121,10 @@ func parseStatus(status []byte) (groups []uint32, fsuid, fsgid uint32, ok bool) 
 }
 
 // callCtx returns the context a request's weft calls run with: the caller's
-// identity and the operation timeout, detached from the kernel's interrupts
-// (see the package doc).
+// identity and the operation timeout, under the mount's lifetime but
+// detached from the kernel's interrupts (see the package doc).
 func (fsys *fileSystem) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return fsys.boundCtx(context.Background(), ctx)
+	return fsys.boundCtx(fsys.life, ctx)
 }
 
 // boundCtx is parent bounded by OpTimeout with the identity of req's caller.

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log"
@@ -92,6 +93,9 @@ type fileSystem struct {
 	log    *slog.Logger
 	groups *groupCache
 	index  nodeIndex // nodes by inode, for lease recalls (lease.go)
+	// life is the mount's own context, the parent of every request's
+	// calls (callCtx); it ends when the mount is served no more.
+	life context.Context
 }
 
 // Mount is a mounted weft file system.
@@ -118,6 +122,9 @@ func New(dir string, opts Options) (*Mount, error) {
 		return nil, err
 	}
 	fsys := &fileSystem{c: opts.Client, opts: opts, log: opts.Logger, groups: newGroupCache()}
+	// Before the mount: the kernel's first requests come at once.
+	var stop context.CancelFunc
+	fsys.life, stop = context.WithCancel(context.Background())
 	root := &Node{fsys: fsys}
 	fsys.index.root = root
 	opts.Client.OnRecall(fsys.recalled)
@@ -167,9 +174,14 @@ func New(dir string, opts Options) (*Mount, error) {
 	}
 	server, err := mountWithLocks(abs, root, fo)
 	if err != nil {
+		stop()
 		return nil, errs.Wrap(errs.IO, op, abs, err)
 	}
 	closeFuseOnExec()
+	go func() {
+		server.Wait()
+		stop()
+	}()
 	m := &Mount{dir: abs, server: server, fsys: fsys}
 	var st syscall.Stat_t
 	if err := syscall.Stat(abs, &st); err == nil {
