@@ -229,50 +229,52 @@ func orphanCands(listed []map[core.Ino][]*weftpb.ChunkInfo, owners map[core.Ino]
 
 // listChunks reads every chunk a store holds, page by page.
 func listChunks(ctx context.Context, dial rpc.DialOptions, addr string, timeout time.Duration) (map[core.Ino][]*weftpb.ChunkInfo, error) {
-	p := rpc.NewPeer(addr, dial)
-	defer p.Close()
 	out := map[core.Ino][]*weftpb.ChunkInfo{}
-	req := &weftpb.ListChunksRequest{Limit: 1000}
-	for {
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		var r weftpb.ListChunksReply
-		err := p.Call(cctx, weftpb.MethodListChunks, req, &r)
-		cancel()
-		if err != nil {
-			return nil, errs.Wrap(errs.KindOf(err), "gc", "list chunks of store "+addr, err)
-		}
-		for _, ci := range r.Chunks {
+	err := eachChunkPage(ctx, dial, addr, timeout, &weftpb.ListChunksRequest{Limit: 1000}, func(page []*weftpb.ChunkInfo) bool {
+		for _, ci := range page {
 			ino := core.Ino(ci.GetChunk().GetIno())
 			out[ino] = append(out[ino], ci)
 		}
-		if !r.More || len(r.Chunks) == 0 {
-			return out, nil
-		}
-		req.After = r.Chunks[len(r.Chunks)-1].Chunk
+		return true
+	})
+	if err != nil {
+		return nil, errs.Wrap(errs.KindOf(err), "gc", "list chunks of store "+addr, err)
 	}
+	return out, nil
 }
 
 // freshChunks reports whether store addr now holds a chunk of ino at or
 // past from that changed after cutoff.
 func freshChunks(ctx context.Context, dial rpc.DialOptions, addr string, timeout time.Duration, ino core.Ino, from uint64, cutoff int64) (bool, error) {
+	fresh := false
+	err := eachChunkPage(ctx, dial, addr, timeout, &weftpb.ListChunksRequest{Ino: uint64(ino), Limit: 1000}, func(page []*weftpb.ChunkInfo) bool {
+		for _, ci := range page {
+			if ci.GetChunk().GetIndex() >= from && ci.MtimeUnixNano > cutoff {
+				fresh = true
+				return false
+			}
+		}
+		return true
+	})
+	return fresh, err
+}
+
+// eachChunkPage lists store addr's chunks as req asks, a page at a time
+// (each call bounded by timeout), until fn returns false or the listing
+// ends.
+func eachChunkPage(ctx context.Context, dial rpc.DialOptions, addr string, timeout time.Duration, req *weftpb.ListChunksRequest, fn func([]*weftpb.ChunkInfo) bool) error {
 	p := rpc.NewPeer(addr, dial)
 	defer p.Close()
-	req := &weftpb.ListChunksRequest{Ino: uint64(ino), Limit: 1000}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		var r weftpb.ListChunksReply
 		err := p.Call(cctx, weftpb.MethodListChunks, req, &r)
 		cancel()
 		if err != nil {
-			return false, err
+			return err
 		}
-		for _, ci := range r.Chunks {
-			if ci.GetChunk().GetIndex() >= from && ci.MtimeUnixNano > cutoff {
-				return true, nil
-			}
-		}
-		if !r.More || len(r.Chunks) == 0 {
-			return false, nil
+		if !fn(r.Chunks) || !r.More || len(r.Chunks) == 0 {
+			return nil
 		}
 		req.After = r.Chunks[len(r.Chunks)-1].Chunk
 	}

@@ -88,6 +88,13 @@ func (s *Server) commit(op string, b *pebble.Batch, sync bool) error {
 	// lease on what b changes is recalled, and the wait is bounded by the
 	// term.
 	end, err := s.changeLeasesOf(b)
+	return s.applyLeased(op, b, sync, end, err)
+}
+
+// applyLeased applies b once its leases are recalled (end, err: what
+// changeLeases returned), lets them be granted again, and waits for the
+// sync.
+func (s *Server) applyLeased(op string, b *pebble.Batch, sync bool, end func(), err error) error {
 	if err != nil {
 		return err
 	}

@@ -57,15 +57,7 @@ func (s *Server) changeLeasesOf(b *pebble.Batch) (end func(), err error) {
 // are not recalled.
 func (s *Server) commitFor(ctx context.Context, op string, b *pebble.Batch) error {
 	end, err := s.changeLeases(ctx, b)
-	if err != nil {
-		return err
-	}
-	err = s.apply(op, b, true)
-	end()
-	if err != nil {
-		return err
-	}
-	return s.syncWait(op, b, true)
+	return s.applyLeased(op, b, true, end, err)
 }
 
 // leaseKeys returns the keys of the records b writes: the inode of an inode

@@ -154,16 +154,21 @@ type splitPlan struct {
 	mark   *movingPart
 }
 
+// lockStripe takes dir's stripe for a split step and returns its unlock. A
+// plain Lock, not lockCtx: polling would starve behind a busy directory's
+// operations, which queue on the mutex.
+func (s *Server) lockStripe(dir core.Ino) (unlock func()) {
+	mu := &s.locks[stripeOf(dir)]
+	mu.Lock()
+	return mu.Unlock
+}
+
 // planMove reads what a split of this server's partition of dir moves,
 // writes the intent and marks the moving names, under dir's stripe. nil
 // means there is nothing to split.
 func (s *Server) planMove(dir core.Ino) (*splitPlan, error) {
 	const op = "split"
-	// A plain Lock, not lockCtx: polling would starve behind a busy
-	// directory's operations, which queue on the mutex.
-	mu := &s.locks[stripeOf(dir)]
-	mu.Lock()
-	defer mu.Unlock()
+	defer s.lockStripe(dir)()
 	d := &weftpb.InodeRecord{}
 	found, err := getRecord(s.db, inodeKey(dir), d)
 	if err != nil || !found || !core.IsDir(d.Mode) {
@@ -261,11 +266,7 @@ func (s *Server) uninstallMove(dir core.Ino, pl *splitPlan) {
 // moved and the record written.
 func (s *Server) commitMove(dir core.Ino, pl *splitPlan) (uint64, *weftpb.InodeRecord, error) {
 	const op = "split"
-	// A plain Lock, not lockCtx: polling would starve behind a busy
-	// directory's operations, which queue on the mutex.
-	mu := &s.locks[stripeOf(dir)]
-	mu.Lock()
-	defer mu.Unlock()
+	defer s.lockStripe(dir)()
 	d := &weftpb.InodeRecord{}
 	found, err := getRecord(s.db, inodeKey(dir), d)
 	if err != nil {
