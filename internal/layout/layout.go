@@ -47,6 +47,7 @@ const (
 	KeyDirs     = "Sdirs"      // int64 counter (merge operand): directories
 	KeyServerID = "Sserver-id" // uint64: the meta server id this store belongs to
 	KeyServers  = "Sservers"   // uint64: meta servers in the cluster (GIGA+ placement depends on it)
+	KeyRunning  = "Srunning"   // present while the server runs; a clean stop deletes it (meta/recovery.go)
 	// KeyInodesOf and KeyDirsOf, followed by an owner's id (uint16), are
 	// int64 counters (merge operands): this server's share of another
 	// server's inodes and directories in use (removes of its inodes here).

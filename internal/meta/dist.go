@@ -67,6 +67,11 @@ type gigaState struct {
 		splitting map[core.Ino]bool     // directories with a split queued or running
 	}
 	kick chan struct{} // wakes the replayer
+	// recovered is closed once the server admits writes (recovery.go).
+	recovered chan struct{}
+	// replayMu makes replays of intents one at a time: the replay loop's
+	// and those PeerRelease asks for.
+	replayMu sync.Mutex
 }
 
 // heldLocks are the locks a participant holds for one coordinator's txn.
@@ -98,9 +103,13 @@ type remoteTx struct {
 	ops  []*weftpb.KeyOp
 }
 
-func (s *Server) initGiga() {
+func (s *Server) initGiga(crashed bool) {
 	g := &s.giga
 	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.recovered = make(chan struct{})
+	if !crashed || s.n == 1 {
+		close(g.recovered)
+	}
 	g.mu.held = map[uint64]*heldLocks{}
 	g.mu.splitting = map[core.Ino]bool{}
 	g.kick = make(chan struct{}, 1)
@@ -121,7 +130,7 @@ func (s *Server) initGiga() {
 		}
 	}
 	g.wg.Add(1)
-	go s.replayLoop()
+	go s.replayLoop(crashed && s.n > 1)
 }
 
 // txid is this server's transaction id with sequence number seq.
@@ -447,21 +456,25 @@ func (s *Server) kickReplay() {
 // replayLoop finishes intents and splits left by a crash or by a server that
 // could not be reached, and on start tells the other servers to drop locks
 // this server's previous life held there.
-func (s *Server) replayLoop() {
+func (s *Server) replayLoop(crashed bool) {
 	g := &s.giga
 	defer g.wg.Done()
 	t := time.NewTicker(replayInterval)
 	defer t.Stop()
 	for released := false; ; {
-		pending, err := s.replayOnce()
-		if !released && s.n > 1 {
+		pending, err := s.replayOnce(-1)
+		switch {
+		case released || s.n == 1:
+		case crashed:
 			// Only now: the replay needs the locks the previous life
 			// of this server still holds elsewhere (fence.go).
 			released = true
+			s.recover()
+		default:
+			released = true
 			for srv := range s.n {
 				if srv != s.cfg.ID {
-					_ = s.peerCall(s.giga.ctx, "release", srv, weftpb.MethodPeerRelease,
-						&weftpb.PeerReleaseRequest{Coordinator: uint32(s.cfg.ID), BelowTxid: g.firstTxid}, &weftpb.Empty{})
+					_ = s.releaseOn(g.ctx, srv)
 				}
 			}
 		}
@@ -485,9 +498,10 @@ func (s *Server) replayLoop() {
 	}
 }
 
-// replayOnce retries every unfinished intent and split once; pending says
-// whether some are left.
-func (s *Server) replayOnce() (pending bool, err error) {
+// replayOnce retries every unfinished intent and split once, or with only
+// >= 0 the intents that write on server only; pending says whether some are
+// left.
+func (s *Server) replayOnce(only int) (pending bool, err error) {
 	if err := s.enter("replay"); err != nil {
 		return false, nil
 	}
@@ -514,11 +528,16 @@ func (s *Server) replayOnce() (pending bool, err error) {
 			return true, err
 		}
 	}
+	s.giga.replayMu.Lock()
 	for _, r := range intents {
-		if err := s.replayIntent(r.key, r.val); err != nil {
+		if err := s.replayIntent(r.key, r.val, only); err != nil {
 			pending = true
 			s.log.Warn("meta: intent still unfinished", "err", err)
 		}
+	}
+	s.giga.replayMu.Unlock()
+	if only >= 0 {
+		return pending, nil
 	}
 	for _, r := range splits {
 		if len(r.key) != 9 {
@@ -531,10 +550,13 @@ func (s *Server) replayOnce() (pending bool, err error) {
 	return pending, nil
 }
 
-func (s *Server) replayIntent(key, val []byte) error {
+func (s *Server) replayIntent(key, val []byte, only int) error {
 	in := &weftpb.Intent{}
 	if err := proto.Unmarshal(val, in); err != nil {
 		return errs.Wrap(errs.Corrupt, "replay", "", err)
+	}
+	if only >= 0 && !slices.ContainsFunc(in.Servers, func(so *weftpb.ServerOps) bool { return int(so.Server) == only }) {
+		return nil
 	}
 	if len(key) != 9 {
 		return errs.New(errs.Corrupt, "replay", "intent key %q", key)
@@ -607,6 +629,9 @@ func cmp(first, err error) error {
 // giving up when ctx ends.
 func (s *Server) lockFor(ctx context.Context, txid uint64, stripes []int, renameMu bool) error {
 	g := &s.giga
+	if err := s.awaitRecovery(ctx, "peer lock"); err != nil {
+		return err
+	}
 	h := &heldLocks{}
 	release := func() {
 		for j := len(h.stripes) - 1; j >= 0; j-- {
@@ -647,14 +672,18 @@ func (s *Server) lockFor(ctx context.Context, txid uint64, stripes []int, rename
 	return nil
 }
 
-// releaseHeld releases txid's locks, if this server holds any.
-func (s *Server) releaseHeld(txid uint64) {
+// releaseHeld releases txid's locks, if this server holds any, and says
+// whether the txn's writes were applied under them.
+func (s *Server) releaseHeld(txid uint64) (applied bool) {
 	g := &s.giga
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if h := g.mu.held[txid]; h != nil {
-		s.releaseHeldLocked(txid, h)
+	h := g.mu.held[txid]
+	if h == nil {
+		return false
 	}
+	s.releaseHeldLocked(txid, h)
+	return h.applied
 }
 
 func (s *Server) releaseHeldLocked(txid uint64, h *heldLocks) {

@@ -37,11 +37,14 @@ import (
 //     coordinator replays its intents before it releases its old locks
 //     everywhere.
 //
-// A participant that restarts loses its locks without a trace; a replay
-// that finds neither locks nor a fence is applied as before (the gap that
-// remains). A replay's apply fences the txn as applied in its own batch, as
-// the replay releases the locks. Fences are not deleted: they are written
-// only when locks are lost and by replays, which are rare.
+// Every apply fences the txn as applied in its own batch, so a replay that
+// comes after this server restarted (or after the coordinator died again)
+// is a no-op. The coordinator's unlock drops that fence: its intent no
+// longer names this server. A participant that crashes loses its locks
+// without a trace; after the restart it admits no write until its peers
+// replayed what they owe it (recovery.go), so a replay that finds neither
+// locks nor a fence is applied onto the records as the crash left them.
+// Fences of lost locks are not deleted: they are rare.
 
 // fenceKey keys a fence (layout.TagFence): one byte, 1 if the txn's writes
 // were applied here, 0 if not.
@@ -76,6 +79,21 @@ func (s *Server) loseLocks(op string, lost map[uint64]*heldLocks) {
 		if g.mu.held[txid] == h {
 			s.releaseHeldLocked(txid, h)
 		}
+	}
+}
+
+// dropFence deletes the applied fence of a txn whose coordinator settled
+// it. Not synced: a fence that outlives a crash only takes a few bytes.
+func (s *Server) dropFence(txid uint64) {
+	if err := s.enter("peer unlock"); err != nil {
+		return
+	}
+	defer s.closeMu.RUnlock()
+	b := s.db.NewBatch()
+	defer s.release(b)
+	b.Delete(fenceKey(txid), nil)
+	if err := s.commit("peer unlock", b, false); err != nil {
+		s.log.Warn("meta: dropping a settled fence failed", "err", err)
 	}
 }
 
@@ -174,12 +192,13 @@ func (s *Server) PeerApply(ctx context.Context, req *weftpb.PeerApplyRequest) (*
 			return &weftpb.Empty{}, nil
 		}
 	}
-	// A replay's apply (the coordinator does not keep the locks) releases
-	// them with its writes in: the same batch fences the txn as applied, so
-	// that a second replay, if the coordinator dies again before it
-	// settles its intent, is a no-op rather than a late overwrite.
+	// The same batch fences the txn as applied, so that a replay after
+	// this server restarts, or after the coordinator dies again before it
+	// settles its intent, is a no-op rather than a second apply (counter
+	// deltas would count twice) or a late overwrite. The coordinator's
+	// unlock, once its intent no longer names this server, drops it.
 	var fence []byte
-	if req.Txid != 0 && !req.KeepLocks {
+	if req.Txid != 0 {
 		fence = fenceKey(req.Txid)
 	}
 	err := s.applyOps(op, req.Ops, fence)

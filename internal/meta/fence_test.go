@@ -1,9 +1,12 @@
 package meta
 
 import (
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/proto/weftpb"
 )
@@ -121,5 +124,55 @@ func TestCrashDuringReplay(t *testing.T) {
 	}
 	if _, err := c.lookupOn(0, src.Ino, "f"); errs.KindOf(err) != errs.NotExist {
 		t.Errorf("src/f after the replayed rename: %v, want NotExist", err)
+	}
+}
+
+// TestParticipantCrashBeforeApply: a participant crashes after granting a
+// cross-server rename its locks and before the writes arrive; the
+// coordinator commits its own part and leaves the participant's writes to
+// its replay. The restarted participant must take the replay before any
+// later operation changes the same records, or the replay, computed under
+// the lost locks, overwrites it (TestGigaCrash found a directory whose
+// entry count had lost one that way).
+func TestParticipantCrashBeforeApply(t *testing.T) {
+	c := newTestCluster(t, 2, func(_ int, cfg *Config) { cfg.SplitThreshold, cfg.SplitBits = 2, 1 })
+	src, dst := c.dirOn(0, "a"), c.dirOn(1, "b")
+	if _, err := c.srv(0).Create(ctx, &weftpb.CreateRequest{Creds: rootCreds(), Parent: src.Ino, Name: "f", Mode: 0o644, Exclusive: true}); err != nil {
+		t.Fatal(err)
+	}
+	// At the coordinator's intent, the participant loses power.
+	crashed := make(chan struct{})
+	var once sync.Once
+	c.mu.Lock()
+	c.hooks[0] = func(point string) error {
+		if point == FailDistIntentWritten {
+			once.Do(func() {
+				c.mu.Lock()
+				c.fss[1] = c.fss[1].CrashClone(vfs.CrashCloneCfg{})
+				c.mu.Unlock()
+				c.stop(1)
+				close(crashed)
+			})
+		}
+		return nil
+	}
+	c.mu.Unlock()
+	if _, err := c.srv(0).Rename(ctx, &weftpb.RenameRequest{Creds: rootCreds(), SrcParent: src.Ino, SrcName: "f", DstParent: dst.Ino, DstName: "g"}); err != nil {
+		t.Fatalf("rename with its participant's writes deferred: %v", err)
+	}
+	<-crashed
+	c.start(1, nil)
+	// At once, before the coordinator's next replay tick.
+	if _, err := c.srv(1).Create(ctx, &weftpb.CreateRequest{Creds: rootCreds(), Parent: dst.Ino, Name: "x", Mode: 0o644, Exclusive: true}); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually("the coordinator settles its intent", func() bool { return c.keysWithTag(0, tagIntent) == 0 })
+	names := c.entryNames(1, core.Ino(dst.Ino))
+	d := &weftpb.InodeRecord{}
+	if found, err := getRecord(c.srv(1).db, inodeKey(core.Ino(dst.Ino)), d); err != nil || !found {
+		t.Fatalf("dst record: %v %v", found, err)
+	}
+	if len(names) != 2 || d.Entries != 2 {
+		t.Errorf("dst holds %q and records %d entries; want [g x] and 2", names, d.Entries)
 	}
 }

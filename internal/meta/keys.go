@@ -25,6 +25,7 @@ var (
 	keyDirs     = []byte(layout.KeyDirs)
 	keyServerID = []byte(layout.KeyServerID)
 	keyServers  = []byte(layout.KeyServers)
+	keyRunning  = []byte(layout.KeyRunning)
 )
 
 // formatVersion is the on-disk format this code writes and reads.

@@ -45,7 +45,9 @@ func (s *Server) PeerLock(ctx context.Context, req *weftpb.PeerLockRequest) (*we
 
 // PeerUnlock releases a coordinator's locks.
 func (s *Server) PeerUnlock(ctx context.Context, req *weftpb.PeerUnlockRequest) (*weftpb.Empty, error) {
-	s.releaseHeld(req.Txid)
+	if s.releaseHeld(req.Txid) {
+		s.dropFence(req.Txid)
+	}
 	return &weftpb.Empty{}, nil
 }
 
@@ -64,6 +66,12 @@ func (s *Server) PeerRelease(ctx context.Context, req *weftpb.PeerReleaseRequest
 	}
 	g.mu.Unlock()
 	s.loseLocks("peer release", lost)
+	// The coordinator restarted, perhaps after a crash that lost locks it
+	// held here as a participant: what this server owes it goes first
+	// (recovery.go).
+	if pending, err := s.replayOnce(int(req.Coordinator)); err != nil || pending {
+		return nil, errs.Wrap(errs.Unavailable, "peer release", "", cmp(err, errs.New(errs.Unavailable, "peer release", "writes for server %d still unfinished", req.Coordinator)))
+	}
 	return &weftpb.Empty{}, nil
 }
 

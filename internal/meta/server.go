@@ -278,7 +278,12 @@ func Open(cfg Config) (*Server, error) {
 		s.abandonOrClose()
 		return nil, err
 	}
-	s.initGiga()
+	crashed, err := s.openRecovery()
+	if err != nil {
+		s.abandonOrClose()
+		return nil, err
+	}
+	s.initGiga(crashed)
 	s.registerMetrics()
 	if !s.sync {
 		s.syncStop, s.syncDone = make(chan struct{}), make(chan struct{})
@@ -395,6 +400,9 @@ func (s *Server) Close() error {
 	if !s.sync && s.failed.Load() == nil {
 		// Async commits acknowledged since the last background sync.
 		first = s.syncWAL("meta close")
+	}
+	if err := s.closeRecovery(); err != nil && first == nil {
+		first = err
 	}
 	if err := s.abandonOrClose(); err != nil && first == nil {
 		first = err

@@ -73,7 +73,10 @@ func (s *Server) queueSplit(dir core.Ino) {
 	g.mu.Unlock()
 	go func() {
 		defer g.wg.Done()
-		err := s.split(dir)
+		err := s.awaitRecovery(g.ctx, "split")
+		if err == nil {
+			err = s.split(dir)
+		}
 		if err != nil && g.ctx.Err() == nil {
 			s.log.Warn("meta: split failed; retried later", "dir", dir, "err", err)
 			// Not at once: each attempt makes the writes of the moving
