@@ -11,13 +11,17 @@ import (
 //
 //   - meta-to-meta methods (40-59): meta servers, and administrators,
 //     whose fsck --repair locks and rewrites records as a meta server does;
-//   - store-internal methods (ListChunks, MarkStoreComplete, DeleteChunks,
+//   - store-internal methods (ListChunks, MarkStoreComplete,
 //     RevokeCapabilities) and raw key reads (Scan): meta servers, stores and administrators,
-//     never a client, which would otherwise list or drop other users'
-//     chunks;
-//   - everything else (the file system's methods, chunk reads and writes,
-//     locks, status): every role; the meta server then checks the request's
-//     credentials against the certificate (credsOf) and the mode bits.
+//     never a client, which would otherwise list other users' chunks or
+//     void their capabilities;
+//   - everything else (the file system's methods, chunk reads, writes and
+//     deletes, locks, status): every role; the meta server then checks the
+//     request's credentials against the certificate (credsOf) and the mode
+//     bits, and a store the capability each chunk request carries. A
+//     client drops chunks (DeleteChunks) only of a file it removed while
+//     open, under that file's write capability: a writer could cut it
+//     anyway.
 //
 // Methods the table does not name are open to every role, so that a new
 // client method works without an entry here; a new internal method must be
@@ -26,7 +30,6 @@ var internalMethods = map[uint16][]Role{
 	pb.MethodScan:              {RoleMeta, RoleAdmin},
 	pb.MethodListChunks:        {RoleMeta, RoleStore, RoleAdmin},
 	pb.MethodMarkStoreComplete: {RoleStore, RoleAdmin},
-	pb.MethodDeleteChunks:      {RoleMeta, RoleStore, RoleAdmin},
 	// Revocations come from the meta servers (and an administrator's
 	// tools); a client could otherwise void other users' capabilities.
 	pb.MethodRevokeCapabilities: {RoleMeta, RoleAdmin},

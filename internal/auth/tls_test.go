@@ -203,7 +203,7 @@ func TestRolesAndMethods(t *testing.T) {
 		{"client", pb.MethodReadlink, true},
 		{"client", pb.MethodPeerApply, false},
 		{"client", pb.MethodListChunks, false},
-		{"client", pb.MethodDeleteChunks, false},
+		{"client", pb.MethodDeleteChunks, true}, // then the store checks the capability
 		{"root", pb.MethodPeerApply, false},
 		{"root", pb.MethodListChunks, false},
 		{"admin", pb.MethodPeerApply, true},
