@@ -39,6 +39,8 @@ var onlyDeps = map[string][]string{
 
 	// sessions, leases and file locks, for meta
 	"lease": {"core", "errs", "weftpb", "rpc", "auth"},
+	// patchgroups' dependency graph and barrier, for the client
+	"patchgroup": {"core", "errs"},
 }
 
 // upper are the components that assemble the system; nothing below them

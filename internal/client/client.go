@@ -152,6 +152,7 @@ type Client struct {
 
 	locks  lockSession // file lock session (lock.go)
 	leases leaseCache  // read leases (lease.go)
+	pgs    pgState     // patchgroups engaged client-wide (patchgroup.go)
 }
 
 // New connects lazily to the cluster described by cfg: no server is contacted

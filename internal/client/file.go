@@ -188,6 +188,9 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 	if err != nil {
 		return 0, err
 	}
+	if err := f.orderWrite(ctx); err != nil {
+		return 0, err
+	}
 	if f.flags&oAPPEND != 0 {
 		_, err := f.n.writeAppend(ctx, p)
 		if err == nil {
@@ -208,6 +211,9 @@ func (f *File) Write(p []byte) (int, error) {
 
 // WriteContext is Write bounded by ctx (see WriteAtContext).
 func (f *File) WriteContext(ctx context.Context, p []byte) (int, error) {
+	if err := f.orderWrite(ctx); err != nil {
+		return 0, err
+	}
 	if err := f.writeAtPos(ctx, p); err != nil {
 		return 0, err
 	}

@@ -82,6 +82,14 @@ func (c *Client) partPeer(dir core.Ino, p uint32) *rpc.Peer {
 // send sends one request to p: once if it mutates, retried while the server
 // is unreachable if it is idempotent.
 func (c *Client) send(ctx context.Context, p *rpc.Peer, method uint16, req, resp proto.Message, idempotent bool) error {
+	if mutating[method] {
+		// Patchgroups: what the change depends on is durable first.
+		after, err := c.beforeMeta(ctx, p)
+		if err != nil {
+			return err
+		}
+		defer after()
+	}
 	if idempotent {
 		return c.callIdempotent(ctx, p, method, req, resp)
 	}

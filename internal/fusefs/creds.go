@@ -131,9 +131,15 @@ func (fsys *fileSystem) callCtx(ctx context.Context) (context.Context, context.C
 func (fsys *fileSystem) boundCtx(parent, req context.Context) (context.Context, context.CancelFunc) {
 	ctx := req
 	creds := fsys.opts.Creds
+	var groups []*client.Patchgroup
 	if c, ok := fuse.FromContext(ctx); ok {
 		creds = fsys.groups.creds(c)
+		groups = fsys.pg.groupsOf(c.Pid)
 	}
 	cctx, cancel := context.WithTimeout(parent, fsys.opts.OpTimeout)
-	return client.WithCreds(cctx, creds), cancel
+	cctx = client.WithCreds(cctx, creds)
+	if groups != nil {
+		cctx = client.WithPatchgroups(cctx, groups)
+	}
+	return cctx, cancel
 }

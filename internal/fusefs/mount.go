@@ -93,6 +93,7 @@ type fileSystem struct {
 	log    *slog.Logger
 	groups *groupCache
 	index  nodeIndex // nodes by inode, for lease recalls (lease.go)
+	pg     *pgTable  // patchgroups of the mount's programs (pgctl.go)
 	// life is the mount's own context, the parent of every request's
 	// calls (callCtx); it ends when the mount is served no more.
 	life context.Context
@@ -121,7 +122,7 @@ func New(dir string, opts Options) (*Mount, error) {
 	if err := CheckMountPoint(abs); err != nil {
 		return nil, err
 	}
-	fsys := &fileSystem{c: opts.Client, opts: opts, log: opts.Logger, groups: newGroupCache()}
+	fsys := &fileSystem{c: opts.Client, opts: opts, log: opts.Logger, groups: newGroupCache(), pg: newPGTable(opts.Client)}
 	// Before the mount: the kernel's first requests come at once.
 	var stop context.CancelFunc
 	fsys.life, stop = context.WithCancel(context.Background())

@@ -24,6 +24,9 @@ var (
 
 // Lookup finds name in the directory n.
 func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if name == PatchgroupControl && n == n.fsys.index.root {
+		return n.lookupControl(ctx, out), 0
+	}
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	l := n.entryLease(cctx, name)

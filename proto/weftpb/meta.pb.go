@@ -2935,6 +2935,45 @@ func (x *GetCapabilityReply) GetCapability() []byte {
 	return nil
 }
 
+// SyncMetaRequest asks a meta server to make every change it acknowledged
+// so far durable (an async server syncs its WAL; a sync one has nothing
+// to do): fsync of a directory, and a patchgroup's barrier, in async mode.
+type SyncMetaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncMetaRequest) Reset() {
+	*x = SyncMetaRequest{}
+	mi := &file_meta_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncMetaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncMetaRequest) ProtoMessage() {}
+
+func (x *SyncMetaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncMetaRequest.ProtoReflect.Descriptor instead.
+func (*SyncMetaRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{43}
+}
+
 var File_meta_proto protoreflect.FileDescriptor
 
 const file_meta_proto_rawDesc = "" +
@@ -3016,13 +3055,14 @@ const file_meta_proto_rawDesc = "" +
 	"equest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"\x96\x01\n\x14GetCapabilityRequest\x12$\n\x05creds\x18\x01 \x01(\v" +
 	"2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x16\n" +
 	"\x06rights\x18\x03 \x01(\rR\x06rights\x12\x1a\n\bprevious\x18\x04 \x01(\fR\bprevious\"4\n\x12GetCapabili" +
-	"tyReply\x12\x1e\n\ncapability\x18\x01 \x01(\fR\ncapability*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETAT" +
-	"TR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n" +
-	"\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR" +
-	"_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NO" +
-	"NE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n" +
-	"\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com" +
-	"/weftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
+	"tyReply\x12\x1e\n\ncapability\x18\x01 \x01(\fR\ncapability\"\x11\n\x0fSyncMetaRequest*\xba\x01\n\vS" +
+	"etAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12" +
+	"\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR" +
+	"_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenam" +
+	"eFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE" +
+	"\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPL" +
+	"ACE\x10\x02B4Z#github.com/weftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\bedi" +
+	"tionsp\xe8\a"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
@@ -3037,7 +3077,7 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_meta_proto_goTypes = []any{
 	(SetAttrBits)(0),              // 0: weft.v1.SetAttrBits
 	(RenameFlags)(0),              // 1: weft.v1.RenameFlags
@@ -3085,57 +3125,58 @@ var file_meta_proto_goTypes = []any{
 	(*ReleaseReclaimRequest)(nil), // 43: weft.v1.ReleaseReclaimRequest
 	(*GetCapabilityRequest)(nil),  // 44: weft.v1.GetCapabilityRequest
 	(*GetCapabilityReply)(nil),    // 45: weft.v1.GetCapabilityReply
-	(*Creds)(nil),                 // 46: weft.v1.Creds
-	(*Attr)(nil),                  // 47: weft.v1.Attr
-	(*NodeRef)(nil),               // 48: weft.v1.NodeRef
+	(*SyncMetaRequest)(nil),       // 46: weft.v1.SyncMetaRequest
+	(*Creds)(nil),                 // 47: weft.v1.Creds
+	(*Attr)(nil),                  // 48: weft.v1.Attr
+	(*NodeRef)(nil),               // 49: weft.v1.NodeRef
 }
 var file_meta_proto_depIdxs = []int32{
-	46, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
-	47, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
-	46, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
-	48, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
-	47, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
-	46, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
-	48, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
-	47, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
-	46, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
-	47, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
-	46, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
-	47, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
-	46, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
-	47, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
-	46, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
-	48, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
-	46, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
-	47, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
-	46, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
-	46, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
-	47, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
-	46, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
-	48, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
-	47, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
-	46, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
-	47, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
+	47, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
+	48, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
+	47, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
+	49, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
+	48, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
+	47, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
+	49, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
+	48, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
+	47, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
+	48, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
+	47, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
+	48, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
+	47, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
+	48, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
+	47, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
+	49, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
+	47, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
+	48, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
+	47, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
+	47, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
+	48, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
+	47, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
+	49, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
+	48, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
+	47, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
+	48, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
 	25, // 26: weft.v1.ReadDirReply.entries:type_name -> weft.v1.DirEntryMsg
-	46, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
-	48, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
-	47, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
-	46, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
-	48, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
-	47, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
-	46, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
-	48, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
-	46, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
-	48, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
-	46, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
-	48, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
-	46, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
-	48, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
-	46, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
-	48, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
+	47, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
+	49, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
+	48, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
+	47, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
+	49, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
+	48, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
+	47, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
+	49, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
+	47, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
+	49, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
+	47, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
+	49, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
+	47, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
+	49, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
+	47, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
+	49, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
 	42, // 43: weft.v1.StatusReply.top:type_name -> weft.v1.PartitionStatus
-	46, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
-	48, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
+	47, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
+	49, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
 	46, // [46:46] is the sub-list for method output_type
 	46, // [46:46] is the sub-list for method input_type
 	46, // [46:46] is the sub-list for extension type_name
@@ -3155,7 +3196,7 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -28,6 +28,7 @@ const (
 	MethodScan           = 22 // weft fsck: read raw keys
 	MethodReleaseReclaim = 23 // last close of an unlinked file: reclaim its chunks
 	MethodGetCapability  = 24 // a fresh capability after a store refused one
+	MethodSyncMeta       = 29 // make what was acknowledged durable (async mode)
 	// 30-39: byte-range and flock locks (lock.proto).
 	MethodSetLock        = 30
 	MethodGetLock        = 31
