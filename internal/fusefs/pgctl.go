@@ -43,13 +43,14 @@ const (
 
 func pgIoc(dir, nr, size uint32) uint32 { return dir<<30 | size<<16 | 'W'<<8 | nr }
 
+// The control file's ioctl numbers (weft pg uses them too).
 var (
-	pgIoctlCreate    = pgIoc(iocRead, 1, 8)
-	pgIoctlDepend    = pgIoc(iocWrite, 2, 16)
-	pgIoctlEngage    = pgIoc(iocWrite, 3, 8)
-	pgIoctlDisengage = pgIoc(iocWrite, 4, 8)
-	pgIoctlSync      = pgIoc(iocWrite, 5, 8)
-	pgIoctlClose     = pgIoc(iocWrite, 6, 8)
+	PGIoctlCreate    = pgIoc(iocRead, 1, 8)
+	PGIoctlDepend    = pgIoc(iocWrite, 2, 16)
+	PGIoctlEngage    = pgIoc(iocWrite, 3, 8)
+	PGIoctlDisengage = pgIoc(iocWrite, 4, 8)
+	PGIoctlSync      = pgIoc(iocWrite, 5, 8)
+	PGIoctlClose     = pgIoc(iocWrite, 6, 8)
 )
 
 // pgCtlNode is the control file.
@@ -112,7 +113,7 @@ func (p *pgCtlNode) Ioctl(ctx context.Context, f fs.FileHandle, cmd uint32, arg 
 	}
 	var err error
 	switch cmd {
-	case pgIoctlCreate:
+	case PGIoctlCreate:
 		if len(output) < 8 {
 			return -1, syscall.EINVAL
 		}
@@ -120,23 +121,23 @@ func (p *pgCtlNode) Ioctl(ctx context.Context, f fs.FileHandle, cmd uint32, arg 
 		if g, err = t.create(caller.Uid); err == nil {
 			binary.LittleEndian.PutUint64(output, g)
 		}
-	case pgIoctlDepend:
+	case PGIoctlDepend:
 		if len(input) < 16 {
 			return -1, syscall.EINVAL
 		}
 		err = t.depend(caller.Uid, binary.LittleEndian.Uint64(input), binary.LittleEndian.Uint64(input[8:]))
-	case pgIoctlEngage:
+	case PGIoctlEngage:
 		err = t.engage(caller, id())
-	case pgIoctlDisengage:
+	case PGIoctlDisengage:
 		err = t.disengage(caller, id())
-	case pgIoctlSync:
+	case PGIoctlSync:
 		var g *client.Patchgroup
 		if g, err = t.group(caller.Uid, id()); err == nil {
 			cctx, cancel := p.fsys.callCtx(ctx)
 			err = g.Sync(cctx)
 			cancel()
 		}
-	case pgIoctlClose:
+	case PGIoctlClose:
 		err = t.close(caller.Uid, id())
 	default:
 		return -1, syscall.ENOTTY
