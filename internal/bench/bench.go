@@ -160,7 +160,7 @@ func All() []Benchmark {
 		rpcBenchmark(), metaBenchmark(), putGetBenchmark(),
 		microBenchmark(), seqreadBenchmark(), andrewBenchmark(), securityBenchmark(), mdtestBenchmark(),
 		checkpointBenchmark(), untarBenchmark(), postmarkBenchmark(),
-		latfsBenchmark(), seqioBenchmark(),
+		latfsBenchmark(), seqioBenchmark(), imapBenchmark(),
 		fusemetaBenchmark(), fusePostmarkBenchmark(), fioBenchmark(), fuseUntarBenchmark(),
 		repairBenchmark(),
 	}

@@ -291,7 +291,6 @@ func (c *Client) RenameAt(ctx context.Context, srcParent core.Ino, srcName strin
 			c.dropped(replaced, r.Replaced.GetNlink() == 0, dstParent, dstName, open)
 		}
 		c.renameOpen(srcParent, srcName, dstParent, dstName, flags&RenameExchange != 0, replaced)
-		c.pgRenamed(srcParent, srcName, dstParent, dstName)
 	}
 	return err
 }

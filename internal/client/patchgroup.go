@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/weftfs/weft/internal/auth"
-	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/patchgroup"
 	"github.com/weftfs/weft/internal/rpc"
@@ -28,16 +26,8 @@ type pgState struct {
 		sync.Mutex
 		next    uint64
 		engaged []*Patchgroup
-		// names of files written under a group and not yet synced, so
-		// that a barrier can make one durable after its last close
-		// (kept current across renames)
-		names map[core.Ino]Ref
 	}
 }
-
-// maxPGNames bounds the names kept; past it a file's data is synced at the
-// barrier only while it is open here (a closed one reports an error).
-const maxPGNames = 1 << 20
 
 // NewPatchgroup creates an empty group (pg_create).
 func (c *Client) NewPatchgroup() *Patchgroup {
@@ -119,27 +109,7 @@ func (f *File) orderWrite(ctx context.Context) error {
 		return err
 	}
 	patchgroup.NoteData(groups, f.n.ino)
-	c := f.c
-	c.pgs.mu.Lock()
-	if c.pgs.mu.names == nil {
-		c.pgs.mu.names = map[core.Ino]Ref{}
-	}
-	if len(c.pgs.mu.names) < maxPGNames {
-		c.pgs.mu.names[f.n.ino] = f.Ref()
-	}
-	c.pgs.mu.Unlock()
 	return nil
-}
-
-// pgRenamed keeps the names of files written under groups current.
-func (c *Client) pgRenamed(srcParent core.Ino, srcName string, dstParent core.Ino, dstName string) {
-	c.pgs.mu.Lock()
-	defer c.pgs.mu.Unlock()
-	for ino, r := range c.pgs.mu.names {
-		if r.Parent == srcParent && r.Name == srcName {
-			c.pgs.mu.names[ino] = Ref{Ino: ino, Parent: dstParent, Name: dstName}
-		}
-	}
 }
 
 // metaIndex is p's meta server index.
@@ -160,14 +130,30 @@ func (s pgSyncer) SyncChanges(ctx context.Context, ch patchgroup.Changes) error 
 	// What this sends (flushes, commits) belongs to no group.
 	ctx = WithPatchgroups(ctx, nil)
 	// Data first: a file's flush commits its size, which the meta sync
-	// below then makes durable too.
+	// below then makes durable too. A file still open here is flushed and
+	// synced; one closed was flushed at its close and, unless that close
+	// synced it, the stores sync what they hold (one request each, however
+	// many files).
+	closed := false
 	for _, ino := range ch.Inos {
-		if err := c.syncData(ctx, ino); err != nil {
+		c.mu.Lock()
+		n := c.mu.open[ino]
+		c.mu.Unlock()
+		if n == nil {
+			closed = true
+			continue
+		}
+		if err := n.flush(ctx, true); err != nil {
 			return err
 		}
 	}
 	if c.cfg.SyncOnClose {
 		return nil
+	}
+	if closed {
+		if err := c.syncAllStores(ctx); err != nil {
+			return err
+		}
 	}
 	metas := make([]*rpc.Peer, 0, len(ch.Metas))
 	for _, i := range ch.Metas {
@@ -179,54 +165,11 @@ func (s pgSyncer) SyncChanges(ctx context.Context, ch patchgroup.Changes) error 
 	return c.syncMetas(ctx, metas)
 }
 
-// syncData makes ino's written data durable: flushed and synced if the
-// file is open here; else its last close flushed it, and, unless that
-// close synced it too, it is synced on every store.
-func (c *Client) syncData(ctx context.Context, ino core.Ino) error {
-	c.mu.Lock()
-	n := c.mu.open[ino]
-	c.mu.Unlock()
-	switch {
-	case n != nil:
-		err := n.flush(ctx, true)
-		if err == nil {
-			c.pgForget(ino)
-		}
-		return err
-	case c.cfg.SyncOnClose:
-		c.pgForget(ino)
-		return nil
-	}
-	// The handle is gone, and its capability with it: ask for one by the
-	// file's name (a file's attributes live in its entry).
-	c.pgs.mu.Lock()
-	ref, ok := c.pgs.mu.names[ino]
-	c.pgs.mu.Unlock()
-	if !ok {
-		return errs.New(errs.IO, "patchgroup sync", "file %d was written under a patchgroup, closed, and its name forgotten: it cannot be made durable", ino)
-	}
-	req := &pb.GetCapabilityRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Rights: uint32(auth.Write)}
-	var r pb.GetCapabilityReply
-	if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodGetCapability, req, &r, true); err != nil {
-		if errs.Is(err, errs.NotExist) {
-			return nil // removed since: nothing of it to keep
-		}
-		return err
-	}
-	err := c.onStores(allStores(len(c.stores)), func(s int) error {
-		return call(ctx, c.stores[s], pb.MethodSyncChunks, &pb.SyncChunksRequest{Ino: uint64(ino), Capability: r.Capability}, &pb.SyncChunksReply{})
+// syncAllStores makes every chunk each store holds durable.
+func (c *Client) syncAllStores(ctx context.Context) error {
+	return c.onStores(allStores(len(c.stores)), func(s int) error {
+		return c.callIdempotent(ctx, c.stores[s], pb.MethodSyncStore, &pb.SyncStoreRequest{}, &pb.Empty{})
 	})
-	if err == nil {
-		c.pgForget(ino)
-	}
-	return err
-}
-
-// pgForget drops the name kept for ino: its data is durable.
-func (c *Client) pgForget(ino core.Ino) {
-	c.pgs.mu.Lock()
-	delete(c.pgs.mu.names, ino)
-	c.pgs.mu.Unlock()
 }
 
 // syncMetas asks each of metas (duplicates allowed) to make what it

@@ -64,6 +64,8 @@ type Backend interface {
 	Delete(ino, from uint64) (uint64, error)
 	// Sync makes every chunk of ino written since its last sync durable.
 	Sync(ino uint64) error
+	// SyncAll makes every chunk written since its last sync durable.
+	SyncAll() error
 	// Usage reports capacity, use and chunk count.
 	Usage() (Usage, error)
 	// Keys returns the keys of the chunks q selects, in (ino, index) order,

@@ -234,6 +234,8 @@ func (m *memBackend) Delete(ino, from uint64) (uint64, error) {
 
 func (m *memBackend) Sync(uint64) error { return nil }
 
+func (m *memBackend) SyncAll() error { return nil }
+
 func (m *memBackend) Keys(q ListQuery) ([]ChunkKey, bool, error) {
 	m.mu.Lock()
 	var keys []ChunkKey

@@ -289,6 +289,20 @@ func (s *Server) SyncChunks(ctx context.Context, req *weftpb.SyncChunksRequest) 
 	return &weftpb.SyncChunksReply{}, nil
 }
 
+// SyncStore makes every chunk written so far durable.
+func (s *Server) SyncStore(ctx context.Context, _ *weftpb.SyncStoreRequest) (*weftpb.Empty, error) {
+	const op = "sync store"
+	done, err := s.begin(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if err := s.backend.SyncAll(); err != nil {
+		return nil, s.failed(op, ChunkKey{}, err)
+	}
+	return &weftpb.Empty{}, nil
+}
+
 // StatFS reports the backend's capacity, use and chunk count, the store's
 // identity and whether it is incomplete, and with want_stored the bytes its
 // chunks take.

@@ -13,6 +13,7 @@ func (s *Server) Register(mux *rpc.Mux) {
 	rpc.Handle(mux, weftpb.MethodTruncateChunk, s.TruncateChunk)
 	rpc.Handle(mux, weftpb.MethodDeleteChunks, s.DeleteChunks)
 	rpc.Handle(mux, weftpb.MethodSyncChunks, s.SyncChunks)
+	rpc.Handle(mux, weftpb.MethodSyncStore, s.SyncStore)
 	rpc.Handle(mux, weftpb.MethodStoreStatFS, s.StatFS)
 	rpc.Handle(mux, weftpb.MethodListChunks, s.ListChunks)
 	rpc.Handle(mux, weftpb.MethodMarkStoreComplete, s.MarkStoreComplete)

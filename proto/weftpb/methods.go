@@ -58,6 +58,7 @@ const (
 	MethodListChunks         = 106 // weft gc and repair: what a store holds
 	MethodMarkStoreComplete  = 107 // weft repair: a replacement store is whole again
 	MethodRevokeCapabilities = 108 // meta server: a file's older capabilities are void
+	MethodSyncStore          = 109 // make every chunk written so far durable
 
 	// 200-209: lease callbacks from a meta server to a client (one-way).
 	MethodLeaseRecall = 200

@@ -617,6 +617,45 @@ func (x *DeleteChunksReply) GetDeleted() uint64 {
 	return 0
 }
 
+// SyncStoreRequest makes every chunk written to the store so far durable
+// (a patchgroup's barrier: one request for the files of many inodes). It
+// needs no capability: it reads and changes nothing but durability.
+type SyncStoreRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncStoreRequest) Reset() {
+	*x = SyncStoreRequest{}
+	mi := &file_store_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncStoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncStoreRequest) ProtoMessage() {}
+
+func (x *SyncStoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncStoreRequest.ProtoReflect.Descriptor instead.
+func (*SyncStoreRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{9}
+}
+
 // SyncChunksRequest makes every chunk of ino durable on the backend.
 type SyncChunksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -631,7 +670,7 @@ type SyncChunksRequest struct {
 
 func (x *SyncChunksRequest) Reset() {
 	*x = SyncChunksRequest{}
-	mi := &file_store_proto_msgTypes[9]
+	mi := &file_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +682,7 @@ func (x *SyncChunksRequest) String() string {
 func (*SyncChunksRequest) ProtoMessage() {}
 
 func (x *SyncChunksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[9]
+	mi := &file_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +695,7 @@ func (x *SyncChunksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncChunksRequest.ProtoReflect.Descriptor instead.
 func (*SyncChunksRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{9}
+	return file_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SyncChunksRequest) GetIno() uint64 {
@@ -681,7 +720,7 @@ type SyncChunksReply struct {
 
 func (x *SyncChunksReply) Reset() {
 	*x = SyncChunksReply{}
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +732,7 @@ func (x *SyncChunksReply) String() string {
 func (*SyncChunksReply) ProtoMessage() {}
 
 func (x *SyncChunksReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +745,7 @@ func (x *SyncChunksReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncChunksReply.ProtoReflect.Descriptor instead.
 func (*SyncChunksReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{10}
+	return file_store_proto_rawDescGZIP(), []int{11}
 }
 
 type StoreStatFSRequest struct {
@@ -720,7 +759,7 @@ type StoreStatFSRequest struct {
 
 func (x *StoreStatFSRequest) Reset() {
 	*x = StoreStatFSRequest{}
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +771,7 @@ func (x *StoreStatFSRequest) String() string {
 func (*StoreStatFSRequest) ProtoMessage() {}
 
 func (x *StoreStatFSRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +784,7 @@ func (x *StoreStatFSRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatFSRequest.ProtoReflect.Descriptor instead.
 func (*StoreStatFSRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{11}
+	return file_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StoreStatFSRequest) GetWantStored() bool {
@@ -773,7 +812,7 @@ type StoreStatFSReply struct {
 
 func (x *StoreStatFSReply) Reset() {
 	*x = StoreStatFSReply{}
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +824,7 @@ func (x *StoreStatFSReply) String() string {
 func (*StoreStatFSReply) ProtoMessage() {}
 
 func (x *StoreStatFSReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +837,7 @@ func (x *StoreStatFSReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatFSReply.ProtoReflect.Descriptor instead.
 func (*StoreStatFSReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{12}
+	return file_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StoreStatFSReply) GetCapacity() uint64 {
@@ -856,7 +895,7 @@ type MarkStoreCompleteRequest struct {
 
 func (x *MarkStoreCompleteRequest) Reset() {
 	*x = MarkStoreCompleteRequest{}
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +907,7 @@ func (x *MarkStoreCompleteRequest) String() string {
 func (*MarkStoreCompleteRequest) ProtoMessage() {}
 
 func (x *MarkStoreCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +920,7 @@ func (x *MarkStoreCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkStoreCompleteRequest.ProtoReflect.Descriptor instead.
 func (*MarkStoreCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{13}
+	return file_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MarkStoreCompleteRequest) GetId() string {
@@ -899,7 +938,7 @@ type MarkStoreCompleteReply struct {
 
 func (x *MarkStoreCompleteReply) Reset() {
 	*x = MarkStoreCompleteReply{}
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +950,7 @@ func (x *MarkStoreCompleteReply) String() string {
 func (*MarkStoreCompleteReply) ProtoMessage() {}
 
 func (x *MarkStoreCompleteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +963,7 @@ func (x *MarkStoreCompleteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkStoreCompleteReply.ProtoReflect.Descriptor instead.
 func (*MarkStoreCompleteReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{14}
+	return file_store_proto_rawDescGZIP(), []int{15}
 }
 
 // LocalIORequest is a request on a store server's same-host socket (a unix
@@ -952,7 +991,7 @@ type LocalIORequest struct {
 
 func (x *LocalIORequest) Reset() {
 	*x = LocalIORequest{}
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1003,7 @@ func (x *LocalIORequest) String() string {
 func (*LocalIORequest) ProtoMessage() {}
 
 func (x *LocalIORequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1016,7 @@ func (x *LocalIORequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalIORequest.ProtoReflect.Descriptor instead.
 func (*LocalIORequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{15}
+	return file_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LocalIORequest) GetWrite() bool {
@@ -1054,7 +1093,7 @@ type LocalIOReply struct {
 
 func (x *LocalIOReply) Reset() {
 	*x = LocalIOReply{}
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1105,7 @@ func (x *LocalIOReply) String() string {
 func (*LocalIOReply) ProtoMessage() {}
 
 func (x *LocalIOReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1118,7 @@ func (x *LocalIOReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalIOReply.ProtoReflect.Descriptor instead.
 func (*LocalIOReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{16}
+	return file_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LocalIOReply) GetLength() int64 {
@@ -1139,7 +1178,7 @@ type ListChunksRequest struct {
 
 func (x *ListChunksRequest) Reset() {
 	*x = ListChunksRequest{}
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1190,7 @@ func (x *ListChunksRequest) String() string {
 func (*ListChunksRequest) ProtoMessage() {}
 
 func (x *ListChunksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1203,7 @@ func (x *ListChunksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChunksRequest.ProtoReflect.Descriptor instead.
 func (*ListChunksRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{17}
+	return file_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListChunksRequest) GetAfter() *ChunkID {
@@ -1202,7 +1241,7 @@ type ChunkInfo struct {
 
 func (x *ChunkInfo) Reset() {
 	*x = ChunkInfo{}
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1253,7 @@ func (x *ChunkInfo) String() string {
 func (*ChunkInfo) ProtoMessage() {}
 
 func (x *ChunkInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1266,7 @@ func (x *ChunkInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkInfo.ProtoReflect.Descriptor instead.
 func (*ChunkInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{18}
+	return file_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ChunkInfo) GetChunk() *ChunkID {
@@ -1269,7 +1308,7 @@ type ListChunksReply struct {
 
 func (x *ListChunksReply) Reset() {
 	*x = ListChunksReply{}
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1320,7 @@ func (x *ListChunksReply) String() string {
 func (*ListChunksReply) ProtoMessage() {}
 
 func (x *ListChunksReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1333,7 @@ func (x *ListChunksReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChunksReply.ProtoReflect.Descriptor instead.
 func (*ListChunksReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{19}
+	return file_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListChunksReply) GetChunks() []*ChunkInfo {
@@ -1324,7 +1363,7 @@ type RevokeCapabilitiesRequest struct {
 
 func (x *RevokeCapabilitiesRequest) Reset() {
 	*x = RevokeCapabilitiesRequest{}
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1375,7 @@ func (x *RevokeCapabilitiesRequest) String() string {
 func (*RevokeCapabilitiesRequest) ProtoMessage() {}
 
 func (x *RevokeCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1388,7 @@ func (x *RevokeCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*RevokeCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{20}
+	return file_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokeCapabilitiesRequest) GetRevocations() []*Revocation {
@@ -1370,7 +1409,7 @@ type Revocation struct {
 
 func (x *Revocation) Reset() {
 	*x = Revocation{}
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1421,7 @@ func (x *Revocation) String() string {
 func (*Revocation) ProtoMessage() {}
 
 func (x *Revocation) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1434,7 @@ func (x *Revocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revocation.ProtoReflect.Descriptor instead.
 func (*Revocation) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{21}
+	return file_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Revocation) GetIno() uint64 {
@@ -1427,7 +1466,7 @@ type RevokeCapabilitiesReply struct {
 
 func (x *RevokeCapabilitiesReply) Reset() {
 	*x = RevokeCapabilitiesReply{}
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1478,7 @@ func (x *RevokeCapabilitiesReply) String() string {
 func (*RevokeCapabilitiesReply) ProtoMessage() {}
 
 func (x *RevokeCapabilitiesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1491,7 @@ func (x *RevokeCapabilitiesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCapabilitiesReply.ProtoReflect.Descriptor instead.
 func (*RevokeCapabilitiesReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{22}
+	return file_store_proto_rawDescGZIP(), []int{23}
 }
 
 var File_store_proto protoreflect.FileDescriptor
@@ -1506,7 +1545,8 @@ const file_store_proto_rawDesc = "" +
 	"capability\x18\x04 \x01(\fR\n" +
 	"capability\"-\n" +
 	"\x11DeleteChunksReply\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x04R\adeleted\"E\n" +
+	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\x12\n" +
+	"\x10SyncStoreRequest\"E\n" +
 	"\x11SyncChunksRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x1e\n" +
 	"\n" +
@@ -1584,7 +1624,7 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_store_proto_goTypes = []any{
 	(*ChunkID)(nil),                   // 0: weft.v1.ChunkID
 	(*WriteChunkRequest)(nil),         // 1: weft.v1.WriteChunkRequest
@@ -1595,20 +1635,21 @@ var file_store_proto_goTypes = []any{
 	(*TruncateChunkReply)(nil),        // 6: weft.v1.TruncateChunkReply
 	(*DeleteChunksRequest)(nil),       // 7: weft.v1.DeleteChunksRequest
 	(*DeleteChunksReply)(nil),         // 8: weft.v1.DeleteChunksReply
-	(*SyncChunksRequest)(nil),         // 9: weft.v1.SyncChunksRequest
-	(*SyncChunksReply)(nil),           // 10: weft.v1.SyncChunksReply
-	(*StoreStatFSRequest)(nil),        // 11: weft.v1.StoreStatFSRequest
-	(*StoreStatFSReply)(nil),          // 12: weft.v1.StoreStatFSReply
-	(*MarkStoreCompleteRequest)(nil),  // 13: weft.v1.MarkStoreCompleteRequest
-	(*MarkStoreCompleteReply)(nil),    // 14: weft.v1.MarkStoreCompleteReply
-	(*LocalIORequest)(nil),            // 15: weft.v1.LocalIORequest
-	(*LocalIOReply)(nil),              // 16: weft.v1.LocalIOReply
-	(*ListChunksRequest)(nil),         // 17: weft.v1.ListChunksRequest
-	(*ChunkInfo)(nil),                 // 18: weft.v1.ChunkInfo
-	(*ListChunksReply)(nil),           // 19: weft.v1.ListChunksReply
-	(*RevokeCapabilitiesRequest)(nil), // 20: weft.v1.RevokeCapabilitiesRequest
-	(*Revocation)(nil),                // 21: weft.v1.Revocation
-	(*RevokeCapabilitiesReply)(nil),   // 22: weft.v1.RevokeCapabilitiesReply
+	(*SyncStoreRequest)(nil),          // 9: weft.v1.SyncStoreRequest
+	(*SyncChunksRequest)(nil),         // 10: weft.v1.SyncChunksRequest
+	(*SyncChunksReply)(nil),           // 11: weft.v1.SyncChunksReply
+	(*StoreStatFSRequest)(nil),        // 12: weft.v1.StoreStatFSRequest
+	(*StoreStatFSReply)(nil),          // 13: weft.v1.StoreStatFSReply
+	(*MarkStoreCompleteRequest)(nil),  // 14: weft.v1.MarkStoreCompleteRequest
+	(*MarkStoreCompleteReply)(nil),    // 15: weft.v1.MarkStoreCompleteReply
+	(*LocalIORequest)(nil),            // 16: weft.v1.LocalIORequest
+	(*LocalIOReply)(nil),              // 17: weft.v1.LocalIOReply
+	(*ListChunksRequest)(nil),         // 18: weft.v1.ListChunksRequest
+	(*ChunkInfo)(nil),                 // 19: weft.v1.ChunkInfo
+	(*ListChunksReply)(nil),           // 20: weft.v1.ListChunksReply
+	(*RevokeCapabilitiesRequest)(nil), // 21: weft.v1.RevokeCapabilitiesRequest
+	(*Revocation)(nil),                // 22: weft.v1.Revocation
+	(*RevokeCapabilitiesReply)(nil),   // 23: weft.v1.RevokeCapabilitiesReply
 }
 var file_store_proto_depIdxs = []int32{
 	0,  // 0: weft.v1.WriteChunkRequest.chunk:type_name -> weft.v1.ChunkID
@@ -1617,8 +1658,8 @@ var file_store_proto_depIdxs = []int32{
 	0,  // 3: weft.v1.LocalIORequest.chunk:type_name -> weft.v1.ChunkID
 	0,  // 4: weft.v1.ListChunksRequest.after:type_name -> weft.v1.ChunkID
 	0,  // 5: weft.v1.ChunkInfo.chunk:type_name -> weft.v1.ChunkID
-	18, // 6: weft.v1.ListChunksReply.chunks:type_name -> weft.v1.ChunkInfo
-	21, // 7: weft.v1.RevokeCapabilitiesRequest.revocations:type_name -> weft.v1.Revocation
+	19, // 6: weft.v1.ListChunksReply.chunks:type_name -> weft.v1.ChunkInfo
+	22, // 7: weft.v1.RevokeCapabilitiesRequest.revocations:type_name -> weft.v1.Revocation
 	8,  // [8:8] is the sub-list for method output_type
 	8,  // [8:8] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
@@ -1637,7 +1678,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
