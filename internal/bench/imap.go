@@ -181,7 +181,9 @@ func imapOnce(ctx context.Context, env *Env, target string, n int) (float64, int
 	return secs, syncs, counter.all.Load() - all0, nil
 }
 
-func imapMsgName(i int) string { return fmt.Sprintf("%d.M%dP1.weft,S=%d:2,S", 1700000000+i, i, imapMessageSize) }
+func imapMsgName(i int) string {
+	return fmt.Sprintf("%d.M%dP1.weft,S=%d:2,S", 1700000000+i, i, imapMessageSize)
+}
 
 // imapSetup makes the two folders and fills INBOX, durably.
 func imapSetup(ctx context.Context, c *client.Client, n int) error {
