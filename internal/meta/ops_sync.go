@@ -3,6 +3,8 @@ package meta
 import (
 	"context"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -22,4 +24,18 @@ func (s *Server) SyncMeta(ctx context.Context, _ *weftpb.SyncMetaRequest) (*weft
 		return nil, s.refusal(op, f)
 	}
 	return &weftpb.Empty{}, s.syncWAL(op)
+}
+
+// walSyncs is how many times pebble fsynced the WAL, from its fsync latency
+// histogram.
+func (s *Server) walSyncs() float64 {
+	h := s.db.Metrics().LogWriter.FsyncLatency
+	if h == nil {
+		return 0
+	}
+	var m dto.Metric
+	if err := h.Write(&m); err != nil || m.Histogram == nil {
+		return 0
+	}
+	return float64(m.Histogram.GetSampleCount())
 }

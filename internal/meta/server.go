@@ -449,6 +449,10 @@ func (s *Server) registerMetrics() {
 	labels := prometheus.Labels{"server": itoa(s.cfg.ID)}
 	s.reclaim.registerMetrics(reg, labels)
 	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "weft", Subsystem: "meta", Name: "wal_syncs_total",
+			Help: "fsyncs of the WAL (group commits share one): the meta server's durable writes.", ConstLabels: labels,
+		}, s.walSyncs),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "weft", Subsystem: "meta", Name: "inodes",
 			Help: "Inodes in use on this meta server.", ConstLabels: labels,

@@ -26,6 +26,7 @@ type diskBackend struct {
 	log    *slog.Logger
 	lock   File // root/LOCK, flocked while open
 	count  atomic.Int64
+	syncs  atomic.Uint64 // fdatasyncs and directory fsyncs: the durable writes
 
 	// hook, when set, runs between the steps of a change (tests only).
 	hook    func(step int) error

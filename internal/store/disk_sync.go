@@ -217,6 +217,7 @@ func (d *diskBackend) datasync(f File) error {
 	if d.noFsync {
 		return nil
 	}
+	d.syncs.Add(1)
 	return f.Datasync()
 }
 
@@ -229,5 +230,6 @@ func (d *diskBackend) syncDir(p string) error {
 		return err
 	}
 	defer f.Close()
+	d.syncs.Add(1)
 	return f.Sync()
 }

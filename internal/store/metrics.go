@@ -49,6 +49,11 @@ func newMetrics(reg *prometheus.Registry, id int, b Backend, caps *auth.Verifier
 			Help: "Revoked capability generations remembered (bounded; internal/auth/revoke.go).", ConstLabels: labels,
 		}, func() float64 { return float64(caps.Revocations().Len()) }))
 	}
+	if db, ok := b.(*diskBackend); ok {
+		cs = append(cs, prometheus.NewCounterFunc(opts("syncs_total",
+			"fdatasyncs of chunk files and fsyncs of their directories: the store's durable writes."),
+			func() float64 { return float64(db.syncs.Load()) }))
+	}
 	if mb, ok := b.(*memBackend); ok {
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
