@@ -18,7 +18,7 @@ MOUNT    ?= $(if $(HOME),$(HOME)/weft,/tmp/weft)
 STATICCHECK_VERSION   := v0.7.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 
-.PHONY: all build up test lint fmt-check vet staticcheck proto tools fuse-deps fsx-long faults bench-deps check-go clean
+.PHONY: all build up test lint fmt-check vet staticcheck proto tools fuse-deps fsx-long faults pgcrash bench-deps check-go clean
 
 all: build
 
@@ -84,6 +84,10 @@ fsx-long: check-go fuse-deps
 ## faults: the fault suite, 10 rounds of kills, stops, lost disks and corruption under a workload (make test runs one)
 faults: check-go
 	WEFT_FAULT_ROUNDS=$${WEFT_FAULT_ROUNDS:-10} $(GO) test -count=1 -timeout 60m -run 'TestFaults$$' -v ./internal/cluster/
+
+## pgcrash: the patchgroup crash checkers, 50 runs each: power cuts of two meta servers (library) and kill -9 of the mount and a meta server (FUSE), with the control runs without patchgroups (make test runs a few)
+pgcrash: check-go fuse-deps
+	WEFT_PGCRASH_RUNS=$${WEFT_PGCRASH_RUNS:-50} WEFT_PGCRASH_CONTROL=1 $(GO) test -count=1 -timeout 60m -run 'TestPatchgroupPowerCut$$|TestPatchgroupCrashChecker$$' -v ./internal/client/ ./internal/fusefs/
 
 # What weft bench's targets and benchmarks need besides weft: sshd and sshfs
 # (the sshfs target), redis-server (JuiceFS with Redis metadata), python3-venv
