@@ -3,6 +3,7 @@ package fusefs
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -50,31 +51,12 @@ func TestPatchgroupPrograms(t *testing.T) {
 			m := mount(t, tc.client(t), Options{})
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, prog[0], append(prog[1:], m.Dir())...)
-			cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "python"))
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
+			mover := startPGMove(ctx, t, root, append(prog, m.Dir()))
 			defer func() {
-				stdin.Close()
-				if err := cmd.Wait(); err != nil {
-					t.Errorf("%s: %v\n%s", lang, err, stderr.String())
+				if err := mover.finish(); err != nil {
+					t.Errorf("%s: %v", lang, err)
 				}
 			}()
-			line, err := bufio.NewReader(stdout).ReadString('\n')
-			if err != nil || line != "renamed\n" {
-				t.Fatalf("%s printed %q (%v)\n%s", lang, line, err, stderr.String())
-			}
 			other := tc.client(t)
 			f, err := other.Open(ctx, "/msg", os.O_RDONLY, 0)
 			if err != nil {
@@ -165,31 +147,12 @@ func TestPatchgroupCrash(t *testing.T) {
 		if !depend {
 			args = append(args, "--no-depend")
 		}
-		cmd := exec.CommandContext(ctx, "python3", args...)
-		cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "python"))
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		line, err := bufio.NewReader(stdout).ReadString('\n')
-		if err != nil || line != "renamed\n" {
-			t.Fatalf("pgmove.py printed %q (%v)\n%s", line, err, stderr.String())
-		}
+		mover := startPGMove(ctx, t, root, append([]string{"python3"}, args...))
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		waitGone(t, pid)
-		stdin.Close()
-		_ = cmd.Wait() // its last calls meet the dead mount
+		_ = mover.finish() // its last calls meet the dead mount
 		cancel()
 		got := readVia(t, tc.client(t), "/msg")
 		switch {
@@ -215,4 +178,48 @@ func readVia(t *testing.T, c *client.Client, path string) []byte {
 		t.Fatal(err)
 	}
 	return got
+}
+
+// pgMove is a running pgmove program (testdata/pgmove.*).
+type pgMove struct {
+	cmd    *exec.Cmd
+	stdin  io.Closer
+	stderr strings.Builder
+}
+
+// startPGMove runs argv with the Python module on its path and waits until
+// it printed that the rename is done.
+func startPGMove(ctx context.Context, t *testing.T, root string, argv []string) *pgMove {
+	t.Helper()
+	m := &pgMove{cmd: exec.CommandContext(ctx, argv[0], argv[1:]...)}
+	m.cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "python"))
+	stdin, err := m.cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.stdin = stdin
+	stdout, err := m.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.cmd.Stderr = &m.stderr
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "renamed\n" {
+		m.stdin.Close()
+		_ = m.cmd.Wait()
+		t.Fatalf("%s printed %q (%v)\n%s", argv[0], line, err, m.stderr.String())
+	}
+	return m
+}
+
+// finish lets the program go on to its end and waits for it.
+func (m *pgMove) finish() error {
+	m.stdin.Close()
+	if err := m.cmd.Wait(); err != nil {
+		return fmt.Errorf("%w\n%s", err, m.stderr.String())
+	}
+	return nil
 }

@@ -104,13 +104,20 @@ func (t *pgTable) close(uid uint32, id uint64) error {
 	return nil
 }
 
-// engage makes the caller's process engage group id.
-func (t *pgTable) engage(caller *fuse.Caller, id uint64) error {
+// callerGroup returns group id, if the caller may use it, and the
+// caller's process.
+func (t *pgTable) callerGroup(caller *fuse.Caller, id uint64) (*client.Patchgroup, procKey, error) {
 	g, err := t.group(caller.Uid, id)
 	if err != nil {
-		return err
+		return nil, procKey{}, err
 	}
 	key, _, err := t.proc(caller.Pid)
+	return g, key, err
+}
+
+// engage makes the caller's process engage group id.
+func (t *pgTable) engage(caller *fuse.Caller, id uint64) error {
+	g, key, err := t.callerGroup(caller, id)
 	if err != nil {
 		return err
 	}
@@ -125,11 +132,7 @@ func (t *pgTable) engage(caller *fuse.Caller, id uint64) error {
 }
 
 func (t *pgTable) disengage(caller *fuse.Caller, id uint64) error {
-	g, err := t.group(caller.Uid, id)
-	if err != nil {
-		return err
-	}
-	key, _, err := t.proc(caller.Pid)
+	g, key, err := t.callerGroup(caller, id)
 	if err != nil {
 		return err
 	}
