@@ -28,7 +28,7 @@ const (
 	MethodScan           = 22 // weft fsck: read raw keys
 	MethodReleaseReclaim = 23 // last close of an unlinked file: reclaim its chunks
 	MethodGetCapability  = 24 // a fresh capability after a store refused one
-	MethodSyncMeta       = 29 // make what was acknowledged durable (async mode)
+	MethodSyncMeta       = 27 // make what was acknowledged durable (async mode)
 	// 30-39: byte-range and flock locks (lock.proto).
 	MethodSetLock        = 30
 	MethodGetLock        = 31
@@ -72,7 +72,7 @@ var methodNames = map[uint16]string{
 	MethodOpen: "open", MethodCommit: "commit", MethodAccess: "access",
 	MethodStatFS: "statfs", MethodGetXattr: "getxattr", MethodSetXattr: "setxattr",
 	MethodListXattr: "listxattr", MethodRemoveXattr: "removexattr", MethodStatus: "status",
-	MethodScan: "scan", MethodReleaseReclaim: "release_reclaim", MethodGetCapability: "get_capability",
+	MethodScan: "scan", MethodReleaseReclaim: "release_reclaim", MethodGetCapability: "get_capability", MethodSyncMeta: "sync_meta",
 	MethodSetLock: "setlock", MethodGetLock: "getlock",
 	MethodLockKeepAlive: "lock_keepalive", MethodEndLockSession: "end_lock_session",
 	MethodPeerLock: "peer_lock", MethodPeerUnlock: "peer_unlock", MethodPeerGet: "peer_get",
@@ -82,7 +82,7 @@ var methodNames = map[uint16]string{
 	MethodTruncateChunk: "truncate_chunk", MethodDeleteChunks: "delete_chunks",
 	MethodSyncChunks: "sync_chunks", MethodStoreStatFS: "store_statfs",
 	MethodListChunks: "list_chunks", MethodMarkStoreComplete: "mark_store_complete",
-	MethodRevokeCapabilities: "revoke_capabilities",
+	MethodRevokeCapabilities: "revoke_capabilities", MethodSyncStore: "sync_store",
 
 	MethodLeaseAcquire: "lease_acquire", MethodLeaseRelease: "lease_release",
 	MethodLeaseRecall: "lease_recall", MethodLeaseStatus: "lease_status",
