@@ -62,6 +62,11 @@ type heldLease struct {
 	seq      uint64    // the server's name for the grant
 	trusted  time.Time // monotonic: until when the client relies on it
 	recalled atomic.Bool
+	// prev is the grant of the same key this one replaced, while that
+	// may still be trusted: a reply filled under it may still be on its
+	// way, and a recall of this grant recalls it too (the server knows
+	// one grant per key and session). Guarded by leaseCache.mu.
+	prev *heldLease
 }
 
 // Lease is a snapshot of the read leases covering one reply. The zero Lease
@@ -232,6 +237,7 @@ func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*held
 			}
 		}
 	}
+	now := time.Now()
 	got := make([]*heldLease, 0, len(reply.Granted))
 	for _, ino := range reply.Granted {
 		k := LeaseKey{Server: server, Ino: core.Ino(ino)}
@@ -247,6 +253,15 @@ func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*held
 			continue
 		}
 		h := &heldLease{key: k, seq: reply.Seq, trusted: trusted}
+		if old := c.leases.mu.held[k]; old != nil && now.Before(old.trusted) {
+			h.prev = old
+			for p := old; p.prev != nil; p = p.prev {
+				if !now.Before(p.prev.trusted) {
+					p.prev = nil // no longer trusted: nothing to recall
+					break
+				}
+			}
+		}
 		c.leases.mu.held[k] = h
 		got = append(got, h)
 	}
@@ -286,9 +301,18 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 	for i, ino := range inos {
 		k := LeaseKey{Server: server, Ino: core.Ino(ino)}
 		keys[i] = k
-		if h := c.leases.mu.held[k]; h != nil && h.seq <= seqs[i] {
-			h.recalled.Store(true)
-			delete(c.leases.mu.held, k)
+		if h := c.leases.mu.held[k]; h != nil {
+			// Older grants of the key, which replies may still carry,
+			// go with it.
+			for p := h.prev; p != nil; p = p.prev {
+				if p.seq <= seqs[i] {
+					p.recalled.Store(true)
+				}
+			}
+			if h.seq <= seqs[i] {
+				h.recalled.Store(true)
+				delete(c.leases.mu.held, k)
+			}
 		}
 		if h := c.leases.mu.held[k]; h == nil {
 			r := c.leases.mu.recalled[k]

@@ -107,11 +107,7 @@ func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 	for _, k := range keys {
 		busy := fsys.index.changing(k.Ino)
 		for _, n := range fsys.index.get(k.Ino) {
-			if busy {
-				go n.forget()
-			} else {
-				n.forget()
-			}
+			n.forget(busy)
 		}
 	}
 }
@@ -146,7 +142,13 @@ func (x *nodeIndex) changing(dir core.Ino) bool {
 	return x.busy[dir] > 0
 }
 
-func (n *Node) forget() {
+// forget makes the kernel forget what n's lease covered. Attributes and
+// pages go first, and always before the lease is released: the kernel
+// drops them without the directory's lock. Names need that lock, which a
+// request of this mount changing the directory (busy) may hold while it
+// waits for the change being recalled for: then they go in the
+// background.
+func (n *Node) forget(busy bool) {
 	if !n.IsDir() {
 		n.fsys.c.MarkStale(n.ino())
 	}
@@ -154,14 +156,24 @@ func (n *Node) forget() {
 	if !n.IsDir() {
 		return
 	}
-	for name, ch := range n.Children() {
-		_ = n.NotifyEntry(name)
+	children := n.Children()
+	for _, ch := range children {
 		off := int64(-1) // attributes only
 		if cn, ok := ch.Operations().(*Node); ok && cn.isOpen() {
 			off = 0
 			n.fsys.c.MarkStale(cn.ino())
 		}
 		_ = ch.NotifyContent(off, 0)
+	}
+	names := func() {
+		for name := range children {
+			_ = n.NotifyEntry(name)
+		}
+	}
+	if busy {
+		go names()
+	} else {
+		names()
 	}
 }
 
