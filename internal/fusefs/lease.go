@@ -26,9 +26,11 @@ import (
 // the server recalls for (a change that spans meta servers recalls the
 // requester's leases on the other servers too), that would wait for the
 // change, which waits for the release. So a recall of a directory this
-// mount is changing invalidates in the background and answers at once:
-// the kernel's cached names there may be served until that change returns
-// (lookups in the directory wait for its lock anyway). Any other
+// mount is changing invalidates attributes and pages at once, answers, and
+// invalidates the names there once the change is done (the kernel adds a
+// rename's new name after the request returns): the kernel's cached names
+// there may be served until that change returns (lookups in the directory
+// wait for its lock anyway). Any other
 // invalidation that blocks is bounded by the client
 // (client.recallNotifyWait), which then releases the lease anyway.
 
@@ -42,6 +44,9 @@ type nodeIndex struct {
 	mu   sync.Mutex
 	m    map[core.Ino][]*Node
 	busy map[core.Ino]int // directories this mount's requests are changing
+	// after are invalidations to run once no request of this mount
+	// changes a directory any more.
+	after map[core.Ino][]func()
 }
 
 // maxNodesPerIno bounds the dropped nodes an inode's list keeps.
@@ -105,9 +110,8 @@ func (n *Node) OnForget() { n.fsys.index.remove(n) }
 // other inode, its attributes and pages.
 func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 	for _, k := range keys {
-		busy := fsys.index.changing(k.Ino)
 		for _, n := range fsys.index.get(k.Ino) {
-			n.forget(busy)
+			n.forget()
 		}
 	}
 }
@@ -130,25 +134,41 @@ func (fsys *fileSystem) change(dirs ...core.Ino) (done func()) {
 		for _, d := range dirs {
 			if x.busy[d]--; x.busy[d] == 0 {
 				delete(x.busy, d)
+				// The kernel finishes the change (a rename's new name)
+				// after this request returns, and holds the
+				// directory's lock until then: the names go after it.
+				for _, fn := range x.after[d] {
+					go fn()
+				}
+				delete(x.after, d)
 			}
 		}
 	}
 }
 
-// changing reports whether a request of this mount is changing dir.
-func (x *nodeIndex) changing(dir core.Ino) bool {
+// afterChanges runs fn once no request of this mount changes dir, in a
+// goroutine; it returns false (and does nothing) if none does now.
+func (x *nodeIndex) afterChanges(dir core.Ino, fn func()) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.busy[dir] > 0
+	if x.busy[dir] == 0 {
+		return false
+	}
+	if x.after == nil {
+		x.after = make(map[core.Ino][]func())
+	}
+	x.after[dir] = append(x.after[dir], fn)
+	return true
 }
 
 // forget makes the kernel forget what n's lease covered. Attributes and
 // pages go first, and always before the lease is released: the kernel
 // drops them without the directory's lock. Names need that lock, which a
-// request of this mount changing the directory (busy) may hold while it
-// waits for the change being recalled for: then they go in the
-// background.
-func (n *Node) forget(busy bool) {
+// request of this mount changing the directory may hold while it waits for
+// the change being recalled for: then they go once that request is done,
+// and again once the kernel has finished it (it may add a name: a rename's
+// target), which the first invalidation waits for.
+func (n *Node) forget() {
 	if !n.IsDir() {
 		n.fsys.c.MarkStale(n.ino())
 	}
@@ -170,9 +190,16 @@ func (n *Node) forget(busy bool) {
 			_ = n.NotifyEntry(name)
 		}
 	}
-	if busy {
-		go names()
-	} else {
+	later := func() {
+		// "." is never a cached name, but its invalidation waits for
+		// the directory's lock like any other.
+		_ = n.NotifyEntry(".")
+		names()
+		for name := range n.Children() {
+			_ = n.NotifyEntry(name)
+		}
+	}
+	if !n.fsys.index.afterChanges(n.ino(), later) {
 		names()
 	}
 }

@@ -51,12 +51,13 @@ func linzSeed(t *testing.T) uint64 {
 }
 
 // startLinzProcs starts a cluster of weft processes (one meta, one store)
-// with lease term term (0: the default), killed by t.Cleanup.
-func startLinzProcs(t *testing.T, term time.Duration) *cluster.Procs {
+// with lease term term (0: the default) and the durability mode given,
+// killed by t.Cleanup.
+func startLinzProcs(t *testing.T, term time.Duration, durability string) *cluster.Procs {
 	t.Helper()
 	p, err := cluster.StartProcs(context.Background(), cluster.ProcsOptions{
 		Binary: buildWeft(t), Dir: t.TempDir(), Meta: 1, Store: 1,
-		Durability: "async", Backend: "disk", LeaseTerm: term,
+		Durability: durability, Backend: "disk", LeaseTerm: term,
 	})
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
@@ -101,7 +102,7 @@ func requireLinearizable(t *testing.T, r *linzRun) {
 // form a linearizable history.
 func TestLinearizableThreeMounts(t *testing.T) {
 	requireFUSE(t)
-	p := startLinzProcs(t, 0)
+	p := startLinzProcs(t, 0, "async") // the test checks coherence, not durability
 	r := newLinz(t, mountProcs(t, p.ClusterFile(), 3), linzSeed(t))
 	r.start()
 	r.runFor(t, linzDuration(t))
