@@ -47,6 +47,9 @@ type nodeIndex struct {
 	// after are invalidations to run once no request of this mount
 	// changes a directory any more.
 	after map[core.Ino][]func()
+	// started is closed when a request of this mount starts a change
+	// (nil: nobody waits for one).
+	started chan struct{}
 }
 
 // maxNodesPerIno bounds the dropped nodes an inode's list keeps.
@@ -128,6 +131,10 @@ func (fsys *fileSystem) change(dirs ...core.Ino) (done func()) {
 	for _, d := range dirs {
 		x.busy[d]++
 	}
+	if x.started != nil {
+		close(x.started)
+		x.started = nil
+	}
 	return func() {
 		x.mu.Lock()
 		defer x.mu.Unlock()
@@ -144,6 +151,17 @@ func (fsys *fileSystem) change(dirs ...core.Ino) (done func()) {
 			}
 		}
 	}
+}
+
+// changeStarted returns a channel closed when a request of this mount
+// next starts a change.
+func (x *nodeIndex) changeStarted() <-chan struct{} {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.started == nil {
+		x.started = make(chan struct{})
+	}
+	return x.started
 }
 
 // afterChanges runs fn once no request of this mount changes dir, in a
@@ -199,8 +217,28 @@ func (n *Node) forget() {
 			_ = n.NotifyEntry(name)
 		}
 	}
-	if !n.fsys.index.afterChanges(n.ino(), later) {
+	if n.fsys.index.afterChanges(n.ino(), later) {
+		return
+	}
+	// The kernel may hold the directory's lock for a change of this mount
+	// whose request has not come yet (the lookup before a create): the
+	// names wait for the lock, and that change may wait, at a server, for
+	// this very recall. So once such a change starts, the names go after
+	// it instead.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
 		names()
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		case <-n.fsys.index.changeStarted():
+			if n.fsys.index.afterChanges(n.ino(), later) {
+				return
+			}
+		}
 	}
 }
 
