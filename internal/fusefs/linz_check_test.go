@@ -35,9 +35,10 @@ type linzWorker struct {
 	rng  *rand.Rand
 	// held is a descriptor kept open across operations, for rereads;
 	// heldIno the inode its open saw.
-	held    *os.File
-	heldIno uint64
-	tokens  int
+	held     *os.File
+	heldIno  uint64
+	heldSlot int
+	tokens   int
 	// unexpected counts errors that are neither ENOENT nor EEXIST.
 	unexpected []string
 	// lostCloses are writes whose close failed because another mount
@@ -218,9 +219,10 @@ func (w *linzWorker) write(slot int) {
 func (w *linzWorker) reread(slot int) {
 	if w.held == nil {
 		w.held, w.heldIno = w.open(slot, os.O_RDONLY)
+		w.heldSlot = slot
 		return
 	}
-	in := linzInput{op: opReread, ino: w.heldIno}
+	in := linzInput{op: opReread, ino: w.heldIno, slot: w.heldSlot}
 	call := w.h.now()
 	buf := make([]byte, 64)
 	n, err := w.held.ReadAt(buf, 0)
