@@ -203,20 +203,23 @@ func (n *Node) forget() {
 		}
 		_ = ch.NotifyContent(off, 0)
 	}
+	// names are listed once the kernel's lock on the directory was free:
+	// a listing or lookup in flight when the recall came (it holds the
+	// lock, shared) may add names that the recall must drop too. "." is
+	// never a cached name, but its invalidation waits for the lock like
+	// any other.
 	names := func() {
+		_ = n.NotifyEntry(".")
 		for name := range children {
 			_ = n.NotifyEntry(name)
 		}
-	}
-	later := func() {
-		// "." is never a cached name, but its invalidation waits for
-		// the directory's lock like any other.
-		_ = n.NotifyEntry(".")
-		names()
 		for name := range n.Children() {
-			_ = n.NotifyEntry(name)
+			if _, done := children[name]; !done {
+				_ = n.NotifyEntry(name)
+			}
 		}
 	}
+	later := names
 	if n.fsys.index.afterChanges(n.ino(), later) {
 		return
 	}
