@@ -25,6 +25,10 @@ import (
 //	WEFT_LINZ_SEED      the workload's seed (printed by every run)
 //	WEFT_LINZ_STRICT    also check rereads of a file another mount renamed
 //	                    while it was open (a known limit of the client)
+//	WEFT_MOUNT_LOGS     a directory where every weft mount process these tests
+//	                    start keeps its log, with every FUSE request and
+//	                    notification (to match a violation with what the
+//	                    mounts did)
 //
 // The random workload still finds violations (docs/design.md, "Leases as
 // built"), so it runs only when asked; the targeted histories (the model's
