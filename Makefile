@@ -18,7 +18,7 @@ MOUNT    ?= $(if $(HOME),$(HOME)/weft,/tmp/weft)
 STATICCHECK_VERSION   := v0.7.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 
-.PHONY: all build up test lint fmt-check vet staticcheck proto tools fuse-deps fsx-long faults pgcrash bench-deps check-go clean
+.PHONY: all build up test lint fmt-check vet staticcheck proto tools fuse-deps fsx-long faults linz pgcrash bench-deps check-go clean
 
 all: build
 
@@ -76,6 +76,11 @@ fuse-deps:
 			echo "note: missing$$missing (install as root); the FUSE tests that need them will be skipped"; \
 		fi; \
 	fi
+
+## linz: the linearizability check of three mounts (porcupine), a long random history and the lease failure tests
+linz: check-go fuse-deps
+	WEFT_LINZ=1 WEFT_LINZ_DURATION=$${WEFT_LINZ_DURATION:-60s} $(GO) test -race -count=1 -timeout 20m -v \
+		-run 'TestLinzModel|TestLinzCatchesStaleMount|TestLinearizableThreeMounts|TestLeaseGraceAfterMetaKill|TestLeaseStalledHolder' ./internal/fusefs/
 
 ## fsx-long: the randomized data-integrity test through a mount, 1,000,000 operations
 fsx-long: check-go fuse-deps

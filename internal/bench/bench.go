@@ -158,7 +158,7 @@ var Groups = []string{"all", GroupFUSE, GroupOps}
 func All() []Benchmark {
 	return []Benchmark{
 		rpcBenchmark(), metaBenchmark(), putGetBenchmark(),
-		microBenchmark(), seqreadBenchmark(), andrewBenchmark(), securityBenchmark(), mdtestBenchmark(),
+		microBenchmark(), leasesBenchmark(), seqreadBenchmark(), andrewBenchmark(), securityBenchmark(), mdtestBenchmark(),
 		checkpointBenchmark(), untarBenchmark(), postmarkBenchmark(),
 		latfsBenchmark(), seqioBenchmark(), imapBenchmark(),
 		fusemetaBenchmark(), fusePostmarkBenchmark(), fioBenchmark(), fuseUntarBenchmark(),

@@ -71,6 +71,10 @@ type Config struct {
 	// over, and a read whose every replica failed, or a write, fails with
 	// EIO.
 	StoreTimeout time.Duration
+	// LeaseTerm is the cluster's lease term (default 2 s): a lease
+	// request waits at most a term and a second for the server, which
+	// may wait a term for a conflicting holder that does not answer.
+	LeaseTerm time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -115,6 +119,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.LeaseTerm <= 0 {
+		c.LeaseTerm = 2 * time.Second
 	}
 	if c.ReplicaTimeout < 0 || c.StoreTimeout < 0 {
 		return errs.New(errs.Invalid, "client config", "negative replica timeout %v or store timeout %v", c.ReplicaTimeout, c.StoreTimeout)

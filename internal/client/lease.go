@@ -25,10 +25,11 @@ import (
 // back on), never holds leases.
 
 const (
-	// leaseAcquireWait bounds an acquire: the server waits for changes in
-	// progress and for conflicting holders, at worst a term. A reader that
-	// gives up caches nothing.
-	leaseAcquireWait = 3 * time.Second
+	// leaseAcquireSlack is what an acquire waits beyond a term
+	// (Config.LeaseTerm): the server waits for changes in progress and for
+	// conflicting holders, at worst a term. A reader that gives up caches
+	// nothing.
+	leaseAcquireSlack = time.Second
 	// recallNotifyWait bounds how long a recall waits for the layer above
 	// before it releases the lease anyway. The kernel can block an
 	// invalidation behind a request of this mount that is itself waiting
@@ -61,6 +62,11 @@ type heldLease struct {
 	seq      uint64    // the server's name for the grant
 	trusted  time.Time // monotonic: until when the client relies on it
 	recalled atomic.Bool
+	// prev is the grant of the same key this one replaced, while that
+	// may still be trusted: a reply filled under it may still be on its
+	// way, and a recall of this grant recalls it too (the server knows
+	// one grant per key and session). Guarded by leaseCache.mu.
+	prev *heldLease
 }
 
 // Lease is a snapshot of the read leases covering one reply. The zero Lease
@@ -101,9 +107,9 @@ type recallMark struct {
 }
 
 // recalledKeep is how long a recall is remembered for the replies it may
-// have overtaken: longer than any term (an acquire waits at most
-// leaseAcquireWait).
-const recalledKeep = 2 * leaseAcquireWait
+// have overtaken: longer than any term (an acquire waits at most a term
+// and leaseAcquireSlack).
+func (c *Client) recalledKeep() time.Duration { return 2 * (c.cfg.LeaseTerm + leaseAcquireSlack) }
 
 // leaseCache is what the client knows of its leases.
 type leaseCache struct {
@@ -163,7 +169,8 @@ func (c *Client) AttrLease(ref Ref, a core.Attr) LeaseKey {
 }
 
 // ReadLease returns read leases on keys, acquiring those the client does
-// not hold or trusts for less than leaseRenewBelow. It never fails: without
+// not hold or trusts for less than half a term (so that what a reply lets
+// the kernel cache is worth caching). It never fails: without
 // leases (an error, a server that could not grant in time, leases not
 // enabled) the Lease it returns covers nothing.
 func (c *Client) ReadLease(ctx context.Context, keys ...LeaseKey) Lease {
@@ -176,7 +183,7 @@ func (c *Client) ReadLease(ctx context.Context, keys ...LeaseKey) Lease {
 	now := time.Now()
 	for _, k := range keys {
 		h := c.leases.mu.held[k]
-		if h != nil && !h.recalled.Load() && h.trusted.Sub(now) > leaseRenewBelow {
+		if h != nil && !h.recalled.Load() && h.trusted.Sub(now) > c.cfg.LeaseTerm/2 {
 			out.held = append(out.held, h)
 			continue
 		}
@@ -196,18 +203,13 @@ func (c *Client) ReadLease(ctx context.Context, keys ...LeaseKey) Lease {
 	return out
 }
 
-// leaseRenewBelow: a held lease trusted for less than this is acquired
-// again rather than handed to a reply, so that what the reply lets the
-// kernel cache is worth caching (half the default term).
-const leaseRenewBelow = time.Second
-
 // acquire asks server for read leases on inos; nil if it granted none.
 func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*heldLease {
 	session, err := c.lockSessionFor(server)
 	if err != nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, leaseAcquireWait)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTerm+leaseAcquireSlack)
 	defer cancel()
 	sent := time.Now()
 	var reply weftpb.LeaseAcquireReply
@@ -235,6 +237,7 @@ func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*held
 			}
 		}
 	}
+	now := time.Now()
 	got := make([]*heldLease, 0, len(reply.Granted))
 	for _, ino := range reply.Granted {
 		k := LeaseKey{Server: server, Ino: core.Ino(ino)}
@@ -250,6 +253,15 @@ func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*held
 			continue
 		}
 		h := &heldLease{key: k, seq: reply.Seq, trusted: trusted}
+		if old := c.leases.mu.held[k]; old != nil && now.Before(old.trusted) {
+			h.prev = old
+			for p := old; p.prev != nil; p = p.prev {
+				if !now.Before(p.prev.trusted) {
+					p.prev = nil // no longer trusted: nothing to recall
+					break
+				}
+			}
+		}
 		c.leases.mu.held[k] = h
 		got = append(got, h)
 	}
@@ -281,7 +293,7 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 	}
 	if len(c.leases.mu.recalled) > 1024 {
 		for k, r := range c.leases.mu.recalled {
-			if now.Sub(r.at) > recalledKeep {
+			if now.Sub(r.at) > c.recalledKeep() {
 				delete(c.leases.mu.recalled, k)
 			}
 		}
@@ -289,9 +301,18 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 	for i, ino := range inos {
 		k := LeaseKey{Server: server, Ino: core.Ino(ino)}
 		keys[i] = k
-		if h := c.leases.mu.held[k]; h != nil && h.seq <= seqs[i] {
-			h.recalled.Store(true)
-			delete(c.leases.mu.held, k)
+		if h := c.leases.mu.held[k]; h != nil {
+			// Older grants of the key, which replies may still carry,
+			// go with it.
+			for p := h.prev; p != nil; p = p.prev {
+				if p.seq <= seqs[i] {
+					p.recalled.Store(true)
+				}
+			}
+			if h.seq <= seqs[i] {
+				h.recalled.Store(true)
+				delete(c.leases.mu.held, k)
+			}
 		}
 		if h := c.leases.mu.held[k]; h == nil {
 			r := c.leases.mu.recalled[k]

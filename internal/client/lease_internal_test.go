@@ -153,3 +153,26 @@ func TestLeaseRecallReleases(t *testing.T) {
 		t.Error("a later grant of the key is not trusted")
 	}
 }
+
+// A recall of a key's grant also ends the older grants of the key that
+// the newer one replaced: a reply filled under an older one may still be on
+// its way to the layer above, and the server knows one grant per key and
+// session, so its change goes ahead once this one is released.
+func TestLeaseRecallDropsOlderGrants(t *testing.T) {
+	f := startFakeLeaseServer(t, time.Second, 0)
+	c, recalled := newLeaseClient(t, f.addr)
+	old := c.ReadLease(context.Background(), LeaseKey{Ino: 7})
+	// Trusted for less than half the client's term (2 s): acquired again.
+	renewed := c.ReadLease(context.Background(), LeaseKey{Ino: 7})
+	if old.Remaining() == 0 || renewed.Remaining() == 0 || renewed.held[0] == old.held[0] {
+		t.Fatalf("want two grants of key 7: %v %v", old.held, renewed.held)
+	}
+	c.recalled(0, c.locks.mu.id, []uint64{7}, []uint64{renewed.held[0].seq})
+	<-recalled
+	if old.Remaining() != 0 {
+		t.Error("the grant a newer one replaced is still trusted after the newer one was recalled")
+	}
+	if renewed.Remaining() != 0 {
+		t.Error("a recalled grant is still trusted")
+	}
+}

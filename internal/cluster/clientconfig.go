@@ -20,6 +20,7 @@ func ClientConfig(cfg *config.Cluster, creds core.Creds, log *slog.Logger) clien
 		Creds:       creds,
 		Logger:      log,
 	}
+	cc.LeaseTerm, _ = cfg.Lease()
 	if cfg.Secured() {
 		// The cluster's administrator, unless the caller names another
 		// identity (weft --identity).

@@ -103,6 +103,9 @@ type ProcsOptions struct {
 	// Security is a new cluster's security mode; "" means secure. An
 	// existing cluster keeps its file's.
 	Security string
+	// LeaseTerm, if above 0, is the cluster file's lease_term (the grace
+	// follows it unless the file sets lease_grace).
+	LeaseTerm time.Duration
 }
 
 // Validate checks the options alone, before anything is started or written.
@@ -445,6 +448,9 @@ func applyProcsOptions(cfg *config.Cluster, opts ProcsOptions) {
 	}
 	if opts.SplitThreshold != 0 {
 		cfg.SplitThreshold = opts.SplitThreshold
+	}
+	if opts.LeaseTerm > 0 {
+		cfg.LeaseTerm = config.Duration(opts.LeaseTerm)
 	}
 	for i := range cfg.Store {
 		if opts.MemLimit != 0 {

@@ -107,6 +107,7 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 			if err != nil {
 				return nil, err
 			}
+			leaseTerm, leaseGrace := cfg.Lease()
 			s, err := meta.Open(meta.Config{
 				ID:             id,
 				Dir:            dir,
@@ -123,6 +124,8 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 				Replication:    cfg.Replication,
 				Dial:           sec.dial(),
 				Capabilities:   minter,
+				LeaseTerm:      leaseTerm,
+				LeaseGrace:     leaseGrace,
 			})
 			if err != nil {
 				return nil, err

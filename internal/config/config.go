@@ -11,6 +11,8 @@
 // silently ignored is worse than one that stops the start.
 package config
 
+import "time"
+
 // Defaults and limits of the cluster settings.
 const (
 	DefaultName           = "weft"
@@ -24,6 +26,19 @@ const (
 	MinSplitThreshold     = 2
 	DefaultSplitBits      = 3
 	MaxSplitBits          = 6
+
+	// DefaultLeaseTerm is how long a client's lease lasts unless the file
+	// says lease_term (internal/lease.DefaultTerm). The term bounds how
+	// long a change waits for a holder that died or stopped answering;
+	// the client stops trusting a lease a tenth of the term (at least 50
+	// ms) before it ends, so a term much shorter than MinLeaseTerm leaves
+	// nothing to cache.
+	DefaultLeaseTerm = 2 * time.Second
+	MinLeaseTerm     = 200 * time.Millisecond
+	MaxLeaseTerm     = time.Minute
+	// MaxLeaseGrace bounds lease_grace: a restarted meta server refuses
+	// every change for that long.
+	MaxLeaseGrace = 10 * time.Minute
 
 	DurabilitySync  = "sync"  // acknowledged after the WAL record is on disk
 	DurabilityAsync = "async" // acknowledged when applied; WAL synced in the background
@@ -54,6 +69,15 @@ type Cluster struct {
 	// SplitBits is how many binary splits one split does at once: a
 	// partition over the threshold splits into up to 2^SplitBits.
 	SplitBits int `toml:"split_bits"`
+	// LeaseTerm is how long a client's lease lasts from its grant; 0 means
+	// DefaultLeaseTerm. Meta servers grant leases with it; clients bound
+	// their lease requests by it.
+	LeaseTerm Duration `toml:"lease_term,omitzero"`
+	// LeaseGrace is how long a restarted meta server lets no change
+	// through and grants no write lease, because clients may still trust
+	// leases it granted before; 0 means the lease term. It may not be
+	// shorter than the term: a client trusts a lease for up to a term.
+	LeaseGrace Duration `toml:"lease_grace,omitzero"`
 	// CapabilitySecret is the path of the cluster's capability secret
 	// (32 random bytes, mode 0600; relative to the file's directory): meta
 	// servers mint capabilities with keys derived from it and stores check
@@ -118,6 +142,19 @@ func Default() *Cluster {
 		SplitThreshold: DefaultSplitThreshold,
 		SplitBits:      DefaultSplitBits,
 	}
+}
+
+// Lease returns the lease term and the grace of a restarted meta server,
+// with their defaults applied.
+func (c *Cluster) Lease() (term, grace time.Duration) {
+	term, grace = time.Duration(c.LeaseTerm), time.Duration(c.LeaseGrace)
+	if term == 0 {
+		term = DefaultLeaseTerm
+	}
+	if grace == 0 {
+		grace = term
+	}
+	return term, grace
 }
 
 // DefaultMetaServer returns a meta server entry for addr and dir.

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
@@ -77,6 +78,24 @@ func (c *Cluster) validateSettings(v *validator) {
 	}
 	if c.SplitBits < 1 || c.SplitBits > MaxSplitBits {
 		v.addf("split_bits", "%d is not between 1 and %d", c.SplitBits, MaxSplitBits)
+	}
+	c.validateLease(v)
+}
+
+// validateLease checks lease_term and lease_grace (0: their defaults).
+func (c *Cluster) validateLease(v *validator) {
+	term := time.Duration(c.LeaseTerm)
+	if term != 0 && (term < MinLeaseTerm || term > MaxLeaseTerm) {
+		v.addf("lease_term", "%v is not between %v and %v", term, MinLeaseTerm, MaxLeaseTerm)
+		return
+	}
+	eff, _ := c.Lease()
+	switch grace := time.Duration(c.LeaseGrace); {
+	case grace == 0:
+	case grace < eff:
+		v.addf("lease_grace", "%v is shorter than the lease term %v: after a restart, a client may still trust a lease granted before for up to a term", grace, eff)
+	case grace > MaxLeaseGrace:
+		v.addf("lease_grace", "%v is longer than %v (a restarted meta server refuses every change for that long)", grace, MaxLeaseGrace)
 	}
 }
 

@@ -26,9 +26,11 @@ import (
 // the server recalls for (a change that spans meta servers recalls the
 // requester's leases on the other servers too), that would wait for the
 // change, which waits for the release. So a recall of a directory this
-// mount is changing invalidates in the background and answers at once:
-// the kernel's cached names there may be served until that change returns
-// (lookups in the directory wait for its lock anyway). Any other
+// mount is changing invalidates attributes and pages at once, answers, and
+// invalidates the names there once the change is done (the kernel adds a
+// rename's new name after the request returns): the kernel's cached names
+// there may be served until that change returns (lookups in the directory
+// wait for its lock anyway). Any other
 // invalidation that blocks is bounded by the client
 // (client.recallNotifyWait), which then releases the lease anyway.
 
@@ -42,6 +44,12 @@ type nodeIndex struct {
 	mu   sync.Mutex
 	m    map[core.Ino][]*Node
 	busy map[core.Ino]int // directories this mount's requests are changing
+	// after are invalidations to run once no request of this mount
+	// changes a directory any more.
+	after map[core.Ino][]func()
+	// started is closed when a request of this mount starts a change
+	// (nil: nobody waits for one).
+	started chan struct{}
 }
 
 // maxNodesPerIno bounds the dropped nodes an inode's list keeps.
@@ -105,13 +113,8 @@ func (n *Node) OnForget() { n.fsys.index.remove(n) }
 // other inode, its attributes and pages.
 func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 	for _, k := range keys {
-		busy := fsys.index.changing(k.Ino)
 		for _, n := range fsys.index.get(k.Ino) {
-			if busy {
-				go n.forget()
-			} else {
-				n.forget()
-			}
+			n.forget()
 		}
 	}
 }
@@ -128,24 +131,61 @@ func (fsys *fileSystem) change(dirs ...core.Ino) (done func()) {
 	for _, d := range dirs {
 		x.busy[d]++
 	}
+	if x.started != nil {
+		close(x.started)
+		x.started = nil
+	}
 	return func() {
 		x.mu.Lock()
 		defer x.mu.Unlock()
 		for _, d := range dirs {
 			if x.busy[d]--; x.busy[d] == 0 {
 				delete(x.busy, d)
+				// The kernel finishes the change (a rename's new name)
+				// after this request returns, and holds the
+				// directory's lock until then: the names go after it.
+				for _, fn := range x.after[d] {
+					go fn()
+				}
+				delete(x.after, d)
 			}
 		}
 	}
 }
 
-// changing reports whether a request of this mount is changing dir.
-func (x *nodeIndex) changing(dir core.Ino) bool {
+// changeStarted returns a channel closed when a request of this mount
+// next starts a change.
+func (x *nodeIndex) changeStarted() <-chan struct{} {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.busy[dir] > 0
+	if x.started == nil {
+		x.started = make(chan struct{})
+	}
+	return x.started
 }
 
+// afterChanges runs fn once no request of this mount changes dir, in a
+// goroutine; it returns false (and does nothing) if none does now.
+func (x *nodeIndex) afterChanges(dir core.Ino, fn func()) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.busy[dir] == 0 {
+		return false
+	}
+	if x.after == nil {
+		x.after = make(map[core.Ino][]func())
+	}
+	x.after[dir] = append(x.after[dir], fn)
+	return true
+}
+
+// forget makes the kernel forget what n's lease covered. Attributes and
+// pages go first, and always before the lease is released: the kernel
+// drops them without the directory's lock. Names need that lock, which a
+// request of this mount changing the directory may hold while it waits for
+// the change being recalled for: then they go once that request is done,
+// and again once the kernel has finished it (it may add a name: a rename's
+// target), which the first invalidation waits for.
 func (n *Node) forget() {
 	if !n.IsDir() {
 		n.fsys.c.MarkStale(n.ino())
@@ -154,14 +194,54 @@ func (n *Node) forget() {
 	if !n.IsDir() {
 		return
 	}
-	for name, ch := range n.Children() {
-		_ = n.NotifyEntry(name)
+	children := n.Children()
+	for _, ch := range children {
 		off := int64(-1) // attributes only
 		if cn, ok := ch.Operations().(*Node); ok && cn.isOpen() {
 			off = 0
 			n.fsys.c.MarkStale(cn.ino())
 		}
 		_ = ch.NotifyContent(off, 0)
+	}
+	// names are listed once the kernel's lock on the directory was free:
+	// a listing or lookup in flight when the recall came (it holds the
+	// lock, shared) may add names that the recall must drop too. "." is
+	// never a cached name, but its invalidation waits for the lock like
+	// any other.
+	names := func() {
+		_ = n.NotifyEntry(".")
+		for name := range children {
+			_ = n.NotifyEntry(name)
+		}
+		for name := range n.Children() {
+			if _, done := children[name]; !done {
+				_ = n.NotifyEntry(name)
+			}
+		}
+	}
+	later := names
+	if n.fsys.index.afterChanges(n.ino(), later) {
+		return
+	}
+	// The kernel may hold the directory's lock for a change of this mount
+	// whose request has not come yet (the lookup before a create): the
+	// names wait for the lock, and that change may wait, at a server, for
+	// this very recall. So once such a change starts, the names go after
+	// it instead.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		names()
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		case <-n.fsys.index.changeStarted():
+			if n.fsys.index.afterChanges(n.ino(), later) {
+				return
+			}
+		}
 	}
 }
 

@@ -78,7 +78,13 @@ var pidRE = regexp.MustCompile(`\(pid (\d+)\)`)
 // mount point is cleared).
 func mountBackground(t *testing.T, clusterFile, mnt string) int {
 	t.Helper()
-	out, err := weft(t, "mount", "--cluster", clusterFile, "-d", "--log-file", filepath.Join(t.TempDir(), "mount.log"), mnt)
+	logf := filepath.Join(t.TempDir(), "mount.log")
+	args := []string{"mount", "--cluster", clusterFile, "-d", "--log-file", logf, mnt}
+	if d := os.Getenv("WEFT_MOUNT_LOGS"); d != "" {
+		logf = filepath.Join(d, filepath.Base(filepath.Dir(mnt))+".log")
+		args = []string{"mount", "--cluster", clusterFile, "-d", "--fuse-debug", "--log-level", "debug", "--log-file", logf, mnt}
+	}
+	out, err := weft(t, args...)
 	if err != nil {
 		t.Fatalf("weft mount -d: %v\n%s", err, out)
 	}
@@ -235,12 +241,13 @@ func TestMountForegroundSignal(t *testing.T) {
 	}
 }
 
-// upBackground runs weft up -d --mount mnt with its data in data and
-// returns its pid; t.Cleanup stops it with SIGTERM (then SIGKILL) and
-// clears the mount point.
-func upBackground(t *testing.T, data, mnt string) int {
+// upBackground runs weft up -d --mount mnt (and extra flags) with its data
+// in data and returns its pid; t.Cleanup stops it with SIGTERM (then
+// SIGKILL) and clears the mount point.
+func upBackground(t *testing.T, data, mnt string, extra ...string) int {
 	t.Helper()
 	args := []string{"up", "--data", data, "--durability", "async", "--mount", mnt, "-d", "--log-file", filepath.Join(t.TempDir(), "up.log")}
+	args = append(args, extra...)
 	if log := os.Getenv("WEFT_UP_LOG"); log != "" {
 		// Keep the server's log (with every FUSE request) for a failure.
 		args = append(args, "--log-file", log, "--fuse-debug")

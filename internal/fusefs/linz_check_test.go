@@ -1,0 +1,398 @@
+package fusefs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The workload and the check of the linearizability tests (linz_test.go):
+// one worker per mount does random operations of the model
+// (linz_model_test.go) on its mount, each recorded with its call and
+// return times; porcupine then looks for an order of the operations that
+// respects those times and the model. One worker per mount, because within
+// one mount data is coherent but not atomic at close: the kernel's page
+// cache shows a write to the mount's other processes before close commits
+// it for the other mounts (close-to-open).
+
+// linzWorker does operations on one mount.
+type linzWorker struct {
+	id   int
+	root string // the namespace's directory on the worker's mount
+	h    *linzHistory
+	rng  *rand.Rand
+	// held is a descriptor kept open across operations, for rereads;
+	// heldIno the inode its open saw.
+	held     *os.File
+	heldIno  uint64
+	heldSlot int
+	tokens   int
+	// unexpected counts errors that are neither ENOENT nor EEXIST.
+	unexpected []string
+	// lostCloses are writes whose close failed because another mount
+	// renamed or removed the file meanwhile.
+	lostCloses []string
+}
+
+// linzErr classifies an error; unexpected ones are kept for the report.
+func (w *linzWorker) linzErr(op string, err error) linzResult {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return resNoEnt
+	case errors.Is(err, fs.ErrExist):
+		return resExist
+	}
+	w.unexpected = append(w.unexpected, op+": "+err.Error())
+	return resUnknown
+}
+
+func (w *linzWorker) path(slot int) string { return filepath.Join(w.root, linzPath(slot)) }
+
+// run does operations until stop is closed.
+func (w *linzWorker) run(stop <-chan struct{}) {
+	defer func() {
+		if w.held != nil {
+			w.held.Close()
+		}
+	}()
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		w.step()
+	}
+}
+
+// step does one random operation.
+func (w *linzWorker) step() {
+	slot := w.rng.IntN(linzSlots)
+	switch r := w.rng.IntN(100); {
+	case r < 14:
+		w.create(slot)
+	case r < 28:
+		to := (slot + 1 + w.rng.IntN(linzSlots-1)) % linzSlots
+		w.change(linzInput{op: opRename, slot: slot, to: to}, func() error { return os.Rename(w.path(slot), w.path(to)) })
+	case r < 36:
+		w.change(linzInput{op: opUnlink, slot: slot}, func() error { return os.Remove(w.path(slot)) })
+	case r < 46:
+		mode := []uint32{0o600, 0o640, 0o644, 0o604}[w.rng.IntN(4)]
+		w.change(linzInput{op: opChmod, slot: slot, mode: mode}, func() error { return os.Chmod(w.path(slot), fs.FileMode(mode)) })
+	case r < 68:
+		w.stat(slot)
+	case r < 76:
+		w.readdir(w.rng.IntN(len(linzDirs)))
+	case r < 88:
+		w.write(slot)
+	default:
+		w.reread(slot)
+	}
+}
+
+func (w *linzWorker) create(slot int) {
+	in := linzInput{op: opCreate, slot: slot}
+	call := w.h.now()
+	f, err := os.OpenFile(w.path(slot), os.O_RDWR|os.O_CREATE|os.O_EXCL, createMode)
+	if err != nil {
+		w.h.add(w.id, in, call, linzOutput{res: w.linzErr("create", err)})
+		return
+	}
+	ino, err := fileIno(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		// Created, but which inode is not known: it may not be linearized
+		// away. Such a history cannot be checked.
+		w.unexpected = append(w.unexpected, "create: "+err.Error())
+		w.h.add(w.id, in, call, linzOutput{res: resUnknown})
+		return
+	}
+	w.h.add(w.id, in, call, linzOutput{res: resOK, ino: ino})
+}
+
+// change records a rename, unlink or chmod done by do.
+func (w *linzWorker) change(in linzInput, do func() error) {
+	call := w.h.now()
+	out := linzOutput{}
+	if err := do(); err != nil {
+		out.res = w.linzErr(in.op.String(), err)
+	}
+	w.h.add(w.id, in, call, out)
+}
+
+func (w *linzWorker) stat(slot int) {
+	in := linzInput{op: opStat, slot: slot}
+	call := w.h.now()
+	st, err := os.Lstat(w.path(slot))
+	if err != nil {
+		if res := w.linzErr("stat", err); res != resUnknown { // a failed read says nothing
+			w.h.add(w.id, in, call, linzOutput{res: res})
+		}
+		return
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	w.h.add(w.id, in, call, linzOutput{ino: sys.Ino, mode: uint32(st.Mode().Perm()), size: st.Size()})
+}
+
+func (w *linzWorker) readdir(dir int) {
+	in := linzInput{op: opReaddir, slot: dir}
+	call := w.h.now()
+	ents, err := os.ReadDir(filepath.Join(w.root, linzDirs[dir]))
+	if err != nil {
+		w.linzErr("readdir", err)
+		return
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	w.h.add(w.id, in, call, linzOutput{names: strings.Join(names, ",")})
+}
+
+// open opens slot with flag and records what inode it found; nil if none.
+func (w *linzWorker) open(slot, flag int) (*os.File, uint64) {
+	in := linzInput{op: opOpen, slot: slot}
+	call := w.h.now()
+	f, err := os.OpenFile(w.path(slot), flag, 0)
+	if err != nil {
+		if res := w.linzErr("open", err); res != resUnknown {
+			w.h.add(w.id, in, call, linzOutput{res: res})
+		}
+		return nil, 0
+	}
+	ino, err := fileIno(f)
+	if err != nil {
+		w.linzErr("open: fstat", err)
+		f.Close()
+		return nil, 0
+	}
+	w.h.add(w.id, in, call, linzOutput{ino: ino})
+	return f, ino
+}
+
+// write opens slot, writes a new token at offset 0 and closes: the commit
+// (close) is the write's effect on other mounts.
+func (w *linzWorker) write(slot int) {
+	f, ino := w.open(slot, os.O_WRONLY)
+	if f == nil {
+		return
+	}
+	w.tokens++
+	token := fmt.Sprintf("%c%03d", 'A'+w.id, w.tokens%1000) // linzTokenLen bytes
+	in := linzInput{op: opWrite, ino: ino, data: token}
+	call := w.h.now()
+	_, err := f.WriteAt([]byte(token), 0)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	out := linzOutput{}
+	switch {
+	case err == nil:
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE):
+		// A known limit, not a lease matter: the client commits a file
+		// by (parent, name, inode), and a close after another mount
+		// renamed the file fails. What it wrote may or may not be there.
+		w.lostCloses = append(w.lostCloses, err.Error())
+		out.res = resUnknown
+	default:
+		out.res = w.linzErr("write", err)
+	}
+	w.h.add(w.id, in, call, out)
+}
+
+// reread reads the held descriptor again, or opens slot to hold it.
+func (w *linzWorker) reread(slot int) {
+	if w.held == nil {
+		w.held, w.heldIno = w.open(slot, os.O_RDONLY)
+		w.heldSlot = slot
+		return
+	}
+	in := linzInput{op: opReread, ino: w.heldIno, slot: w.heldSlot}
+	call := w.h.now()
+	buf := make([]byte, 64)
+	n, err := w.held.ReadAt(buf, 0)
+	if err != nil && n == 0 && !errors.Is(err, io.EOF) {
+		w.linzErr("reread", err)
+	} else {
+		w.h.add(w.id, in, call, linzOutput{data: string(buf[:n])})
+	}
+	if w.rng.IntN(3) == 0 {
+		w.held.Close()
+		w.held = nil
+	}
+}
+
+func fileIno(f *os.File) (uint64, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Sys().(*syscall.Stat_t).Ino, nil
+}
+
+// linzRun is one recorded run over several mounts.
+type linzRun struct {
+	h       *linzHistory
+	workers []*linzWorker
+	stop    chan struct{}
+	done    sync.WaitGroup
+}
+
+// newLinz makes the namespace under mounts[0] and one worker per mount
+// (start starts them); seed makes the run repeatable as far as timing
+// allows.
+func newLinz(t *testing.T, mounts []string, seed uint64) *linzRun {
+	t.Helper()
+	for _, d := range linzDirs {
+		if err := os.MkdirAll(filepath.Join(mounts[0], "linz", d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &linzRun{h: newLinzHistory(), stop: make(chan struct{})}
+	for i, m := range mounts {
+		w := &linzWorker{id: i, root: filepath.Join(m, "linz"), h: r.h, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
+		r.workers = append(r.workers, w)
+	}
+	// Stop the workers even if the test fails before it does.
+	t.Cleanup(r.end)
+	return r
+}
+
+// start starts the workers.
+func (r *linzRun) start() {
+	for _, w := range r.workers {
+		r.done.Add(1)
+		go func() {
+			defer r.done.Done()
+			w.run(r.stop)
+		}()
+	}
+}
+
+// runFor lets the workers run for d (or until the test's deadline is near).
+func (r *linzRun) runFor(t *testing.T, d time.Duration) {
+	if dl, ok := t.Deadline(); ok {
+		d = min(d, time.Until(dl)/2)
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	<-timer.C
+}
+
+// end stops the workers and waits for them (each finishes the operation
+// it is in).
+func (r *linzRun) end() {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	r.done.Wait()
+}
+
+// checkLinz stops the run and checks its history; on a violation it
+// writes porcupine's visualization next to the test's temporary files and
+// fails. It returns the checker's verdict.
+func (r *linzRun) check(t *testing.T) porcupine.CheckResult {
+	t.Helper()
+	r.end()
+	ops := r.h.ops()
+	counts := map[linzOp]int{}
+	for _, o := range ops {
+		counts[o.Input.(linzInput).op]++
+	}
+	t.Logf("history: %d operations %v, from %s", len(ops), counts, r.h.start.UTC().Format("15:04:05.000000"))
+	for _, w := range r.workers {
+		if len(w.unexpected) > 0 {
+			t.Logf("mount %d: %d unexpected errors, first: %s", w.id, len(w.unexpected), w.unexpected[0])
+		}
+		if len(w.lostCloses) > 0 {
+			t.Logf("mount %d: %d closes failed after another mount renamed or removed the file, first: %s", w.id, len(w.lostCloses), w.lostCloses[0])
+		}
+	}
+	return checkLinzOps(t, ops)
+}
+
+// checkLinzOps checks ops against the model; on anything but Ok it saves
+// the visualization for a person to look at.
+func checkLinzOps(t *testing.T, ops []porcupine.Operation) porcupine.CheckResult {
+	t.Helper()
+	res, info := porcupine.CheckOperationsVerbose(linzModel, ops, time.Minute)
+	if res != porcupine.Ok {
+		f, err := os.CreateTemp("", "weft-linz-*.html")
+		if err == nil {
+			if err := porcupine.Visualize(linzModel, info, f); err == nil {
+				t.Logf("history checker: %s; visualization in %s", res, f.Name())
+			}
+			f.Close()
+		}
+		if res == porcupine.Illegal {
+			t.Logf("where the check got stuck:\n%s", explainIllegal(ops, info))
+		}
+	}
+	return res
+}
+
+// explainIllegal describes where the check got stuck: the end of the
+// longest legal order porcupine found, the state it leads to, and the
+// operations that could come next (called before the earliest return among
+// those left), none of which the model accepts.
+func explainIllegal(ops []porcupine.Operation, info porcupine.LinearizationInfo) string {
+	var longest []porcupine.Operation
+	for _, part := range info.PartialLinearizationsOperations() {
+		for _, l := range part {
+			if len(l) > len(longest) {
+				longest = l
+			}
+		}
+	}
+	var b strings.Builder
+	state := linzModel.Init()
+	type key struct {
+		client int
+		call   int64
+	}
+	done := map[key]bool{}
+	for i, o := range longest {
+		_, state = linzModel.Step(state, o.Input, o.Output)
+		done[key{o.ClientId, o.Call}] = true
+		if i >= len(longest)-10 {
+			fmt.Fprintf(&b, "  legal: %s\n", describeOp(o))
+		}
+	}
+	fmt.Fprintf(&b, "  state: %s\n", linzModel.DescribeState(state))
+	var left []porcupine.Operation
+	minRet := int64(1<<63 - 1)
+	for _, o := range ops {
+		if !done[key{o.ClientId, o.Call}] {
+			left = append(left, o)
+			minRet = min(minRet, o.Return)
+		}
+	}
+	for _, o := range left {
+		if o.Call <= minRet {
+			fmt.Fprintf(&b, "  next?: %s\n", describeOp(o))
+		}
+	}
+	return b.String()
+}
+
+func describeOp(o porcupine.Operation) string {
+	return fmt.Sprintf("mount %d [%9.3f ms, %9.3f ms] %s", o.ClientId, float64(o.Call)/1e6, float64(min(o.Return, 1<<53))/1e6,
+		describeLinz(o.Input.(linzInput), o.Output.(linzOutput)))
+}
