@@ -38,7 +38,7 @@ import (
 // patchgroups must lose messages, or the checker could not see a
 // violation. WEFT_PGCRASH_RUNS sets the runs (make pgcrash).
 func TestPatchgroupPowerCut(t *testing.T) {
-	runs := 3
+	runs := 2
 	if v, err := strconv.Atoi(os.Getenv("WEFT_PGCRASH_RUNS")); err == nil && v > 0 {
 		runs = v
 	}
@@ -164,9 +164,11 @@ func (cc *cutCluster) powerCut() {
 }
 
 // dirOn makes directory path so that meta server id holds it: it makes
-// path+suffixes until one lands there, and renames that one to path.
+// path+suffixes until one lands there (the parent splits in the
+// background), for up to 20 s, and renames that one to path.
 func dirOn(ctx context.Context, t *testing.T, c *client.Client, path string, id int) {
-	for i := 0; i < 64; i++ {
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
 		p := fmt.Sprintf("%s.%d", path, i)
 		if err := c.Mkdir(ctx, p, 0o755); err != nil {
 			t.Fatal(err)
