@@ -83,6 +83,7 @@ func NewRoot() *cobra.Command {
 		newDownCommand,
 		newBenchCommand,
 		newCACommand,
+		newEdgeCommand,
 	} {
 		root.AddCommand(newCmd(a))
 	}

@@ -1,0 +1,165 @@
+package edge
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/lease"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+const (
+	// maxReplies bounds the replies the edge caches per upstream server.
+	maxReplies = 100_000
+	// minCacheTrust: a read is cached only under upstream leases trusted
+	// for at least this long, else it is only forwarded.
+	minCacheTrust = 100 * time.Millisecond
+)
+
+// cachedReply is a getattr or lookup reply and the upstream leases that
+// cover it: valid while each is still held (no recall) and trusted.
+type cachedReply struct {
+	resp   []byte
+	keys   []lease.Key
+	leases []*upLease
+}
+
+// cachedRead answers a getattr or lookup from the cache, or forwards it
+// and caches the reply under the edge's upstream leases on the records
+// the upstream server read for it. The cache key is the whole request,
+// credentials included, so a reply never serves a caller the upstream
+// would have answered otherwise.
+func (u *upstream) cachedRead(ctx context.Context, method uint16, msg []byte) ([]byte, error) {
+	key := string(rune(method)) + string(msg)
+	if resp := u.hit(key); resp != nil {
+		return resp, nil
+	}
+	keys, ok := readKeys(method, msg)
+	if !ok {
+		resp, _, err := u.forward(ctx, method, msg, nil)
+		return resp, err
+	}
+	hs, leased := u.ensure(ctx, keys, minCacheTrust)
+	resp, _, err := u.forward(ctx, method, msg, nil)
+	if err != nil || !leased {
+		return resp, err
+	}
+	if method == weftpb.MethodLookup {
+		// The reply's attributes are in the entry (covered by the
+		// parent's key) unless the node is a directory or has several
+		// links: then they are in its own record here, under its key,
+		// which is leased before the record is read again.
+		var r weftpb.LookupReply
+		if proto.Unmarshal(resp, &r) != nil || r.Attr == nil {
+			return resp, nil
+		}
+		if r.Attr.Mode&core.ModeType == core.ModeDir || r.Attr.Nlink > 1 {
+			keys = append(keys, lease.Key(r.Attr.Ino))
+			if hs, leased = u.ensure(ctx, keys, minCacheTrust); !leased {
+				return resp, nil
+			}
+			if resp, _, err = u.forward(ctx, method, msg, nil); err != nil {
+				return resp, err
+			}
+		}
+	}
+	u.store(key, resp, keys, hs)
+	return resp, nil
+}
+
+// readKeys returns the keys of the upstream leases that cover what a
+// getattr or lookup request reads on its server (the records of that
+// server only: a node whose record is elsewhere is answered with a
+// redirect). ok is false for a request the edge does not cache.
+func readKeys(method uint16, msg []byte) (keys []lease.Key, ok bool) {
+	switch method {
+	case weftpb.MethodGetAttr:
+		var req weftpb.GetAttrRequest
+		if proto.Unmarshal(msg, &req) != nil || req.Node == nil || req.Node.Ino == 0 {
+			return nil, false
+		}
+		keys = append(keys, lease.Key(req.Node.Ino))
+		if req.Node.Parent != 0 {
+			keys = append(keys, lease.Key(req.Node.Parent))
+		}
+		return keys, true
+	case weftpb.MethodLookup:
+		var req weftpb.LookupRequest
+		if proto.Unmarshal(msg, &req) != nil || req.Parent == 0 {
+			return nil, false
+		}
+		return []lease.Key{lease.Key(req.Parent)}, true
+	}
+	return nil, false
+}
+
+// hit returns the cached reply for key if its leases still cover it.
+func (u *upstream) hit(key string) []byte {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	r := u.mu.replies[key]
+	if r == nil {
+		return nil
+	}
+	if !u.currentLocked(r.keys, r.leases, time.Now()) {
+		delete(u.mu.replies, key)
+		return nil
+	}
+	return r.resp
+}
+
+// store caches resp under leases hs on keys, unless a recall removed one
+// of them since they were taken (the reply may predate the change).
+func (u *upstream) store(key string, resp []byte, keys []lease.Key, hs []*upLease) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.currentLocked(keys, hs, time.Now()) {
+		return
+	}
+	if len(u.mu.replies) >= maxReplies || len(u.mu.byKey) >= maxReplies {
+		u.sweepLocked()
+		if len(u.mu.replies) >= maxReplies {
+			return
+		}
+	}
+	u.mu.replies[key] = &cachedReply{resp: resp, keys: keys, leases: hs}
+	for _, k := range keys {
+		m := u.mu.byKey[k]
+		if m == nil {
+			m = make(map[string]struct{})
+			u.mu.byKey[k] = m
+		}
+		m[key] = struct{}{}
+	}
+}
+
+// dropRepliesLocked forgets the replies cached under k.
+func (u *upstream) dropRepliesLocked(k lease.Key) {
+	for key := range u.mu.byKey[k] {
+		delete(u.mu.replies, key)
+	}
+	delete(u.mu.byKey, k)
+}
+
+// sweepLocked drops the replies whose leases ended and rebuilds the index.
+func (u *upstream) sweepLocked() {
+	now := time.Now()
+	u.mu.byKey = make(map[lease.Key]map[string]struct{})
+	for key, r := range u.mu.replies {
+		if !u.currentLocked(r.keys, r.leases, now) {
+			delete(u.mu.replies, key)
+			continue
+		}
+		for _, k := range r.keys {
+			m := u.mu.byKey[k]
+			if m == nil {
+				m = make(map[string]struct{})
+				u.mu.byKey[k] = m
+			}
+			m[key] = struct{}{}
+		}
+	}
+}
