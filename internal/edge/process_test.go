@@ -1,0 +1,273 @@
+package edge_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/cluster"
+	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/waitfor"
+)
+
+// The weft binary the process tests run, built once on first use.
+var weftBin struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if weftBin.dir != "" {
+		os.RemoveAll(weftBin.dir)
+	}
+	os.Exit(code)
+}
+
+func buildWeft(t *testing.T) string {
+	t.Helper()
+	weftBin.once.Do(func() {
+		weftBin.dir, weftBin.err = os.MkdirTemp("", "weft-bin-")
+		if weftBin.err != nil {
+			return
+		}
+		weftBin.path = filepath.Join(weftBin.dir, "weft")
+		out, err := exec.Command("go", "build", "-o", weftBin.path, "github.com/weftfs/weft/cmd/weft").CombinedOutput()
+		if err != nil {
+			weftBin.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if weftBin.err != nil {
+		t.Fatal(weftBin.err)
+	}
+	return weftBin.path
+}
+
+// startUpstream starts an upstream cluster of meta meta servers and one
+// store, security "none", stopped when the test ends.
+func startUpstream(t *testing.T, meta int) *cluster.Procs {
+	t.Helper()
+	p, err := cluster.StartProcs(context.Background(), cluster.ProcsOptions{
+		Binary: buildWeft(t), Dir: t.TempDir(), Meta: meta, Store: 1, Security: config.SecurityNone,
+		SplitThreshold: 8, // a directory of a few files spreads over the servers
+	})
+	if err != nil {
+		t.Fatalf("StartProcs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.KillAll(); err != nil {
+			t.Errorf("KillAll: %v", err)
+		}
+	})
+	return p
+}
+
+// edgeProc is a running weft edge process.
+type edgeProc struct {
+	cmd  *exec.Cmd
+	cfg  *config.Cluster
+	done chan struct{}
+}
+
+// startEdge runs weft edge in front of the cluster file upstream and waits
+// for the edge's cluster file. The process is killed when the test ends.
+func startEdge(t *testing.T, upstream string) *edgeProc {
+	t.Helper()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "edge.toml")
+	log, err := os.Create(filepath.Join(dir, "edge.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(buildWeft(t), "edge", "--upstream", upstream, "--out", out, "--listen", "127.0.0.1:0")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	e := &edgeProc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		log.Close()
+		close(e.done)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGKILL)
+		<-e.done
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("edge log:\n%s", b)
+		}
+	})
+	waitfor.NoError(t, 30*time.Second, "the edge's cluster file", func() error {
+		select {
+		case <-e.done:
+			return fmt.Errorf("weft edge exited")
+		default:
+		}
+		cfg, err := config.Load(out)
+		e.cfg = cfg
+		return err
+	})
+	return e
+}
+
+// kill9 kills the edge process and waits for it to be gone.
+func (e *edgeProc) kill9(t *testing.T) {
+	t.Helper()
+	if err := e.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-e.done
+}
+
+func newClient(t *testing.T, cfg *config.Cluster) *client.Client {
+	t.Helper()
+	c, err := client.New(cluster.ClientConfig(cfg, core.Root, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// recallLog records the keys a client was asked to give back.
+type recallLog struct {
+	mu   sync.Mutex
+	keys []client.LeaseKey
+}
+
+func (r *recallLog) add(keys []client.LeaseKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.keys = append(r.keys, keys...)
+}
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustMode(t *testing.T, c *client.Client, ctx context.Context, path string, want uint32, who string) {
+	t.Helper()
+	a, err := c.Stat(ctx, path)
+	if err != nil {
+		t.Fatalf("%s: stat %s: %v", who, path, err)
+	}
+	if got := a.Mode & 0o7777; got != want {
+		t.Fatalf("%s: stat %s: mode %#o; want %#o", who, path, got, want)
+	}
+}
+
+func mustNotExist(t *testing.T, c *client.Client, ctx context.Context, path, who string) {
+	t.Helper()
+	if _, err := c.Stat(ctx, path); !errs.Is(err, errs.NotExist) {
+		t.Fatalf("%s: stat %s: %v; want NotExist", who, path, err)
+	}
+}
+
+// TestEdgeAndDirectClientsSeeEachOthersChanges: a change made on either
+// side of the edge is seen by the next call on the other side, although
+// the edge answers stat from its cache: the upstream recalls the edge's
+// leases before it commits, the edge drops its cache and recalls its own
+// clients' leases before it gives them back.
+func TestEdgeAndDirectClientsSeeEachOthersChanges(t *testing.T) {
+	p := startUpstream(t, 2)
+	e := startEdge(t, p.ClusterFile())
+	ctx := testCtx(t, 90*time.Second)
+	direct := newClient(t, p.Config())
+	viaEdge := newClient(t, e.cfg)
+	other := newClient(t, e.cfg) // a second client of the same edge
+	var recalls recallLog
+	viaEdge.OnRecall(recalls.add)
+
+	if err := direct.Mkdir(ctx, "/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 { // past the split threshold: entries on both servers
+		if err := writeFile(ctx, direct, fmt.Sprintf("/d/f%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		path := fmt.Sprintf("/d/f%d", i)
+		// create: seen through the edge at once (after a negative stat).
+		mustMode(t, viaEdge, ctx, path, 0o644, "edge client")
+
+		// chmod by the direct client, with the edge's cache and the edge
+		// client's lease on the attributes.
+		a, err := viaEdge.Stat(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := viaEdge.Stat(ctx, "/d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := viaEdge.ReadLease(ctx, viaEdge.AttrLease(client.Ref{Ino: a.Ino, Parent: d.Ino, Name: fmt.Sprintf("f%d", i)}, a))
+		if l.Remaining() == 0 {
+			t.Fatalf("the edge granted no read lease on %s (denied %v)", path, l.Denied())
+		}
+		if err := direct.Chmod(ctx, path, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if l.Remaining() != 0 {
+			t.Fatalf("chmod of %s returned while the edge client still trusts its lease", path)
+		}
+		mustMode(t, viaEdge, ctx, path, 0o600, "edge client after a direct chmod")
+		mustMode(t, other, ctx, path, 0o600, "other edge client after a direct chmod")
+
+		// chmod through the edge: the direct client and the other edge
+		// client see it.
+		mustMode(t, other, ctx, path, 0o600, "other edge client")
+		if err := viaEdge.Chmod(ctx, path, 0o640); err != nil {
+			t.Fatal(err)
+		}
+		mustMode(t, direct, ctx, path, 0o640, "direct client after an edge chmod")
+		mustMode(t, other, ctx, path, 0o640, "other edge client after an edge chmod")
+
+		// rename by the direct client.
+		renamed := path + ".r"
+		if err := direct.Rename(ctx, path, renamed, 0); err != nil {
+			t.Fatal(err)
+		}
+		mustNotExist(t, viaEdge, ctx, path, "edge client after a direct rename")
+		mustMode(t, viaEdge, ctx, renamed, 0o640, "edge client after a direct rename")
+
+		// unlink through the edge, then by the direct client.
+		if err := other.Unlink(ctx, renamed); err != nil {
+			t.Fatal(err)
+		}
+		mustNotExist(t, direct, ctx, renamed, "direct client after an edge unlink")
+		mustNotExist(t, viaEdge, ctx, renamed, "edge client after an edge unlink")
+	}
+	recalls.mu.Lock()
+	defer recalls.mu.Unlock()
+	if len(recalls.keys) == 0 {
+		t.Fatal("the edge client was never asked to give a lease back")
+	}
+}
+
+// writeFile creates path with a little data, mode 0644.
+func writeFile(ctx context.Context, c *client.Client, path string) error {
+	f, err := c.Create(ctx, path, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write([]byte(path)); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
