@@ -85,6 +85,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, errs.New(errs.Invalid, op, "--listen %s: port must be a number from 0 to %d", cfg.Listen, 65536-len(cfg.Upstream.Meta))
 	}
 	s := &Server{log: cfg.Log, cfg: cfg.Upstream.Clone()}
+	for i := range s.cfg.Store {
+		// A client file: where each store keeps its data is not the
+		// site's business.
+		s.cfg.Store[i].Dir, s.cfg.Store[i].MetricsAddr, s.cfg.Store[i].Identity = "", "", ""
+	}
 	s.life, s.stop = context.WithCancel(context.Background())
 	session := newSession()
 	var lns []net.Listener
