@@ -271,3 +271,44 @@ func writeFile(ctx context.Context, c *client.Client, path string) error {
 	}
 	return f.Close()
 }
+
+// TestTwoSitesShareANamespace: two edges in front of one cluster (two
+// remote sites) and a direct client; a change through either edge is seen
+// at once through the other, although both answer stat from their caches.
+func TestTwoSitesShareANamespace(t *testing.T) {
+	p := startUpstream(t, 2)
+	a := newClient(t, startEdge(t, p.ClusterFile()).cfg)
+	b := newClient(t, startEdge(t, p.ClusterFile()).cfg)
+	direct := newClient(t, p.Config())
+	ctx := testCtx(t, 90*time.Second)
+	if err := a.Mkdir(ctx, "/s", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		path := fmt.Sprintf("/s/f%d", i)
+		mustNotExist(t, b, ctx, path, "site b before the create")
+		if err := writeFile(ctx, a, path); err != nil {
+			t.Fatal(err)
+		}
+		mustMode(t, b, ctx, path, 0o644, "site b after site a's create")
+		mustMode(t, a, ctx, path, 0o644, "site a") // both caches hold it now
+		if err := b.Chmod(ctx, path, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		mustMode(t, a, ctx, path, 0o600, "site a after site b's chmod")
+		if err := direct.Chmod(ctx, path, 0o640); err != nil {
+			t.Fatal(err)
+		}
+		mustMode(t, a, ctx, path, 0o640, "site a after a direct chmod")
+		mustMode(t, b, ctx, path, 0o640, "site b after a direct chmod")
+		if err := a.Rename(ctx, path, path+".r", 0); err != nil {
+			t.Fatal(err)
+		}
+		mustNotExist(t, b, ctx, path, "site b after site a's rename")
+		mustMode(t, b, ctx, path+".r", 0o640, "site b after site a's rename")
+		if err := b.Unlink(ctx, path+".r"); err != nil {
+			t.Fatal(err)
+		}
+		mustNotExist(t, a, ctx, path+".r", "site a after site b's unlink")
+	}
+}
