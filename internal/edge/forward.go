@@ -46,7 +46,9 @@ func (u *upstream) mux() *rpc.Mux {
 // deadline) and returns the reply as it came, or the upstream's error
 // with its kind and message.
 func (u *upstream) forward(ctx context.Context, method uint16, msg, data []byte) ([]byte, rpc.Attachment, error) {
+	f := u.begin(ctx, method, msg)
 	resp, respData, err := u.fwd.CallRaw(ctx, method, msg, data)
+	u.finish(f)
 	if err != nil {
 		return nil, rpc.Attachment{}, err
 	}

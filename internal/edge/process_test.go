@@ -312,3 +312,65 @@ func TestTwoSitesShareANamespace(t *testing.T) {
 		mustNotExist(t, a, ctx, path+".r", "site a after site b's unlink")
 	}
 }
+
+// TestEdgeSparesTheRequestersLeases: as a meta server spares the leases of
+// the client whose change it commits, the edge spares its client's leases
+// on what the client's own change names while the change is in flight (a
+// FUSE mount cannot invalidate a directory whose lock its own create holds
+// in the kernel: it would wait for its bound, 500 ms, on every create), and
+// recalls them once the change has returned.
+func TestEdgeSparesTheRequestersLeases(t *testing.T) {
+	p := startUpstream(t, 1)
+	e := startEdge(t, p.ClusterFile())
+	ctx := testCtx(t, 60*time.Second)
+	c := newClient(t, e.cfg)
+	d, err := c.MkdirAt(ctx, core.RootIno, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var inFlight bool
+	var during, after int
+	c.OnRecall(func([]client.LeaseKey) {
+		mu.Lock()
+		defer mu.Unlock()
+		if inFlight {
+			during++
+		} else {
+			after++
+		}
+	})
+	for i := range 10 {
+		name := fmt.Sprintf("f%d", i)
+		// Refused while the previous create's spared lease is being
+		// recalled: asked again until granted.
+		waitfor.Until(t, 10*time.Second, "a lease on "+name+"'s entry", func() bool {
+			return c.ReadLease(ctx, c.EntryLease(d.Ino, name)).Remaining() > 0
+		})
+		mu.Lock()
+		inFlight = true
+		mu.Unlock()
+		f, err := c.CreateAt(ctx, d.Ino, name, os.O_RDWR|os.O_EXCL, 0o644)
+		mu.Lock()
+		inFlight = false
+		mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// The create recalled the edge's lease on the directory: the
+		// client's, spared, is recalled now that it has returned.
+		waitfor.Until(t, 10*time.Second, "the spared lease recalled after creating "+name, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return after > i
+		})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if during > 0 {
+		t.Fatalf("%d recalls reached the client while its own create was in flight", during)
+	}
+}

@@ -17,6 +17,9 @@ const (
 	acquireWait = 3 * time.Second
 	// releaseTimeout bounds the sending of an upstream release.
 	releaseTimeout = time.Second
+	// recallSlack is how much longer than the clients' term a recall
+	// waits for their releases (their grants end by then anyway).
+	recallSlack = 100 * time.Millisecond
 	// maxHeld is how many upstream leases the edge remembers before it
 	// drops the ones no longer trusted.
 	maxHeld = 100_000
@@ -49,6 +52,7 @@ type upstream struct {
 		recalled map[lease.Key]recallMark
 		replies  map[string]*cachedReply
 		byKey    map[lease.Key]map[string]struct{}
+		inflight map[lease.Key][]*inflight // clients' changes being forwarded (inflight.go)
 	}
 }
 
@@ -82,6 +86,7 @@ func newUpstream(s *Server, index int, addr string, session uint64, cfg Config) 
 	u.mu.recalled = make(map[lease.Key]recallMark)
 	u.mu.replies = make(map[string]*cachedReply)
 	u.mu.byKey = make(map[lease.Key]map[string]struct{})
+	u.mu.inflight = make(map[lease.Key][]*inflight)
 	return u
 }
 
@@ -228,17 +233,13 @@ func (u *upstream) recalled(session uint64, inos, seqs []uint64) {
 			u.mu.recalled[k] = recallMark{seq: max(r.seq, seqs[i]), at: now}
 		}
 	}
+	groups := u.spareLocked(keys)
 	u.mu.Unlock()
 	u.edge.spawn(func() {
 		// The clients' leases last u.term from their grant: the wait
 		// ends by then whatever they do.
-		ctx, cancel := context.WithTimeout(context.Background(), u.term+100*time.Millisecond)
-		end, err := u.grants.BeginChange(ctx, nil, keys)
-		cancel()
-		if err == nil {
-			end()
-		}
-		ctx, cancel = context.WithTimeout(context.Background(), releaseTimeout)
+		u.recallAllDownstream(groups)
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
 		_ = u.cache.Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: u.session, Keys: inos, Seqs: seqs})
 	})
