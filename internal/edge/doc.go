@@ -23,7 +23,9 @@
 // a shorter term (Config.Term), and only while the upstream lease it
 // rests on is trusted for at least that long. An upstream recall drops
 // the cache at once, recalls the clients' leases on those keys and waits
-// (bounded by their term) for their releases, then releases upstream.
+// (bounded by their term) for their releases, then releases upstream. The
+// client whose own forwarded change caused the recall is spared until the
+// change returns (inflight.go), as a meta server spares the requester.
 //
 // Not built: delegated write leases (a client's write lease request is
 // answered with nothing granted, so it works without one), and secured
