@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -19,7 +20,7 @@ const (
 	minCacheTrust = 100 * time.Millisecond
 )
 
-// cachedReply is a getattr or lookup reply and the upstream leases that
+// cachedReply is a getattr, lookup or readdir reply and the upstream leases that
 // cover it: valid while each is still held (no recall) and trusted.
 type cachedReply struct {
 	resp   []byte
@@ -27,7 +28,7 @@ type cachedReply struct {
 	leases []*upLease
 }
 
-// cachedRead answers a getattr or lookup from the cache, or forwards it
+// cachedRead answers a getattr, lookup or readdir from the cache, or forwards it
 // and caches the reply under the edge's upstream leases on the records
 // the upstream server read for it. The cache key is the whole request,
 // credentials included, so a reply never serves a caller the upstream
@@ -47,31 +48,77 @@ func (u *upstream) cachedRead(ctx context.Context, method uint16, msg []byte) ([
 	if err != nil || !leased {
 		return resp, err
 	}
-	if method == weftpb.MethodLookup {
-		// The reply's attributes are in the entry (covered by the
-		// parent's key) unless the node is a directory or has several
-		// links: then they are in its own record here, under its key,
-		// which is leased before the record is read again.
-		var r weftpb.LookupReply
-		if proto.Unmarshal(resp, &r) != nil || r.Attr == nil {
+	// Attributes a reply carries are in the entries (covered by the
+	// directory's key) unless the node is a directory or has several
+	// links: then they are in the node's own record, under its key, which
+	// is leased before the records are read again.
+	more, ok := u.replyKeys(method, resp)
+	if !ok {
+		return resp, nil
+	}
+	if len(more) > 0 {
+		keys = append(keys, more...)
+		if hs, leased = u.ensure(ctx, keys, minCacheTrust); !leased {
 			return resp, nil
 		}
-		if r.Attr.Mode&core.ModeType == core.ModeDir || r.Attr.Nlink > 1 {
-			keys = append(keys, lease.Key(r.Attr.Ino))
-			if hs, leased = u.ensure(ctx, keys, minCacheTrust); !leased {
-				return resp, nil
-			}
-			if resp, _, err = u.forward(ctx, method, msg, nil); err != nil {
-				return resp, err
-			}
+		if resp, _, err = u.forward(ctx, method, msg, nil); err != nil {
+			return resp, err
+		}
+		again, ok := u.replyKeys(method, resp)
+		if !ok || !subset(again, keys) {
+			return resp, nil // changed meanwhile: not cached
 		}
 	}
 	u.store(key, resp, keys, hs)
 	return resp, nil
 }
 
+// replyKeys returns the keys of the nodes whose own records a reply's
+// attributes come from; ok is false when one of them is on another server
+// (a readdir's listing reads them there), so the reply is not cached.
+func (u *upstream) replyKeys(method uint16, resp []byte) (keys []lease.Key, ok bool) {
+	own := func(a *weftpb.Attr) bool {
+		if a == nil || a.Mode&core.ModeType != core.ModeDir && a.Nlink <= 1 {
+			return true // in the entry
+		}
+		if core.Ino(a.Ino).Server()%u.servers != u.index {
+			return false
+		}
+		keys = append(keys, lease.Key(a.Ino))
+		return true
+	}
+	switch method {
+	case weftpb.MethodLookup:
+		var r weftpb.LookupReply
+		if proto.Unmarshal(resp, &r) != nil {
+			return nil, false
+		}
+		return keys, own(r.Attr)
+	case weftpb.MethodReadDir:
+		var r weftpb.ReadDirReply
+		if proto.Unmarshal(resp, &r) != nil {
+			return nil, false
+		}
+		for _, e := range r.Entries {
+			if !own(e.Attr) {
+				return nil, false
+			}
+		}
+	}
+	return keys, true
+}
+
+func subset(keys, of []lease.Key) bool {
+	for _, k := range keys {
+		if !slices.Contains(of, k) {
+			return false
+		}
+	}
+	return true
+}
+
 // readKeys returns the keys of the upstream leases that cover what a
-// getattr or lookup request reads on its server (the records of that
+// getattr, lookup or readdir request reads on its server (the records of that
 // server only: a node whose record is elsewhere is answered with a
 // redirect). ok is false for a request the edge does not cache.
 func readKeys(method uint16, msg []byte) (keys []lease.Key, ok bool) {
@@ -92,6 +139,14 @@ func readKeys(method uint16, msg []byte) (keys []lease.Key, ok bool) {
 			return nil, false
 		}
 		return []lease.Key{lease.Key(req.Parent)}, true
+	case weftpb.MethodReadDir:
+		// This server's partition of the directory, and its record
+		// here (bitmap, permissions).
+		var req weftpb.ReadDirRequest
+		if proto.Unmarshal(msg, &req) != nil || req.Dir == 0 {
+			return nil, false
+		}
+		return []lease.Key{lease.Key(req.Dir)}, true
 	}
 	return nil, false
 }

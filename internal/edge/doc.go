@@ -17,7 +17,7 @@
 // Caching. The edge holds read leases upstream under its own session, on
 // a connection of its own (the cache connection), so that a change, even
 // one the edge forwarded for its own client, recalls them like any other
-// holder's. Under them it answers getattr and lookup from a cache of
+// holder's. Under them it answers getattr, lookup and readdir from a cache of
 // replies (keyed by the whole request, credentials included), and grants
 // its clients' read leases from its own lease table (internal/lease), for
 // a shorter term (Config.Term), and only while the upstream lease it

@@ -9,12 +9,12 @@ import (
 )
 
 // forwarded are the client methods the edge passes upstream as they are.
-// Lookup and getattr go through the cache; the lease methods are the
+// Lookup, getattr and readdir go through the cache; the lease methods are the
 // edge's own (grant.go); server-to-server methods are not served.
 var forwarded = []uint16{
 	weftpb.MethodSetAttr, weftpb.MethodCreate, weftpb.MethodMkdir, weftpb.MethodSymlink,
 	weftpb.MethodReadlink, weftpb.MethodUnlink, weftpb.MethodRmdir, weftpb.MethodRename,
-	weftpb.MethodLink, weftpb.MethodReadDir, weftpb.MethodOpen, weftpb.MethodCommit,
+	weftpb.MethodLink, weftpb.MethodOpen, weftpb.MethodCommit,
 	weftpb.MethodAccess, weftpb.MethodStatFS, weftpb.MethodGetXattr, weftpb.MethodSetXattr,
 	weftpb.MethodListXattr, weftpb.MethodRemoveXattr, weftpb.MethodStatus, weftpb.MethodScan,
 	weftpb.MethodReleaseReclaim, weftpb.MethodGetCapability,
@@ -29,7 +29,7 @@ func (u *upstream) mux() *rpc.Mux {
 			return u.forward(ctx, m, msg, data)
 		})
 	}
-	for _, m := range []uint16{weftpb.MethodLookup, weftpb.MethodGetAttr} {
+	for _, m := range []uint16{weftpb.MethodLookup, weftpb.MethodGetAttr, weftpb.MethodReadDir} {
 		rpc.HandleRaw(mux, m, func(ctx context.Context, msg, _ []byte) ([]byte, rpc.Attachment, error) {
 			resp, err := u.cachedRead(ctx, m, msg)
 			return resp, rpc.Attachment{}, err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -290,6 +291,7 @@ func TestTwoSitesShareANamespace(t *testing.T) {
 		if err := writeFile(ctx, a, path); err != nil {
 			t.Fatal(err)
 		}
+		mustList(t, b, ctx, "/s", fmt.Sprintf("f%d", i), true, "site b after site a's create")
 		mustMode(t, b, ctx, path, 0o644, "site b after site a's create")
 		mustMode(t, a, ctx, path, 0o644, "site a") // both caches hold it now
 		if err := b.Chmod(ctx, path, 0o600); err != nil {
@@ -310,6 +312,23 @@ func TestTwoSitesShareANamespace(t *testing.T) {
 			t.Fatal(err)
 		}
 		mustNotExist(t, a, ctx, path+".r", "site a after site b's unlink")
+		mustList(t, a, ctx, "/s", fmt.Sprintf("f%d.r", i), false, "site a after site b's unlink")
+		if err := direct.Mkdir(ctx, path+".d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mustList(t, a, ctx, "/s", fmt.Sprintf("f%d.d", i), true, "site a after a direct mkdir")
+	}
+}
+
+// mustList checks whether a listing of dir holds name.
+func mustList(t *testing.T, c *client.Client, ctx context.Context, dir, name string, want bool, who string) {
+	t.Helper()
+	es, err := c.ReadDir(ctx, dir)
+	if err != nil {
+		t.Fatalf("%s: readdir %s: %v", who, dir, err)
+	}
+	if got := slices.ContainsFunc(es, func(e core.DirEntry) bool { return e.Name == name }); got != want {
+		t.Fatalf("%s: readdir %s lists %s: %v; want %v", who, dir, name, got, want)
 	}
 }
 

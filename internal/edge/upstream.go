@@ -35,6 +35,7 @@ func margin(term time.Duration) time.Duration { return max(term/10, 50*time.Mill
 // cached under them and the clients' leases granted on its keys.
 type upstream struct {
 	index   int
+	servers int // upstream meta servers
 	session uint64
 	log     *slog.Logger
 	term    time.Duration // of the clients' leases
@@ -76,7 +77,7 @@ type recallMark struct {
 const recalledKeep = 2 * acquireWait
 
 func newUpstream(s *Server, index int, addr string, session uint64, cfg Config) *upstream {
-	u := &upstream{index: index, session: session, log: cfg.Log.With("meta", index), term: cfg.Term, edge: s}
+	u := &upstream{index: index, servers: len(cfg.Upstream.Meta), session: session, log: cfg.Log.With("meta", index), term: cfg.Term, edge: s}
 	u.fwd = rpc.NewPeer(addr, cfg.Dial)
 	cacheOpts := cfg.Dial
 	cacheOpts.Mux = u.recallMux()
