@@ -44,6 +44,7 @@ func (u *upstream) cachedRead(ctx context.Context, method uint16, msg []byte) ([
 		return resp, err
 	}
 	hs, leased := u.ensure(ctx, keys, minCacheTrust)
+	sent := time.Now()
 	resp, _, err := u.forward(ctx, method, msg, nil)
 	if err != nil || !leased {
 		return resp, err
@@ -55,6 +56,10 @@ func (u *upstream) cachedRead(ctx context.Context, method uint16, msg []byte) ([
 	more, ok := u.replyKeys(method, resp)
 	if !ok {
 		return resp, nil
+	}
+	if mhs, held := u.heldSince(more, sent, minCacheTrust); held {
+		// Leased before the read went out: it covered them.
+		keys, hs, more = append(keys, more...), append(hs, mhs...), nil
 	}
 	if len(more) > 0 {
 		keys = append(keys, more...)

@@ -63,6 +63,7 @@ type upstream struct {
 type upLease struct {
 	seq     uint64
 	trusted time.Time // monotonic
+	since   time.Time // when the edge learnt of the grant: it covers reads sent after
 }
 
 // recallMark is the latest grant of a key recalled, and when: an acquire
@@ -165,7 +166,7 @@ func (u *upstream) acquire(ctx context.Context, inos []uint64) bool {
 		h := u.mu.held[k]
 		switch {
 		case h == nil:
-			u.mu.held[k] = &upLease{seq: reply.Seq, trusted: trusted}
+			u.mu.held[k] = &upLease{seq: reply.Seq, trusted: trusted, since: time.Now()}
 		case reply.Seq > h.seq:
 			// A renewal: the same lease goes on, no recall came between.
 			h.seq = reply.Seq
@@ -193,6 +194,23 @@ func (u *upstream) currentLocked(keys []lease.Key, hs []*upLease, until time.Tim
 		}
 	}
 	return true
+}
+
+// heldSince returns the edge's current leases on keys if each was held
+// before t (so it covers a read sent at t) and is trusted for need more.
+func (u *upstream) heldSince(keys []lease.Key, t time.Time, need time.Duration) ([]*upLease, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := make([]*upLease, len(keys))
+	now := time.Now()
+	for i, k := range keys {
+		h := u.mu.held[k]
+		if h == nil || !h.since.Before(t) || h.trusted.Sub(now) < need {
+			return nil, false
+		}
+		out[i] = h
+	}
+	return out, true
 }
 
 // recallMux serves the upstream's recalls on the cache connection.
