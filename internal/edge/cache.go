@@ -164,10 +164,12 @@ func (u *upstream) hit(key string) []byte {
 	if r == nil {
 		return nil
 	}
-	if !u.currentLocked(r.keys, r.leases, time.Now()) {
+	now := time.Now()
+	if !u.currentLocked(r.keys, r.leases, now) {
 		delete(u.mu.replies, key)
 		return nil
 	}
+	u.renewSoonLocked(r.keys, now)
 	return r.resp
 }
 

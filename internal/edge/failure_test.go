@@ -192,3 +192,51 @@ func TestEdgeGrantsNoWriteLease(t *testing.T) {
 		t.Fatalf("read lease through the edge: %v; want the root granted for %v", r, edge.DefaultTerm)
 	}
 }
+
+// TestEdgeKeepsAKeyInUseCached: across a dsl link (30 ms round trip), a
+// file stat'ed over and over is answered by the edge for longer than its
+// upstream lease's term: the edge renews a lease in use before it runs out,
+// so no call waits for the upstream again.
+func TestEdgeKeepsAKeyInUseCached(t *testing.T) {
+	p := startUpstream(t, 1)
+	cfg := p.Config()
+	link, err := linksim.Listen(cfg.Meta[0].Addr, linksim.DSL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { link.Close() })
+	cfg.Meta[0].Addr = link.Addr()
+	upstream := filepath.Join(t.TempDir(), "through-dsl.toml")
+	if err := cfg.Write(upstream); err != nil {
+		t.Fatal(err)
+	}
+	e := startEdge(t, upstream)
+	ctx := testCtx(t, 60*time.Second)
+	if err := writeFile(ctx, newClient(t, p.Config()), "/f"); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, e.cfg)
+	if _, err := c.Stat(ctx, "/f"); err != nil { // the miss: leases and fills
+		t.Fatal(err)
+	}
+	slow, calls := 0, 0
+	// Paced: a key in use, not a busy loop on a shared machine.
+	pace := time.NewTicker(5 * time.Millisecond)
+	defer pace.Stop()
+	for start := time.Now(); time.Since(start) < 5*time.Second; calls++ {
+		<-pace.C
+		t0 := time.Now()
+		if _, err := c.Stat(ctx, "/f"); err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(t0) > 25*time.Millisecond { // a round trip upstream
+			slow++
+		}
+	}
+	// Without renewal each upstream term (2 s) ends in a miss: two or
+	// three in 5 s.
+	if slow > 1 {
+		t.Fatalf("%d of %d stats through the edge waited for the upstream", slow, calls)
+	}
+	t.Logf("%d of %d stats waited for the upstream", slow, calls)
+}

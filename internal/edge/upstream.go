@@ -20,6 +20,10 @@ const (
 	// recallSlack is how much longer than the clients' term a recall
 	// waits for their releases (their grants end by then anyway).
 	recallSlack = 100 * time.Millisecond
+	// renewAhead: a lease in use is renewed in the background once it is
+	// trusted for less than a client's grant needs and this much more (a
+	// round trip upstream, with room).
+	renewAhead = 300 * time.Millisecond
 	// maxHeld is how many upstream leases the edge remembers before it
 	// drops the ones no longer trusted.
 	maxHeld = 100_000
@@ -54,6 +58,7 @@ type upstream struct {
 		replies  map[string]*cachedReply
 		byKey    map[lease.Key]map[string]struct{}
 		inflight map[lease.Key][]*inflight // clients' changes being forwarded (inflight.go)
+		renewing map[lease.Key]bool        // background renewals in flight
 	}
 }
 
@@ -89,6 +94,7 @@ func newUpstream(s *Server, index int, addr string, session uint64, cfg Config) 
 	u.mu.replies = make(map[string]*cachedReply)
 	u.mu.byKey = make(map[lease.Key]map[string]struct{})
 	u.mu.inflight = make(map[lease.Key][]*inflight)
+	u.mu.renewing = make(map[lease.Key]bool)
 	return u
 }
 
@@ -111,6 +117,9 @@ func (u *upstream) ensure(ctx context.Context, keys []lease.Key, need time.Durat
 			continue
 		}
 		missing = append(missing, uint64(k))
+	}
+	if len(missing) == 0 {
+		u.renewSoonLocked(keys, now)
 	}
 	u.mu.Unlock()
 	if len(missing) == 0 {
@@ -194,6 +203,36 @@ func (u *upstream) currentLocked(keys []lease.Key, hs []*upLease, until time.Tim
 		}
 	}
 	return true
+}
+
+// renewSoonLocked renews, in the background, the leases on keys in use
+// that will soon be trusted for less than a client's grant needs, so that
+// a key in steady use is answered here without waiting for the upstream.
+// A renewal is the same lease going on (no recall came between), so what
+// was cached under it stays valid.
+func (u *upstream) renewSoonLocked(keys []lease.Key, now time.Time) {
+	var due []uint64
+	for _, k := range keys {
+		h := u.mu.held[k]
+		if h == nil || u.mu.renewing[k] || h.trusted.Sub(now) >= u.term+renewMargin+renewAhead {
+			continue
+		}
+		u.mu.renewing[k] = true
+		due = append(due, uint64(k))
+	}
+	if len(due) == 0 {
+		return
+	}
+	u.edge.spawn(func() {
+		ctx, cancel := context.WithTimeout(u.edge.life, acquireWait)
+		defer cancel()
+		u.acquire(ctx, due)
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		for _, k := range due {
+			delete(u.mu.renewing, lease.Key(k))
+		}
+	})
 }
 
 // heldSince returns the edge's current leases on keys if each was held
