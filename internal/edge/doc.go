@@ -21,7 +21,8 @@
 // replies (keyed by the whole request, credentials included), and grants
 // its clients' read leases from its own lease table (internal/lease), for
 // a shorter term (Config.Term), and only while the upstream lease it
-// rests on is trusted for at least that long. An upstream recall drops
+// rests on is trusted for at least that long; a lease in use is renewed
+// in the background before that runs out. An upstream recall drops
 // the cache at once, recalls the clients' leases on those keys and waits
 // (bounded by their term) for their releases, then releases upstream. The
 // client whose own forwarded change caused the recall is spared until the
