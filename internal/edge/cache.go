@@ -26,7 +26,20 @@ type cachedReply struct {
 	resp   []byte
 	keys   []lease.Key
 	leases []*upLease
+	// A split directory's attributes include its other partitions' mtimes,
+	// which no lease here covers (a client's kernel cache has the same
+	// gap, for at most a term): such a reply is read again in the
+	// background once it is maxAge/2 old, and not served past maxAge.
+	aged       bool
+	stored     time.Time
+	refreshing bool
+	method     uint16
+	msg        []byte
 }
+
+// maxAge bounds how long a split directory's attributes are served from
+// the cache: one upstream lease term, as a client's kernel caches them.
+const maxAge = lease.DefaultTerm
 
 // cachedRead answers a getattr, lookup or readdir from the cache, or forwards it
 // and caches the reply under the edge's upstream leases on the records
@@ -74,8 +87,47 @@ func (u *upstream) cachedRead(ctx context.Context, method uint16, msg []byte) ([
 			return resp, nil // changed meanwhile: not cached
 		}
 	}
-	u.store(key, resp, keys, hs)
+	u.store(key, method, msg, resp, keys, hs)
 	return resp, nil
+}
+
+// dirAttrs reports whether a getattr or lookup reply is a directory's
+// attributes.
+func dirAttrs(method uint16, resp []byte) bool {
+	var a *weftpb.Attr
+	switch method {
+	case weftpb.MethodGetAttr:
+		var r weftpb.GetAttrReply
+		if proto.Unmarshal(resp, &r) != nil {
+			return true
+		}
+		a = r.Attr
+	case weftpb.MethodLookup:
+		var r weftpb.LookupReply
+		if proto.Unmarshal(resp, &r) != nil {
+			return true
+		}
+		a = r.Attr
+	}
+	return a != nil && a.Mode&core.ModeType == core.ModeDir
+}
+
+// refresh reads a cached reply again under its leases and stores it anew.
+func (u *upstream) refresh(key string, r *cachedReply) {
+	ctx, cancel := context.WithTimeout(u.edge.life, acquireWait)
+	defer cancel()
+	hs, ok := u.ensure(ctx, r.keys, minCacheTrust)
+	if ok {
+		if resp, _, err := u.forward(ctx, r.method, r.msg, nil); err == nil {
+			u.store(key, r.method, r.msg, resp, r.keys, hs)
+			return
+		}
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.mu.replies[key] == r {
+		delete(u.mu.replies, key)
+	}
 }
 
 // replyKeys returns the keys of the nodes whose own records a reply's
@@ -165,17 +217,22 @@ func (u *upstream) hit(key string) []byte {
 		return nil
 	}
 	now := time.Now()
-	if !u.currentLocked(r.keys, r.leases, now) {
+	if !u.currentLocked(r.keys, r.leases, now) || r.aged && now.Sub(r.stored) >= maxAge {
 		delete(u.mu.replies, key)
 		return nil
 	}
 	u.renewSoonLocked(r.keys, now)
+	if r.aged && !r.refreshing && now.Sub(r.stored) >= maxAge/2 {
+		r.refreshing = true
+		u.edge.spawn(func() { u.refresh(key, r) })
+	}
 	return r.resp
 }
 
 // store caches resp under leases hs on keys, unless a recall removed one
 // of them since they were taken (the reply may predate the change).
-func (u *upstream) store(key string, resp []byte, keys []lease.Key, hs []*upLease) {
+func (u *upstream) store(key string, method uint16, msg, resp []byte, keys []lease.Key, hs []*upLease) {
+	aged := u.servers > 1 && dirAttrs(method, resp)
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if !u.currentLocked(keys, hs, time.Now()) {
@@ -187,7 +244,11 @@ func (u *upstream) store(key string, resp []byte, keys []lease.Key, hs []*upLeas
 			return
 		}
 	}
-	u.mu.replies[key] = &cachedReply{resp: resp, keys: keys, leases: hs}
+	r := &cachedReply{resp: resp, keys: keys, leases: hs, aged: aged, stored: time.Now(), method: method}
+	if aged {
+		r.msg = slices.Clone(msg) // for refresh; the caller's buffer is reused
+	}
+	u.mu.replies[key] = r
 	for _, k := range keys {
 		m := u.mu.byKey[k]
 		if m == nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/lease"
 	"github.com/weftfs/weft/internal/waitfor"
 )
 
@@ -396,4 +397,62 @@ func TestEdgeSparesTheRequestersLeases(t *testing.T) {
 			return recalls > i
 		})
 	}
+}
+
+// TestEdgeSplitDirectoryMtimeStaysBounded: a split directory's mtime is
+// the latest over its partitions, and a create on another server's
+// partition recalls no lease on the directory's owner. A client's kernel
+// caches that for at most a term; the edge, which renews what is in use,
+// reads such attributes again in the background and serves them for no
+// longer than a term either.
+func TestEdgeSplitDirectoryMtimeStaysBounded(t *testing.T) {
+	p := startUpstream(t, 2)
+	e := startEdge(t, p.ClusterFile())
+	ctx := testCtx(t, 60*time.Second)
+	direct := newClient(t, p.Config())
+	viaEdge := newClient(t, e.cfg)
+	if err := direct.Mkdir(ctx, "/big", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 { // past the split threshold (8)
+		if err := writeFile(ctx, direct, fmt.Sprintf("/big/f%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := direct.Stat(ctx, "/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := direct.InodeLease(d.Ino).Server
+	// A name whose entry lives on the other server's partition.
+	name := ""
+	for i := 0; name == ""; i++ {
+		if n := fmt.Sprintf("other%d", i); direct.EntryLease(d.Ino, n).Server != owner {
+			name = n
+		}
+		if i > 1000 {
+			t.Skip("the directory did not split")
+		}
+	}
+	before, err := viaEdge.Stat(ctx, "/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(ctx, direct, "/big/"+name); err != nil {
+		t.Fatal(err)
+	}
+	after, err := direct.Stat(ctx, "/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Mtime.Equal(before.Mtime) {
+		t.Skip("the create did not move the directory's mtime")
+	}
+	// Kept in use all along: polled every few ms.
+	start := time.Now()
+	waitfor.Until(t, 2*lease.DefaultTerm, "the new mtime through the edge", func() bool {
+		a, err := viaEdge.Stat(ctx, "/big")
+		return err == nil && a.Mtime.Equal(after.Mtime)
+	})
+	t.Logf("the edge served the old mtime for %v", time.Since(start))
 }
