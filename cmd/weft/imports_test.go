@@ -55,6 +55,8 @@ var neverDeps = map[string][]string{
 	"fusefs":  {"meta", "store", "cluster", "bench", "cli"},
 	"bench":   {"cli"},
 	"cluster": {"cli"},
+	// the edge server: a meta client over the wire, a server to its clients
+	"edge": append([]string{"meta", "store", "client"}, upper...),
 	// fsck reads the meta servers' records (their key layout is in
 	// layout), never the client's view; it reaches the stores over the
 	// wire only (gc).

@@ -84,6 +84,7 @@ func NewRoot() *cobra.Command {
 		newBenchCommand,
 		newCACommand,
 		newPGCommand,
+		newEdgeCommand,
 	} {
 		root.AddCommand(newCmd(a))
 	}

@@ -1,0 +1,192 @@
+package bench
+
+// micro's "mixed (dsl)" column (an edge meta server next to the client,
+// the authoritative one across a dsl link) and its lease rows (get_read,
+// end_read, get_write, end_write), timed as the wire calls themselves.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/cluster"
+	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/edge"
+	"github.com/weftfs/weft/internal/linksim"
+	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+const (
+	// mixedColumn: client → edge on loopback, edge → meta over link.
+	mixedColumn = "mixed (dsl)"
+
+	opGetRnodeMiss = "get_rnode() — getattr, first access"
+	opGetRead      = "get_read() — read lease"
+	opEndRead      = "end_read()"
+	opGetWrite     = "get_write() — write lease"
+	opEndWrite     = "end_write()"
+)
+
+// microTarget is one column's client, and where its lease calls go.
+type microTarget struct {
+	*linkedClient
+	metaAddr string
+	edge     *edge.Server
+	links    []*linksim.Link // the edge's upstream links
+}
+
+func (t *microTarget) Close() error {
+	err := t.linkedClient.Close()
+	if t.edge != nil {
+		err = errors.Join(err, t.edge.Close())
+	}
+	for _, l := range t.links {
+		err = errors.Join(err, l.Close())
+	}
+	return err
+}
+
+// microClient returns the column's client: direct, through link, or (the
+// mixed column) through an edge whose upstream traffic crosses link.
+func microClient(ctx context.Context, lc *libCluster, column string, link *linksim.Profile) (*microTarget, error) {
+	if column != mixedColumn {
+		c, err := lc.client(link, false)
+		if err != nil {
+			return nil, err
+		}
+		addr := lc.cfg.Meta[0].Addr
+		if len(c.links) > 0 {
+			addr = c.links[0].Addr()
+		}
+		return &microTarget{linkedClient: c, metaAddr: addr}, nil
+	}
+	t := &microTarget{}
+	up := lc.cfg.Clone()
+	for i, m := range up.Meta {
+		l, err := linksim.Listen(m.Addr, *link, nil)
+		if err != nil {
+			t.Close()
+			return nil, err
+		}
+		t.links = append(t.links, l)
+		up.Meta[i] = config.MetaServer{Addr: l.Addr()}
+	}
+	e, err := edge.Start(ctx, edge.Config{Upstream: up, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	t.edge = e
+	c, err := client.New(cluster.ClientConfig(e.Cluster(), core.Root, nil))
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	t.linkedClient = &linkedClient{Client: c}
+	t.metaAddr = e.Addrs()[0]
+	return t, nil
+}
+
+// microFiles creates n files under dir for the first-access row.
+func microFiles(ctx context.Context, c *client.Client, dir core.Ino, n int) ([]client.Ref, error) {
+	refs := make([]client.Ref, n)
+	for i := range refs {
+		f, err := c.CreateAt(ctx, dir, fmt.Sprintf("miss%d", i), os.O_RDWR|os.O_EXCL, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		refs[i] = f.Ref()
+		if err := f.Close(); err != nil {
+			return nil, err
+		}
+	}
+	return refs, nil
+}
+
+// missSeries times one getattr of each of refs, none read before.
+func missSeries(ctx context.Context, c *client.Client, refs []client.Ref) ([]time.Duration, error) {
+	lat := make([]time.Duration, 0, len(refs))
+	for _, ref := range refs {
+		start := time.Now()
+		if _, err := c.GetAttr(ctx, ref); err != nil {
+			return nil, err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	return lat, nil
+}
+
+// acquireReleaseSeries times n pairs of a lease acquire on ino (a call) and its
+// release (a one-way message, timed until it is handed to the connection),
+// on a connection of its own to addr, under a session of its own.
+func acquireReleaseSeries(ctx context.Context, addr string, ino core.Ino, mode weftpb.LeaseMode, n int) (get, end []time.Duration, err error) {
+	p := rpc.NewPeer(addr, rpc.DialOptions{})
+	defer p.Close()
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	session := binary.LittleEndian.Uint64(b[:]) | 1
+	defer func() {
+		var reply weftpb.Empty
+		_ = p.Call(ctx, weftpb.MethodEndLockSession, &weftpb.EndLockSessionRequest{Session: session}, &reply)
+	}()
+	for range n {
+		start := time.Now()
+		var reply weftpb.LeaseAcquireReply
+		if err := p.Call(ctx, weftpb.MethodLeaseAcquire, &weftpb.LeaseAcquireRequest{
+			Session: session, Mode: mode, Keys: []uint64{uint64(ino)}}, &reply); err != nil {
+			return nil, nil, err
+		}
+		get = append(get, time.Since(start))
+		if len(reply.Granted) == 0 {
+			return nil, nil, fmt.Errorf("lease on %d not granted", ino)
+		}
+		start = time.Now()
+		if err := p.Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{
+			Session: session, Keys: reply.Granted, Seqs: []uint64{reply.Seq}}); err != nil {
+			return nil, nil, err
+		}
+		end = append(end, time.Since(start))
+	}
+	return get, end, nil
+}
+
+// microLeaseRows runs one series of the first-access getattr and of the
+// lease rows for column, adding their mean and p99 to res. Through the
+// edge, write leases are not measured: the edge grants none.
+func microLeaseRows(ctx context.Context, c *microTarget, ref client.Ref, missRefs []client.Ref, column string, res map[string]*Result) error {
+	add := func(op string, lat []time.Duration) {
+		mean, p99 := meanP99(lat)
+		res[op+column+" mean"].Samples = append(res[op+column+" mean"].Samples, mean)
+		res[op+column+" p99"].Samples = append(res[op+column+" p99"].Samples, p99)
+	}
+	lat, err := missSeries(ctx, c.Client, missRefs)
+	if err != nil {
+		return fmt.Errorf("%s over %s: %w", opGetRnodeMiss, column, err)
+	}
+	add(opGetRnodeMiss, lat)
+	modes := []weftpb.LeaseMode{weftpb.LeaseMode_LEASE_READ, weftpb.LeaseMode_LEASE_WRITE}
+	if column == mixedColumn {
+		modes = modes[:1]
+	}
+	for _, mode := range modes {
+		get, end, err := acquireReleaseSeries(ctx, c.metaAddr, ref.Ino, mode, len(missRefs))
+		if err != nil {
+			return fmt.Errorf("%v lease over %s: %w", mode, column, err)
+		}
+		if mode == weftpb.LeaseMode_LEASE_READ {
+			add(opGetRead, get)
+			add(opEndRead, end)
+		} else {
+			add(opGetWrite, get)
+			add(opEndWrite, end)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/weftfs/weft/internal/edge"
+)
+
+func newEdgeCommand(a *app) *cobra.Command {
+	var upstream, listen, out string
+	cmd := &cobra.Command{
+		Use:   "edge --upstream FILE --out FILE [--listen HOST:PORT]",
+		Short: "Run an edge metadata server in front of a remote cluster",
+		Long: "Run an edge metadata server: a remote site's clients use it as their meta servers,\n" +
+			"and it caches the upstream cluster's metadata under read leases, so that they pay\n" +
+			"the wide-area round trip only on a miss or a change. It listens once per upstream\n" +
+			"meta server (port, port+1, ...; port 0: free ports) and writes --out, the cluster\n" +
+			"file the site's clients and mounts use: its listeners as the meta servers, the\n" +
+			"upstream's stores as the stores (data moves directly). It runs until Ctrl-C or SIGTERM.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if upstream == "" || out == "" {
+				return usageErrorf(cmd, "--upstream and --out are required")
+			}
+			cfg, err := a.loadClusterFile(upstream)
+			if err != nil {
+				return err
+			}
+			srv, err := edge.Start(cmd.Context(), edge.Config{
+				Upstream: cfg,
+				Listen:   listen,
+				Log:      a.serverLogger(cmd.ErrOrStderr()),
+			})
+			if err != nil {
+				return err
+			}
+			if err := srv.Cluster().Write(out); err != nil {
+				srv.Close()
+				return err
+			}
+			<-cmd.Context().Done()
+			return srv.Close()
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&upstream, "upstream", "", "the upstream (authoritative) cluster file")
+	fl.StringVar(&listen, "listen", "127.0.0.1:0", "host:port of the listener for upstream meta server 0; server i listens on port+i")
+	fl.StringVar(&out, "out", "", "where to write the edge's cluster file (for the site's clients)")
+	return cmd
+}

@@ -1,0 +1,163 @@
+package edge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/lease"
+	"github.com/weftfs/weft/internal/rpc"
+)
+
+// DefaultTerm is the term of the read leases the edge grants its clients:
+// half the upstream's default, so that a grant always ends before the
+// upstream lease it rests on, renewed when less than this is left.
+const DefaultTerm = lease.DefaultTerm / 2
+
+// Config configures an edge server.
+type Config struct {
+	// Upstream is the authoritative cluster's file.
+	Upstream *config.Cluster
+	// Listen is host:port of the listener for upstream meta server 0;
+	// listener i takes port+i. Port 0: each listener takes a free port.
+	Listen string
+	// Term is the term of the clients' read leases; default DefaultTerm.
+	Term time.Duration
+	// Dial is the template of the upstream connections (timeouts).
+	Dial rpc.DialOptions
+	Log  *slog.Logger
+}
+
+// Server is a running edge server.
+type Server struct {
+	log     *slog.Logger
+	cfg     *config.Cluster // the edge's cluster file
+	ups     []*upstream
+	servers []*rpc.Server
+	served  sync.WaitGroup
+	life    context.Context
+	stop    context.CancelFunc
+	bg      struct {
+		sync.Mutex
+		closed bool
+		wg     sync.WaitGroup // recalls in progress
+	}
+}
+
+// spawn runs fn in the background unless the server is closing.
+func (s *Server) spawn(fn func()) {
+	s.bg.Lock()
+	defer s.bg.Unlock()
+	if s.bg.closed {
+		return
+	}
+	s.bg.wg.Go(fn)
+}
+
+// Start listens and serves until Close.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	const op = "edge start"
+	switch {
+	case cfg.Upstream == nil || len(cfg.Upstream.Meta) == 0:
+		return nil, errs.New(errs.Invalid, op, "no upstream meta servers")
+	case cfg.Upstream.Secured():
+		return nil, errs.New(errs.NotSupported, op, "the upstream cluster's security is %q; the edge serves only clusters with security = \"none\" for now", cfg.Upstream.SecurityMode())
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Term <= 0 {
+		cfg.Term = DefaultTerm
+	}
+	host, portText, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return nil, errs.Wrap(errs.Invalid, op, "--listen "+cfg.Listen, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 0 || port+len(cfg.Upstream.Meta) > 65536 {
+		return nil, errs.New(errs.Invalid, op, "--listen %s: port must be a number from 0 to %d", cfg.Listen, 65536-len(cfg.Upstream.Meta))
+	}
+	s := &Server{log: cfg.Log, cfg: cfg.Upstream.Clone()}
+	for i := range s.cfg.Store {
+		// A client file: where each store keeps its data is not the
+		// site's business.
+		s.cfg.Store[i].Dir, s.cfg.Store[i].MetricsAddr, s.cfg.Store[i].Identity = "", "", ""
+	}
+	s.life, s.stop = context.WithCancel(context.Background())
+	session := newSession()
+	var lns []net.Listener
+	for i, m := range cfg.Upstream.Meta {
+		addr := net.JoinHostPort(host, "0")
+		if port != 0 {
+			addr = net.JoinHostPort(host, strconv.Itoa(port+i))
+		}
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			s.stop()
+			return nil, errs.Wrap(errs.Unavailable, op, addr, err)
+		}
+		lns = append(lns, ln)
+		u := newUpstream(s, i, m.Addr, session, cfg)
+		s.ups = append(s.ups, u)
+		s.cfg.Meta[i] = config.MetaServer{Addr: ln.Addr().String()}
+	}
+	for i, ln := range lns {
+		srv := rpc.NewServer(s.ups[i].mux(), rpc.ServerOptions{Logger: cfg.Log})
+		s.servers = append(s.servers, srv)
+		s.served.Go(func() { _ = srv.Serve(ln) })
+	}
+	return s, nil
+}
+
+// newSession returns a random nonzero session id: the edge's cache
+// session on every upstream meta server.
+func newSession() uint64 {
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
+			return id
+		}
+	}
+}
+
+// Cluster returns the edge's cluster file: the edge's listeners as the meta
+// servers, the upstream's stores as the stores, the upstream's settings.
+func (s *Server) Cluster() *config.Cluster { return s.cfg.Clone() }
+
+// Addrs returns the listeners' addresses, in upstream server order.
+func (s *Server) Addrs() []string {
+	out := make([]string, len(s.cfg.Meta))
+	for i, m := range s.cfg.Meta {
+		out[i] = m.Addr
+	}
+	return out
+}
+
+// Close stops serving, waits for the recalls in progress (bounded by the
+// clients' lease term) and closes the upstream connections.
+func (s *Server) Close() error {
+	for _, srv := range s.servers {
+		srv.Close()
+	}
+	s.served.Wait()
+	s.stop()
+	s.bg.Lock()
+	s.bg.closed = true
+	s.bg.Unlock()
+	s.bg.wg.Wait()
+	for _, u := range s.ups {
+		u.close()
+	}
+	return nil
+}

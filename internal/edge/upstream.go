@@ -1,0 +1,304 @@
+package edge
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/weftfs/weft/internal/lease"
+	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+const (
+	// acquireWait bounds an upstream lease acquire (as a client's): the
+	// upstream waits at most a term for conflicting holders.
+	acquireWait = 3 * time.Second
+	// releaseTimeout bounds the sending of an upstream release.
+	releaseTimeout = time.Second
+	// recallSlack is how much longer than the clients' term a recall
+	// waits for their releases (their grants end by then anyway).
+	recallSlack = 100 * time.Millisecond
+	// renewAhead: a lease in use is renewed in the background once it is
+	// trusted for less than a client's grant needs and this much more (a
+	// round trip upstream, with room).
+	renewAhead = 300 * time.Millisecond
+	// maxHeld is how many upstream leases the edge remembers before it
+	// drops the ones no longer trusted.
+	maxHeld = 100_000
+)
+
+// margin is how long before its term the edge stops trusting an upstream
+// lease, as a client does (internal/client: a tenth of the term, at least
+// 50 ms, counted from the acquire's send).
+func margin(term time.Duration) time.Duration { return max(term/10, 50*time.Millisecond) }
+
+// upstream is the edge's side of one upstream meta server: the listener's
+// handlers, the connections to it, the edge's leases there, the replies
+// cached under them and the clients' leases granted on its keys.
+type upstream struct {
+	index   int
+	servers int // upstream meta servers
+	session uint64
+	log     *slog.Logger
+	term    time.Duration // of the clients' leases
+	edge    *Server
+	// fwd carries the clients' requests; cache carries the edge's lease
+	// acquires and releases, and brings the recalls back. Separate, so
+	// that a forwarded change (requested over fwd) recalls the edge's
+	// leases like anyone's: a server spares only the requester's.
+	fwd, cache *rpc.Peer
+	grants     *lease.Service
+
+	mu struct {
+		sync.Mutex
+		held     map[lease.Key]*upLease
+		recalled map[lease.Key]recallMark
+		replies  map[string]*cachedReply
+		byKey    map[lease.Key]map[string]struct{}
+		inflight map[lease.Key][]*inflight // clients' changes being forwarded (inflight.go)
+		renewing map[lease.Key]bool        // background renewals in flight
+	}
+}
+
+// upLease is a read lease the edge holds upstream. A recall removes it from
+// held; a renewal updates it in place, so a pointer still in held means no
+// recall since it was taken.
+type upLease struct {
+	seq     uint64
+	trusted time.Time // monotonic
+	since   time.Time // when the edge learnt of the grant: it covers reads sent after
+}
+
+// recallMark is the latest grant of a key recalled, and when: an acquire
+// reply the recall overtook is not trusted.
+type recallMark struct {
+	seq uint64
+	at  time.Time
+}
+
+// recalledKeep is how long a recall mark is kept: longer than an acquire
+// may wait.
+const recalledKeep = 2 * acquireWait
+
+func newUpstream(s *Server, index int, addr string, session uint64, cfg Config) *upstream {
+	u := &upstream{index: index, servers: len(cfg.Upstream.Meta), session: session, log: cfg.Log.With("meta", index), term: cfg.Term, edge: s}
+	u.fwd = rpc.NewPeer(addr, cfg.Dial)
+	cacheOpts := cfg.Dial
+	cacheOpts.Mux = u.recallMux()
+	u.cache = rpc.NewPeer(addr, cacheOpts)
+	u.grants = lease.New(lease.Config{Log: u.log, Term: cfg.Term, Grace: -1})
+	u.mu.held = make(map[lease.Key]*upLease)
+	u.mu.recalled = make(map[lease.Key]recallMark)
+	u.mu.replies = make(map[string]*cachedReply)
+	u.mu.byKey = make(map[lease.Key]map[string]struct{})
+	u.mu.inflight = make(map[lease.Key][]*inflight)
+	u.mu.renewing = make(map[lease.Key]bool)
+	return u
+}
+
+func (u *upstream) close() {
+	u.fwd.Close()
+	u.cache.Close()
+}
+
+// ensure returns the edge's upstream leases on keys, acquiring those it
+// does not hold or trusts for less than need; false if the upstream
+// granted not all of them.
+func (u *upstream) ensure(ctx context.Context, keys []lease.Key, need time.Duration) ([]*upLease, bool) {
+	out := make([]*upLease, len(keys))
+	var missing []uint64
+	u.mu.Lock()
+	now := time.Now()
+	for i, k := range keys {
+		if h := u.mu.held[k]; h != nil && h.trusted.Sub(now) >= need {
+			out[i] = h
+			continue
+		}
+		missing = append(missing, uint64(k))
+	}
+	if len(missing) == 0 {
+		u.renewSoonLocked(keys, now)
+	}
+	u.mu.Unlock()
+	if len(missing) == 0 {
+		return out, true
+	}
+	if !u.acquire(ctx, missing) {
+		return nil, false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	now = time.Now()
+	for i, k := range keys {
+		h := u.mu.held[k]
+		if h == nil || h.trusted.Sub(now) < need {
+			return nil, false // recalled already, or the acquire waited too long
+		}
+		out[i] = h
+	}
+	return out, true
+}
+
+// acquire asks the upstream for read leases on inos for the edge's
+// session; false if it granted none.
+func (u *upstream) acquire(ctx context.Context, inos []uint64) bool {
+	ctx, cancel := context.WithTimeout(ctx, acquireWait)
+	defer cancel()
+	sent := time.Now()
+	var reply weftpb.LeaseAcquireReply
+	err := u.cache.Call(ctx, weftpb.MethodLeaseAcquire, &weftpb.LeaseAcquireRequest{
+		Session: u.session, Mode: weftpb.LeaseMode_LEASE_READ, Keys: inos}, &reply)
+	if err != nil || len(reply.Granted) == 0 {
+		return false
+	}
+	term := time.Duration(reply.TermMs) * time.Millisecond
+	trusted := sent.Add(term - margin(term))
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.mu.held) > maxHeld {
+		for k, h := range u.mu.held {
+			if !sent.Before(h.trusted) {
+				delete(u.mu.held, k)
+			}
+		}
+	}
+	for _, ino := range reply.Granted {
+		k := lease.Key(ino)
+		if r, ok := u.mu.recalled[k]; ok {
+			if r.seq >= reply.Seq {
+				return false // the recall overtook this reply
+			}
+			delete(u.mu.recalled, k)
+		}
+		h := u.mu.held[k]
+		switch {
+		case h == nil:
+			u.mu.held[k] = &upLease{seq: reply.Seq, trusted: trusted, since: time.Now()}
+		case reply.Seq > h.seq:
+			// A renewal: the same lease goes on, no recall came between.
+			h.seq = reply.Seq
+			if trusted.After(h.trusted) {
+				h.trusted = trusted
+			}
+		}
+	}
+	return true
+}
+
+// current reports whether each of hs is still the edge's lease on keys[i]
+// (no recall since) and trusted until at least until.
+func (u *upstream) current(keys []lease.Key, hs []*upLease, until time.Time) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.currentLocked(keys, hs, until)
+}
+
+func (u *upstream) currentLocked(keys []lease.Key, hs []*upLease, until time.Time) bool {
+	for i, k := range keys {
+		h := u.mu.held[k]
+		if h == nil || h != hs[i] || !until.Before(h.trusted) {
+			return false
+		}
+	}
+	return true
+}
+
+// renewSoonLocked renews, in the background, the leases on keys in use
+// that will soon be trusted for less than a client's grant needs, so that
+// a key in steady use is answered here without waiting for the upstream.
+// A renewal is the same lease going on (no recall came between), so what
+// was cached under it stays valid.
+func (u *upstream) renewSoonLocked(keys []lease.Key, now time.Time) {
+	var due []uint64
+	for _, k := range keys {
+		h := u.mu.held[k]
+		if h == nil || u.mu.renewing[k] || h.trusted.Sub(now) >= u.term+renewMargin+renewAhead {
+			continue
+		}
+		u.mu.renewing[k] = true
+		due = append(due, uint64(k))
+	}
+	if len(due) == 0 {
+		return
+	}
+	u.edge.spawn(func() {
+		ctx, cancel := context.WithTimeout(u.edge.life, acquireWait)
+		defer cancel()
+		u.acquire(ctx, due)
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		for _, k := range due {
+			delete(u.mu.renewing, lease.Key(k))
+		}
+	})
+}
+
+// heldSince returns the edge's current leases on keys if each was held
+// before t (so it covers a read sent at t) and is trusted for need more.
+func (u *upstream) heldSince(keys []lease.Key, t time.Time, need time.Duration) ([]*upLease, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := make([]*upLease, len(keys))
+	now := time.Now()
+	for i, k := range keys {
+		h := u.mu.held[k]
+		if h == nil || !h.since.Before(t) || h.trusted.Sub(now) < need {
+			return nil, false
+		}
+		out[i] = h
+	}
+	return out, true
+}
+
+// recallMux serves the upstream's recalls on the cache connection.
+func (u *upstream) recallMux() *rpc.Mux {
+	mux := rpc.NewMux()
+	rpc.HandleOneWay(mux, weftpb.MethodLeaseRecall, func(_ context.Context, req *weftpb.LeaseRecallRequest) {
+		u.recalled(req.Session, req.Keys, req.Seqs)
+	})
+	return mux
+}
+
+// recalled drops the recalled leases and what was cached under them at
+// once, then, in the background, recalls the clients' leases on the keys,
+// waits for their releases (at most their term) and releases upstream.
+func (u *upstream) recalled(session uint64, inos, seqs []uint64) {
+	if session != u.session || len(inos) != len(seqs) {
+		u.log.Warn("lease recall for another session, or keys and grants that do not match; ignored", "session", session)
+		return
+	}
+	keys := make([]lease.Key, len(inos))
+	u.mu.Lock()
+	now := time.Now()
+	if len(u.mu.recalled) > 1024 {
+		for k, r := range u.mu.recalled {
+			if now.Sub(r.at) > recalledKeep {
+				delete(u.mu.recalled, k)
+			}
+		}
+	}
+	for i, ino := range inos {
+		k := lease.Key(ino)
+		keys[i] = k
+		if h := u.mu.held[k]; h != nil && h.seq <= seqs[i] {
+			delete(u.mu.held, k)
+			u.dropRepliesLocked(k)
+		}
+		if u.mu.held[k] == nil {
+			r := u.mu.recalled[k]
+			u.mu.recalled[k] = recallMark{seq: max(r.seq, seqs[i]), at: now}
+		}
+	}
+	groups := u.spareLocked(keys)
+	u.mu.Unlock()
+	u.edge.spawn(func() {
+		// The clients' leases last u.term from their grant: the wait
+		// ends by then whatever they do.
+		u.recallAllDownstream(groups)
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		_ = u.cache.Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: u.session, Keys: inos, Seqs: seqs})
+	})
+}
