@@ -120,8 +120,8 @@ func runIMAP(ctx context.Context, env *Env) ([]Result, error) {
 	var out []Result
 	for _, target := range targets {
 		rt := Result{Bench: "imap", Case: imapTime, Target: target, Unit: "s", X: float64(n)}
-		rs := Result{Bench: "imap", Case: imapSyncs, Target: target, Unit: "requests"}
-		rr := Result{Bench: "imap", Case: imapRPCs, Target: target, Unit: "requests"}
+		rs := Result{Bench: "imap", Case: imapSyncs, Target: target, Unit: "per move"}
+		rr := Result{Bench: "imap", Case: imapRPCs, Target: target, Unit: "per move"}
 		for range reps {
 			env.step(target)
 			secs, syncs, rpcs, err := imapOnce(ctx, env, target, n)
