@@ -113,6 +113,9 @@ func (s *Server) apply(op string, b *pebble.Batch, sync bool) error {
 		return nil
 	}
 	return s.gated(op, func() error {
+		if err := s.index(b); err != nil {
+			return err
+		}
 		if sync {
 			return s.db.ApplyNoSyncWait(b, pebble.Sync)
 		}

@@ -52,6 +52,9 @@ type Config struct {
 	// operations (failpoint.go); an error stops the operation there as a
 	// crash would. Tests only.
 	Failpoint func(name string) error
+	// NoSearchIndex runs the server without the search index (weft find
+	// is then refused), to measure what the index costs.
+	NoSearchIndex bool
 
 	// lockLease replaces the participant lock lease (dist.go); tests only.
 	lockLease time.Duration
@@ -257,6 +260,10 @@ func Open(cfg Config) (*Server, error) {
 	}
 	s.db = db
 	if err := s.load(); err != nil {
+		s.abandonOrClose()
+		return nil, err
+	}
+	if err := s.openIndex(); err != nil {
 		s.abandonOrClose()
 		return nil, err
 	}
