@@ -102,7 +102,7 @@ func findEnv(ctx context.Context, c *client.Client) search.Env {
 			return uint32(id), err == nil
 		},
 		MtimeOf: func(p string) (int64, error) {
-			a, err := c.Stat(ctx, p)
+			a, err := c.Lstat(ctx, p)
 			if err != nil {
 				return 0, err
 			}

@@ -49,9 +49,17 @@ func (s *Server) openIndex() error {
 	if found && len(v) == 1 && v[0] == searchIndexVersion {
 		return nil
 	}
-	s.log.Info("meta: building the search index")
 	b := s.db.NewBatch()
-	b.DeleteRange(start, end, nil)
+	// A range tombstone only if there is something to drop: pebble
+	// collects statistics on every one in the background.
+	stale, err := s.anyKeyIn(start, end)
+	if err != nil {
+		s.release(b)
+		return err
+	}
+	if stale {
+		b.DeleteRange(start, end, nil)
+	}
 	for _, tag := range []byte{tagEntry, tagInode, tagXattr} {
 		lo, hi := layout.TagRange(tag)
 		if b, err = s.indexRange(b, lo, hi); err != nil {
@@ -91,4 +99,14 @@ func (s *Server) indexRange(b *pebble.Batch, lo, hi []byte) (*pebble.Batch, erro
 		}
 	}
 	return b, errs.Wrap(errs.IO, op, "", errors.Join(it.Error(), it.Close()))
+}
+
+// anyKeyIn reports whether the store has a key in [lo, hi).
+func (s *Server) anyKeyIn(lo, hi []byte) (bool, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return false, errs.Wrap(errs.IO, "meta open: search index", "", err)
+	}
+	found := it.First()
+	return found, errs.Wrap(errs.IO, "meta open: search index", "", errors.Join(it.Error(), it.Close()))
 }

@@ -12,7 +12,7 @@ import (
 
 // Expr is a parsed weft find command line.
 type Expr struct {
-	Paths  []string // starting points; "." if none was given
+	Paths  []string // starting points; "/" if none was given
 	Query  Query
 	Print0 bool // -print0: names end with NUL instead of newline
 	Ls     bool // -ls: find's long listing
@@ -47,7 +47,7 @@ func Parse(args []string, env Env) (*Expr, error) {
 		e.Paths = append(e.Paths, args[i])
 	}
 	if len(e.Paths) == 0 {
-		e.Paths = []string{"."}
+		e.Paths = []string{"/"}
 	}
 	for i < len(args) {
 		a := args[i]
