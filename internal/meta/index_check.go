@@ -66,3 +66,14 @@ func checkIndexDB(db *pebble.DB) ([]string, error) {
 	sort.Strings(problems)
 	return problems[:min(len(problems), indexProblemsMax)], nil
 }
+
+// DropIndex deletes the stopped store's search index and its marker: the
+// server rebuilds it from the records when it opens next.
+func (o *Offline) DropIndex() error {
+	start, end := layout.TagRange(layout.TagIndex)
+	b := o.db.NewBatch()
+	defer b.Close()
+	b.DeleteRange(start, end, nil)
+	b.Delete(keyIndexVersion, nil)
+	return errs.Wrap(errs.IO, "drop search index", o.dir, b.Commit(pebble.Sync))
+}
