@@ -28,68 +28,73 @@ func (s *Server) index(b *pebble.Batch) error {
 
 // openIndex makes the index match the store at Open: rebuilt if the store
 // has none (made by an older weft, or run without the index), dropped and
-// unmarked if the server runs without it.
+// unmarked if the server runs without it. It writes no range tombstones:
+// pebble collects statistics on each in the background, which failed opens
+// on a full disk then raced with.
 func (s *Server) openIndex() error {
 	const op = "meta open: search index"
 	v, found, err := getValue(s.db, keyIndexVersion)
 	if err != nil {
 		return err
 	}
-	start, end := layout.TagRange(layout.TagIndex)
-	if s.cfg.NoSearchIndex {
-		if !found {
-			return nil
-		}
-		b := s.db.NewBatch()
-		defer s.release(b)
-		b.DeleteRange(start, end, nil)
-		b.Delete(keyIndexVersion, nil)
-		return s.gated(op, func() error { return b.Commit(pebble.Sync) })
-	}
-	if found && len(v) == 1 && v[0] == searchIndexVersion {
+	current := found && len(v) == 1 && v[0] == searchIndexVersion
+	switch {
+	case s.cfg.NoSearchIndex && !found, !s.cfg.NoSearchIndex && current:
 		return nil
+	case !s.cfg.NoSearchIndex && s.created:
+		// A new store's batches were indexed from the first one.
+		return s.commit(op, s.markIndex(s.db.NewBatch()), true)
 	}
 	b := s.db.NewBatch()
-	// A range tombstone only if there is something to drop: pebble
-	// collects statistics on every one in the background.
-	stale, err := s.anyKeyIn(start, end)
-	if err != nil {
+	start, end := layout.TagRange(layout.TagIndex)
+	if b, err = s.eachKey(b, start, end, func(b *pebble.Batch, k, _ []byte) { b.Delete(k, nil) }); err != nil {
 		s.release(b)
 		return err
 	}
-	if stale {
-		b.DeleteRange(start, end, nil)
+	if s.cfg.NoSearchIndex {
+		b.Delete(keyIndexVersion, nil)
+		defer s.release(b)
+		return s.gated(op, func() error { return b.Commit(pebble.Sync) })
 	}
+	s.log.Info("meta: building the search index")
+	var kv []indexKV
 	for _, tag := range []byte{tagEntry, tagInode, tagXattr} {
 		lo, hi := layout.TagRange(tag)
-		if b, err = s.indexRange(b, lo, hi); err != nil {
+		b, err = s.eachKey(b, lo, hi, func(b *pebble.Batch, k, v []byte) {
+			if !indexedTag(k) {
+				return
+			}
+			kv = indexKeysOf(kv[:0], k, v)
+			for _, x := range kv {
+				b.Set(x.k, x.v, nil)
+			}
+		})
+		if err != nil {
 			s.release(b)
 			return err
 		}
 	}
-	b.Set(keyIndexVersion, []byte{searchIndexVersion}, nil)
 	defer s.release(b)
-	return s.gated(op, func() error { return b.Commit(pebble.Sync) })
+	return s.gated(op, func() error { return s.markIndex(b).Commit(pebble.Sync) })
 }
 
-// indexRange writes the index keys of every record in [lo, hi) into b,
-// committing and starting a new batch every few thousand keys; it returns
-// the batch to go on with. Nothing else writes while Open runs.
-func (s *Server) indexRange(b *pebble.Batch, lo, hi []byte) (*pebble.Batch, error) {
+// markIndex adds the index's marker to b.
+func (s *Server) markIndex(b *pebble.Batch) *pebble.Batch {
+	b.Set(keyIndexVersion, []byte{searchIndexVersion}, nil)
+	return b
+}
+
+// eachKey calls fn with b for every key in [lo, hi), committing b and
+// going on with a new batch every few thousand writes; it returns the
+// batch to go on with. Nothing else writes while Open runs.
+func (s *Server) eachKey(b *pebble.Batch, lo, hi []byte, fn func(b *pebble.Batch, k, v []byte)) (*pebble.Batch, error) {
 	const op = "meta open: search index"
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return b, errs.Wrap(errs.IO, op, "", err)
 	}
-	var kv []indexKV
 	for it.First(); it.Valid(); it.Next() {
-		if !indexedTag(it.Key()) {
-			continue
-		}
-		kv = indexKeysOf(kv[:0], slices.Clone(it.Key()), slices.Clone(it.Value()))
-		for _, x := range kv {
-			b.Set(x.k, x.v, nil)
-		}
+		fn(b, slices.Clone(it.Key()), slices.Clone(it.Value()))
 		if b.Count() >= 4096 {
 			if err := s.gated(op, func() error { return b.Commit(pebble.NoSync) }); err != nil {
 				return b, errors.Join(err, it.Close())
@@ -99,14 +104,4 @@ func (s *Server) indexRange(b *pebble.Batch, lo, hi []byte) (*pebble.Batch, erro
 		}
 	}
 	return b, errs.Wrap(errs.IO, op, "", errors.Join(it.Error(), it.Close()))
-}
-
-// anyKeyIn reports whether the store has a key in [lo, hi).
-func (s *Server) anyKeyIn(lo, hi []byte) (bool, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return false, errs.Wrap(errs.IO, "meta open: search index", "", err)
-	}
-	found := it.First()
-	return found, errs.Wrap(errs.IO, "meta open: search index", "", errors.Join(it.Error(), it.Close()))
 }

@@ -73,7 +73,16 @@ func (o *Offline) DropIndex() error {
 	start, end := layout.TagRange(layout.TagIndex)
 	b := o.db.NewBatch()
 	defer b.Close()
-	b.DeleteRange(start, end, nil)
+	it, err := o.db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return errs.Wrap(errs.IO, "drop search index", o.dir, err)
+	}
+	for it.First(); it.Valid(); it.Next() {
+		b.Delete(slices.Clone(it.Key()), nil)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return errs.Wrap(errs.IO, "drop search index", o.dir, err)
+	}
 	b.Delete(keyIndexVersion, nil)
 	return errs.Wrap(errs.IO, "drop search index", o.dir, b.Commit(pebble.Sync))
 }

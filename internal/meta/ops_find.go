@@ -159,7 +159,7 @@ func (f *finder) matches(cursor []byte) error {
 	stage, after := stages[0], []byte(nil)
 	if len(cursor) > 0 {
 		stage, after = cursor[0], cursor[1:]
-		if stage == stageFinished {
+		if stage == stageFinished && len(after) == 0 {
 			f.reply.Eof = true
 			return nil
 		}
