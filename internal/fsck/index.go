@@ -10,7 +10,15 @@ import (
 // changes under the scan, and its servers check it themselves at no cost:
 // the index is derived from every batch they apply. --repair drops the
 // index, which the server rebuilds when it opens next.
+//
+// The index follows the records, so it is judged only once they are sound:
+// while other findings remain it is not checked, and after repairs of a
+// stopped cluster every index is dropped (records fsck moved or deleted
+// may have left index keys another damaged record also implied).
 func (p *pass) checkIndexes(ctx context.Context) error {
+	if len(p.rep.Findings) > 0 {
+		return p.dropIndexesAfterRepair()
+	}
 	for srv, s := range p.c.Meta {
 		off, ok := s.(offlineStore)
 		if !ok {
@@ -37,5 +45,26 @@ func (p *pass) checkIndexes(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// dropIndexesAfterRepair drops every stopped server's index if this pass
+// repaired records.
+func (p *pass) dropIndexesAfterRepair() error {
+	repaired := false
+	for _, f := range p.rep.Findings {
+		repaired = repaired || f.Repaired
+	}
+	if !repaired {
+		return nil
+	}
+	for _, s := range p.c.Meta {
+		if off, ok := s.(offlineStore); ok {
+			if err := off.o.DropIndex(); err != nil {
+				return err
+			}
+		}
+	}
+	p.rep.Notes = append(p.rep.Notes, "search indexes dropped after the repairs: each meta server rebuilds its own when it starts")
 	return nil
 }

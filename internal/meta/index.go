@@ -37,36 +37,46 @@ func indexedTag(k []byte) bool {
 	return len(k) > 9 && (k[0] == tagEntry || k[0] == tagXattr) || len(k) == 9 && k[0] == tagInode
 }
 
-// indexBatch adds to b the index changes that follow from b's writes.
+// indexBatch adds to b the index changes that follow from b's writes. The
+// difference is taken over the whole batch, so that a batch moving a record
+// to another key that implies the same index keys (an fsck repair) leaves
+// them in place.
 func indexBatch(db *pebble.DB, b *pebble.Batch) error {
 	final, order, err := batchFinal(db, b)
 	if err != nil || len(order) == 0 {
 		return err
 	}
-	var oldKV, newKV []indexKV
+	oldKV, newKV := map[string][]byte{}, map[string][]byte{}
+	var oldOrder, newOrder []string
+	var kv []indexKV
 	for _, k := range order {
 		old, found, err := getValue(db, []byte(k))
 		if err != nil {
 			return err
 		}
-		if !found {
-			old = nil
-		}
 		nv := final[k]
 		if found && nv != nil && bytes.Equal(old, nv) {
 			continue
 		}
-		oldKV = indexKeysOf(oldKV[:0], []byte(k), old)
-		newKV = indexKeysOf(newKV[:0], []byte(k), nv)
-		for _, o := range oldKV {
-			if !slices.ContainsFunc(newKV, func(n indexKV) bool { return bytes.Equal(n.k, o.k) }) {
-				b.Delete(o.k, nil)
+		if found {
+			for _, x := range indexKeysOf(kv[:0], []byte(k), old) {
+				oldOrder = append(oldOrder, string(x.k))
+				oldKV[string(x.k)] = x.v
 			}
 		}
-		for _, n := range newKV {
-			if i := slices.IndexFunc(oldKV, func(o indexKV) bool { return bytes.Equal(n.k, o.k) }); i < 0 || !bytes.Equal(oldKV[i].v, n.v) {
-				b.Set(n.k, n.v, nil)
-			}
+		for _, x := range indexKeysOf(kv[:0], []byte(k), nv) {
+			newOrder = append(newOrder, string(x.k))
+			newKV[string(x.k)] = x.v
+		}
+	}
+	for _, k := range oldOrder {
+		if _, ok := newKV[k]; !ok {
+			b.Delete([]byte(k), nil)
+		}
+	}
+	for _, k := range newOrder {
+		if v, ok := oldKV[k]; !ok || !bytes.Equal(v, newKV[k]) {
+			b.Set([]byte(k), newKV[k], nil)
 		}
 	}
 	return nil
