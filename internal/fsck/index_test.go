@@ -18,8 +18,8 @@ func TestIndexDamageFoundAndRebuilt(t *testing.T) {
 	}
 	// Damage the index as no weft code path can: raw writes to the store.
 	db, err := pebble.Open(tc.cfg.Meta[0].Dir, &pebble.Options{
-		Merger: &pebble.Merger{Name: "weft.counter.v1", Merge: pebble.DefaultMerger.Merge},
-		Logger: quietLogger{t},
+		Merger: &pebble.Merger{Name: "weft.counter.v1", Merge: newCounterSum},
+		Logger: quietLogger{},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -60,10 +60,3 @@ func TestIndexDamageFoundAndRebuilt(t *testing.T) {
 		t.Fatalf("after the rebuild:\n%s", describe(r))
 	}
 }
-
-// quietLogger keeps pebble's logs in the test's log.
-type quietLogger struct{ t *testing.T }
-
-func (l quietLogger) Infof(format string, args ...any)  { l.t.Logf(format, args...) }
-func (l quietLogger) Errorf(format string, args ...any) { l.t.Logf(format, args...) }
-func (l quietLogger) Fatalf(format string, args ...any) { l.t.Fatalf(format, args...) }
