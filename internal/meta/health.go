@@ -112,10 +112,12 @@ func (s *Server) apply(op string, b *pebble.Batch, sync bool) error {
 	if b.Empty() {
 		return nil
 	}
+	// The index is derived outside the gate, which serialises every
+	// commit of the server: the caller's locks keep the keys b writes.
+	if err := s.index(b); err != nil {
+		return err
+	}
 	return s.gated(op, func() error {
-		if err := s.index(b); err != nil {
-			return err
-		}
 		if sync {
 			return s.db.ApplyNoSyncWait(b, pebble.Sync)
 		}

@@ -50,18 +50,24 @@ func indexBatch(db *pebble.DB, b *pebble.Batch) error {
 	var oldOrder, newOrder []string
 	var kv []indexKV
 	for _, k := range order {
-		old, found, err := getValue(db, []byte(k))
-		if err != nil {
-			return err
-		}
 		nv := final[k]
-		if found && nv != nil && bytes.Equal(old, nv) {
-			continue
-		}
-		if found {
-			for _, x := range indexKeysOf(kv[:0], []byte(k), old) {
-				oldOrder = append(oldOrder, string(x.k))
-				oldKV[string(x.k)] = x.v
+		if derived := indexKeyOfRecordKey([]byte(k)); derived != nil {
+			// The record's only index key follows from its own key: no
+			// need to read what it held.
+			oldOrder = append(oldOrder, string(derived))
+		} else {
+			old, found, err := getValue(db, []byte(k))
+			if err != nil {
+				return err
+			}
+			if found && nv != nil && bytes.Equal(old, nv) {
+				continue
+			}
+			if found {
+				for _, x := range indexKeysOf(kv[:0], []byte(k), old) {
+					oldOrder = append(oldOrder, string(x.k))
+					oldKV[string(x.k)] = x.v
+				}
 			}
 		}
 		for _, x := range indexKeysOf(kv[:0], []byte(k), nv) {
@@ -189,6 +195,19 @@ func indexKeysOf(kv []indexKV, key, v []byte) []indexKV {
 		return append(kv, indexKV{layout.IndexXattrKey(string(key[9:]), layout.KeyIno(key)), []byte{}})
 	}
 	return kv
+}
+
+// indexKeyOfRecordKey returns the one index key an inode record or an
+// extended attribute may imply, which its key alone determines (nil for an
+// entry, whose keys depend on the inode it names).
+func indexKeyOfRecordKey(key []byte) []byte {
+	switch key[0] {
+	case tagInode:
+		return layout.IndexAttrKey(layout.IndexRecordAttr, layout.KeyIno(key))
+	case tagXattr:
+		return layout.IndexXattrKey(string(key[9:]), layout.KeyIno(key))
+	}
+	return nil
 }
 
 // indexAttr is what the index keeps of r: what stat reports (attrOf).
