@@ -3,7 +3,9 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -21,6 +23,7 @@ import (
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/fusefs"
 )
 
@@ -339,4 +342,48 @@ func fields(lines []string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestFindJSON: --json writes one object per match with its attributes,
+// and bad expressions are refused with a clear error before any search.
+func TestFindJSON(t *testing.T) {
+	c := findCluster(t)
+	ctx := context.Background()
+	if err := c.MkdirAll(ctx, "/j/sub", 0o750); err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.Create(ctx, "/j/sub/x.txt", 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := runFind(ctx, &out, c, []string{"/j", "-name", "x.*", "--json"}); err != nil {
+		t.Fatal(err)
+	}
+	var got findJSON
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("%q: %v", out.String(), err)
+	}
+	if got.Path != "/j/sub/x.txt" || got.Type != "-" || got.Mode != "0640" || got.Size != 5 || got.Nlink != 1 {
+		t.Errorf("json: %+v", got)
+	}
+	for _, args := range [][]string{
+		{"/j", "-name"}, {"/j", "-size", "x"}, {"/j", "-type", "q"}, {"/j", "-perm", "9"},
+		{"/j", "-o", "-name", "a"}, {"/j", "-mtime", "+-1"}, {"/j", "-user", "no-such-user-here"}, {"/j", "-bogus", "1"},
+	} {
+		err := runFind(ctx, io.Discard, c, args)
+		if errs.KindOf(err) != errs.Invalid {
+			t.Errorf("find %q: %v, want an Invalid error", args, err)
+		}
+	}
+	out.Reset()
+	if err := runFind(ctx, &out, c, []string{"/", "-name", "x.txt"}); err != nil || out.String() != "/j/sub/x.txt\n" {
+		t.Errorf("find / -name x.txt: %q, %v", out.String(), err)
+	}
 }
