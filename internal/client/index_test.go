@@ -121,6 +121,7 @@ func TestSearchIndexFollowsEveryWrite(t *testing.T) {
 		}
 	}
 	must(c.Symlink(ctx, "/t/d0/f1", "/t/d1/link"))
+	must(c.SetXattrPath(ctx, "/t/d0/f30", "user.empty", nil, 0)) // an empty value is a value
 	for i := range 10 {
 		must(c.Link(ctx, fmt.Sprintf("/t/d0/f%d", i), fmt.Sprintf("/t/d2/h%d", i)))
 		must(c.Link(ctx, fmt.Sprintf("/t/d0/f%d", i), fmt.Sprintf("/t/d3/sub/h%d", i)))

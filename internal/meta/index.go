@@ -9,8 +9,6 @@ import (
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/layout"
-	"github.com/weftfs/weft/proto/weftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // The search index (layout/index.go, docs/format.md "Search index") is
@@ -42,97 +40,127 @@ func indexedTag(k []byte) bool {
 // to another key that implies the same index keys (an fsck repair) leaves
 // them in place.
 func indexBatch(db *pebble.DB, b *pebble.Batch) error {
-	final, order, err := batchFinal(db, b)
-	if err != nil || len(order) == 0 {
+	var writes kvSet
+	if err := batchFinal(db, b, &writes); err != nil || len(writes.list) == 0 {
 		return err
 	}
-	oldKV, newKV := map[string][]byte{}, map[string][]byte{}
-	var oldOrder, newOrder []string
+	var olds, news kvSet
 	var kv []indexKV
-	for _, k := range order {
-		nv := final[k]
-		if derived := indexKeyOfRecordKey([]byte(k)); derived != nil {
+	for _, w := range writes.list {
+		if derived := indexKeyOfRecordKey(w.k); derived != nil {
 			// The record's only index key follows from its own key: no
 			// need to read what it held.
-			oldOrder = append(oldOrder, string(derived))
+			olds.put(derived, nil)
 		} else {
-			old, found, err := getValue(db, []byte(k))
+			old, found, err := getValue(db, w.k)
 			if err != nil {
 				return err
 			}
-			if found && nv != nil && bytes.Equal(old, nv) {
+			if found && w.v != nil && bytes.Equal(old, w.v) {
 				continue
 			}
 			if found {
-				for _, x := range indexKeysOf(kv[:0], []byte(k), old) {
-					oldOrder = append(oldOrder, string(x.k))
-					oldKV[string(x.k)] = x.v
+				for _, x := range indexKeysOf(kv[:0], w.k, old) {
+					olds.put(x.k, x.v)
 				}
 			}
 		}
-		for _, x := range indexKeysOf(kv[:0], []byte(k), nv) {
-			newOrder = append(newOrder, string(x.k))
-			newKV[string(x.k)] = x.v
+		for _, x := range indexKeysOf(kv[:0], w.k, w.v) {
+			news.put(x.k, x.v)
 		}
 	}
-	for _, k := range oldOrder {
-		if _, ok := newKV[k]; !ok {
-			b.Delete([]byte(k), nil)
+	for _, o := range olds.list {
+		if news.find(o.k) < 0 {
+			b.Delete(o.k, nil)
 		}
 	}
-	for _, k := range newOrder {
-		if v, ok := oldKV[k]; !ok || !bytes.Equal(v, newKV[k]) {
-			b.Set([]byte(k), newKV[k], nil)
+	for _, n := range news.list {
+		if i := olds.find(n.k); i < 0 || olds.list[i].v == nil || !bytes.Equal(olds.list[i].v, n.v) {
+			b.Set(n.k, n.v, nil)
 		}
 	}
 	return nil
 }
 
-// batchFinal returns what b leaves at each indexed key it writes: the value
-// it sets, or nil for a delete (a range delete deletes every indexed key in
-// its range, in the store or set earlier in b), and the keys in order.
-func batchFinal(db *pebble.DB, b *pebble.Batch) (map[string][]byte, []string, error) {
-	var final map[string][]byte
-	var order []string
-	put := func(k, v []byte) {
-		if final == nil {
-			final = map[string][]byte{}
+// kvSet is a small ordered map of keys to values: a list, indexed by a
+// map only once it is long (most batches write two or three records).
+type kvSet struct {
+	list []indexKV
+	pos  map[string]int
+}
+
+func (s *kvSet) find(k []byte) int {
+	if s.pos != nil {
+		if i, ok := s.pos[string(k)]; ok {
+			return i
 		}
-		if _, ok := final[string(k)]; !ok {
-			order = append(order, string(k))
-		}
-		final[string(k)] = v
+		return -1
 	}
+	for i, x := range s.list {
+		if bytes.Equal(x.k, k) {
+			return i
+		}
+	}
+	return -1
+}
+
+// put sets k's value (nil: deleted, for the batch's records; unknown, for
+// old index keys).
+func (s *kvSet) put(k, v []byte) {
+	if i := s.find(k); i >= 0 {
+		s.list[i].v = v
+		return
+	}
+	s.list = append(s.list, indexKV{k, v})
+	switch {
+	case s.pos != nil:
+		s.pos[string(k)] = len(s.list) - 1
+	case len(s.list) > 16:
+		s.pos = make(map[string]int, 2*len(s.list))
+		for i, x := range s.list {
+			s.pos[string(x.k)] = i
+		}
+	}
+}
+
+// batchFinal collects into w what b leaves at each indexed key it writes:
+// the value it sets, or nil for a delete (a range delete deletes every
+// indexed key in its range, in the store or set earlier in b). Keys and
+// values alias b, which indexBatch extends only once it is done with them.
+func batchFinal(db *pebble.DB, b *pebble.Batch, w *kvSet) error {
 	r := b.Reader()
 	for {
 		kind, k, v, ok, err := r.Next()
 		if err != nil {
-			return nil, nil, errs.Wrap(errs.Corrupt, "index", "batch", err)
+			return errs.Wrap(errs.Corrupt, "index", "batch", err)
 		}
 		if !ok {
-			return final, order, nil
+			return nil
 		}
 		switch kind {
 		case pebble.InternalKeyKindSet:
 			if indexedTag(k) {
-				put(k, append(make([]byte, 0, len(v)), v...))
+				if v == nil {
+					v = []byte{} // an empty value (an xattr's) is not a delete
+				}
+				w.put(k[:len(k):len(k)], v[:len(v):len(v)])
 			}
 		case pebble.InternalKeyKindDelete, pebble.InternalKeyKindSingleDelete:
 			if indexedTag(k) {
-				put(k, nil)
+				w.put(k[:len(k):len(k)], nil)
 			}
 		case pebble.InternalKeyKindRangeDelete:
-			for _, key := range order {
-				if key >= string(k) && key < string(v) {
-					final[key] = nil
+			for i, x := range w.list {
+				if bytes.Compare(x.k, k) >= 0 && bytes.Compare(x.k, v) < 0 {
+					w.list[i].v = nil
 				}
 			}
 			keys, err := indexedKeysIn(db, k, v)
 			if err != nil {
-				return nil, nil, err
+				return err
 			}
 			for _, key := range keys {
-				put(key, nil)
+				w.put(key, nil)
 			}
 		}
 	}
@@ -168,27 +196,29 @@ func indexKeysOf(kv []indexKV, key, v []byte) []indexKV {
 	switch key[0] {
 	case tagEntry:
 		dir, _, _, name, ok := layout.EntryKeyParts(key)
-		e := &weftpb.EntryRecord{}
-		if !ok || proto.Unmarshal(v, e) != nil {
+		if !ok {
 			return kv
 		}
-		ino := core.Ino(e.Ino)
-		ref := layout.IndexRefValue(ino, e.Mode)
+		ino, mode, r, hasAttr, ok := decodeIndexEntry(v)
+		if !ok {
+			return kv
+		}
+		ref := layout.IndexRefValue(ino, mode)
 		kv = append(kv, indexKV{layout.IndexNameKey(name, dir), ref})
-		if e.Attr == nil {
+		if !hasAttr {
 			return append(kv, indexKV{layout.IndexPointerKey(dir, name), ref})
 		}
-		a := indexAttr(e.Attr)
+		a := r.finish()
 		a.Dir, a.Name = dir, name
 		return append(kv, indexKV{layout.IndexAttrKey(layout.IndexEntryAttr, ino), a.Encode(layout.IndexEntryAttr)})
 	case tagInode:
-		r := &weftpb.InodeRecord{}
-		if proto.Unmarshal(v, r) != nil || r.Stub {
+		var r indexRecord
+		if !decodeIndexRecord(v, &r) || r.stub {
 			return kv
 		}
-		a := indexAttr(r)
-		if core.IsDir(r.Mode) {
-			a.Parent, a.Split = core.Ino(r.Parent), isSplit(r)
+		a := r.finish()
+		if core.IsDir(a.Mode) {
+			a.Parent, a.Split = r.parent, isSplitBitmap(r.bitmap)
 		}
 		return append(kv, indexKV{layout.IndexAttrKey(layout.IndexRecordAttr, layout.KeyIno(key)), a.Encode(layout.IndexRecordAttr)})
 	case tagXattr:
@@ -208,10 +238,4 @@ func indexKeyOfRecordKey(key []byte) []byte {
 		return layout.IndexXattrKey(string(key[9:]), layout.KeyIno(key))
 	}
 	return nil
-}
-
-// indexAttr is what the index keeps of r: what stat reports (attrOf).
-func indexAttr(r *weftpb.InodeRecord) layout.IndexAttr {
-	a := attrOf(0, r)
-	return layout.IndexAttr{Mode: a.Mode, Uid: a.Uid, Gid: a.Gid, Nlink: a.Nlink, Size: a.Size, MtimeNs: a.MtimeNs, CtimeNs: a.CtimeNs}
 }

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"testing"
 
+	"pgregory.net/rapid"
+
+	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/proto/weftpb"
@@ -121,4 +124,51 @@ func indexKeys(t *testing.T, e *env) int {
 		n++
 	}
 	return n
+}
+
+// TestIndexDecodersMatchProto: the index's own decoders read what
+// proto.Unmarshal reads, for random records, so the index keys they give
+// are those the records' decoded fields give.
+func TestIndexDecodersMatchProto(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		rec := func(label string) *weftpb.InodeRecord {
+			return &weftpb.InodeRecord{
+				Mode:       rapid.SampledFrom([]uint32{0o100644, 0o40755, 0o120777, 0o10600}).Draw(t, label+"mode"),
+				Nlink:      rapid.Uint32Range(0, 9).Draw(t, label+"nlink"),
+				Uid:        rapid.Uint32().Draw(t, label+"uid"),
+				Gid:        rapid.Uint32().Draw(t, label+"gid"),
+				Size:       rapid.Uint64().Draw(t, label+"size"),
+				MtimeNs:    rapid.Int64().Draw(t, label+"mtime"),
+				CtimeNs:    rapid.Int64().Draw(t, label+"ctime"),
+				Inline:     rapid.Bool().Draw(t, label+"inline"),
+				InlineData: rapid.SliceOfN(rapid.Byte(), 0, 40).Draw(t, label+"data"),
+				Symlink:    rapid.SliceOfN(rapid.Byte(), 0, 10).Draw(t, label+"target"),
+				Parent:     rapid.Uint64().Draw(t, label+"parent"),
+				Radix:      rapid.Uint32Range(0, 3).Draw(t, label+"radix"),
+				Bitmap:     rapid.SliceOfN(rapid.Byte(), 0, 3).Draw(t, label+"bitmap"),
+				Links:      []*weftpb.LinkRef{{Parent: 5, Name: []byte("x")}},
+				Stub:       rapid.Bool().Draw(t, label+"stub"),
+			}
+		}
+		want := func(r *weftpb.InodeRecord) layout.IndexAttr {
+			a := attrOf(0, r)
+			return layout.IndexAttr{Mode: a.Mode, Uid: a.Uid, Gid: a.Gid, Nlink: a.Nlink, Size: a.Size, MtimeNs: a.MtimeNs, CtimeNs: a.CtimeNs}
+		}
+		r := rec("r.")
+		var got indexRecord
+		if !decodeIndexRecord(mustMarshal(r), &got) {
+			t.Fatal("record refused")
+		}
+		if got.finish() != want(r) || got.parent != core.Ino(r.Parent) || got.stub != r.Stub || isSplitBitmap(got.bitmap) != isSplit(r) {
+			t.Fatalf("record %v: decoded %+v", r, got)
+		}
+		e := &weftpb.EntryRecord{Ino: rapid.Uint64().Draw(t, "ino"), Mode: rapid.Uint32().Draw(t, "emode")}
+		if rapid.Bool().Draw(t, "embedded") {
+			e.Attr = rec("a.")
+		}
+		ino, mode, attr, hasAttr, ok := decodeIndexEntry(mustMarshal(e))
+		if !ok || ino != core.Ino(e.Ino) || mode != e.Mode || hasAttr != (e.Attr != nil) || hasAttr && attr.finish() != want(e.Attr) {
+			t.Fatalf("entry %v: decoded %v %v %+v %v %v", e, ino, mode, attr, hasAttr, ok)
+		}
+	})
 }
