@@ -39,7 +39,10 @@ func indexedTag(k []byte) bool {
 // difference is taken over the whole batch, so that a batch moving a record
 // to another key that implies the same index keys (an fsck repair) leaves
 // them in place.
-func indexBatch(db *pebble.DB, b *pebble.Batch) error {
+//
+// absent lists entry keys the batch's txn found missing under the locks it
+// still holds: their old value need not be read again.
+func indexBatch(db *pebble.DB, b *pebble.Batch, absent [][]byte) error {
 	var writes kvSet
 	if err := batchFinal(db, b, &writes); err != nil || len(writes.list) == 0 {
 		return err
@@ -51,7 +54,7 @@ func indexBatch(db *pebble.DB, b *pebble.Batch) error {
 			// The record's only index key follows from its own key: no
 			// need to read what it held.
 			olds.put(derived, nil)
-		} else {
+		} else if !slices.ContainsFunc(absent, func(k []byte) bool { return bytes.Equal(k, w.k) }) {
 			old, found, err := getValue(db, w.k)
 			if err != nil {
 				return err

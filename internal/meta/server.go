@@ -205,6 +205,10 @@ type Server struct {
 	db   *pebble.DB
 	sync bool
 
+	// absent lists, per batch being built, entry keys its txn found
+	// missing under its locks (index_hint.go).
+	absent absentHints
+
 	// closeMu is held shared by every operation and exclusively by Close, so
 	// that no operation touches the database after it is closed (pebble
 	// panics on that).
