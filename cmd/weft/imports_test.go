@@ -34,6 +34,7 @@ var onlyDeps = map[string][]string{
 	// repair restores chunks over the wire; stores run it for themselves.
 	"repair":  {"core", "errs", "weftpb", "rpc"},
 	"layout":  {"core", "errs"},                  // the meta store's key layout, for meta and fsck
+	"search":  {"core", "errs", "weftpb"},        // weft find's query, evaluated by meta and the client
 	"auth":    {"core", "errs", "weftpb", "rpc"}, // identities, transport security, capabilities
 	"waitfor": {},                                // tests' waits for a condition
 

@@ -33,6 +33,9 @@ var internalMethods = map[uint16][]Role{
 	// Revocations come from the meta servers (and an administrator's
 	// tools); a client could otherwise void other users' capabilities.
 	pb.MethodRevokeCapabilities: {RoleMeta, RoleAdmin},
+	// weft find: a client method (the meta server answers with what the
+	// request's credentials may list); stores never search.
+	pb.MethodFind: {RoleClient, RoleMeta, RoleAdmin},
 }
 
 // peerMethods is the range of meta-to-meta methods.

@@ -25,7 +25,7 @@ import (
 func addFileCommands(root *cobra.Command, a *app) {
 	for _, newCmd := range []func(*app) *cobra.Command{
 		newPutCommand, newGetCommand, newLsCommand, newStatCommand,
-		newMkdirCommand, newRmCommand, newMvCommand,
+		newMkdirCommand, newRmCommand, newMvCommand, newFindCommand,
 	} {
 		root.AddCommand(a.addClusterFlag(newCmd(a)))
 	}

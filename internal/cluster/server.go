@@ -58,6 +58,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// NoSearchIndex runs a meta server without its search index (weft
+	// find refused), for measuring what the index costs.
+	NoSearchIndex bool
 }
 
 // Server is one running meta or store server.
@@ -126,6 +129,7 @@ func StartMeta(ctx context.Context, cfg *config.Cluster, id int, opts Options) (
 				Capabilities:   minter,
 				LeaseTerm:      leaseTerm,
 				LeaseGrace:     leaseGrace,
+				NoSearchIndex:  opts.NoSearchIndex,
 			})
 			if err != nil {
 				return nil, err

@@ -173,6 +173,9 @@ func (p *pass) run(ctx context.Context) error {
 	if err := p.recheck(ctx); err != nil {
 		return err
 	}
+	if err := p.checkIndexes(ctx); err != nil {
+		return err
+	}
 	if err := p.finishPending(ctx); err != nil {
 		return err
 	}

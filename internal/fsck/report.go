@@ -44,11 +44,14 @@ const (
 	// KindXattr is extended attributes of an inode that has none on that
 	// server.
 	KindXattr Kind = "xattr"
+	// KindIndex is a meta server's search index that disagrees with its
+	// records.
+	KindIndex Kind = "index"
 )
 
 // Kinds lists every kind, in the order reports show them.
 var Kinds = []Kind{KindBadRecord, KindMisplaced, KindDuplicate, KindDangling, KindOrphan,
-	KindPartition, KindCount, KindLinks, KindInode, KindXattr}
+	KindPartition, KindCount, KindLinks, KindInode, KindXattr, KindIndex}
 
 // Finding is one problem fsck found, and checked again under the locks of
 // the records involved.

@@ -13,6 +13,7 @@
 //	"s" dir(8)                                split in progress (SplitIntent)
 //	"I" txid(8)                               cross-server operation in progress (Intent)
 //	"r" ino(8) seq(8)                         chunks the stores still hold for nothing (ReclaimRecord)
+//	"N" kind ...                              search index, derived from the keys above (index.go)
 package layout
 
 import (
@@ -31,12 +32,13 @@ const (
 	TagIntent  = 'I'
 	TagReclaim = 'r'
 	TagFence   = 'F' // txid(8) -> one byte: 1 if the txn's writes were applied here, 0 if not
+	TagIndex   = 'N' // kind(1) ...: the search index (index.go)
 )
 
 // Tags lists every key tag, for checks that the format's documentation and
 // readers cover them all.
 func Tags() []byte {
-	return []byte{TagSystem, TagInode, TagEntry, TagXattr, TagSplit, TagIntent, TagReclaim, TagFence}
+	return []byte{TagSystem, TagInode, TagEntry, TagXattr, TagSplit, TagIntent, TagReclaim, TagFence, TagIndex}
 }
 
 // System keys (tag "S").
@@ -53,6 +55,9 @@ const (
 	// server's inodes and directories in use (removes of its inodes here).
 	KeyInodesOf = "Sinodes-of/"
 	KeyDirsOf   = "Sdirs-of/"
+	// KeySearchIndex (one byte: the index's version) marks a store whose
+	// search index (tag "N") is complete.
+	KeySearchIndex = "Ssearch-index"
 )
 
 // CounterOfKey is the key of this server's share of owner's count kind

@@ -31,7 +31,7 @@ func TestFormatDocListsEveryKey(t *testing.T) {
 			t.Errorf("docs/format.md has no key table row for tag %q", tag)
 		}
 	}
-	for _, k := range []string{KeyFormat, KeyInoHWM, KeyInodes, KeyDirs, KeyServerID, KeyServers, KeyInodesOf, KeyDirsOf} {
+	for _, k := range []string{KeyFormat, KeyInoHWM, KeyInodes, KeyDirs, KeyServerID, KeyServers, KeyInodesOf, KeyDirsOf, KeySearchIndex} {
 		if !rows[k] {
 			t.Errorf("docs/format.md has no key table row for system key %q", k)
 		}

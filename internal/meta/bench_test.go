@@ -85,3 +85,27 @@ func BenchmarkRawPebbleSync16(b *testing.B) {
 		return db.Set(k, value, pebble.Sync)
 	})
 }
+
+// BenchmarkCreateIndex16 is BenchmarkCreateSync16 (on disk, each create
+// after its WAL fsync) and BenchmarkCreateSyncMem16 (the server's CPU cost
+// alone), each with and without the search index: what the index costs.
+func BenchmarkCreateIndex16(b *testing.B) {
+	for _, disk := range []bool{true, false} {
+		for _, noIndex := range []bool{false, true} {
+			name := map[bool]string{true: "disk", false: "mem"}[disk] + map[bool]string{false: "/index", true: "/no-index"}[noIndex]
+			b.Run(name, func(b *testing.B) {
+				e := newEnv(b, func(c *Config) {
+					c.NoSearchIndex = noIndex
+					if !disk {
+						c.FS, c.Dir = vfs.NewMem(), "/meta"
+					}
+				})
+				d := e.mkdir(rootCreds(), root, "d", 0o777)
+				runParallel16(b, func(i int) error {
+					_, err := e.Create(ctx, &weftpb.CreateRequest{Creds: alice, Parent: d.Ino, Name: "file" + itoa(i), Mode: 0o644, Exclusive: true})
+					return err
+				})
+			})
+		}
+	}
+}

@@ -112,6 +112,11 @@ func (s *Server) apply(op string, b *pebble.Batch, sync bool) error {
 	if b.Empty() {
 		return nil
 	}
+	// The index is derived outside the gate, which serialises every
+	// commit of the server: the caller's locks keep the keys b writes.
+	if err := s.index(b); err != nil {
+		return err
+	}
 	return s.gated(op, func() error {
 		if sync {
 			return s.db.ApplyNoSyncWait(b, pebble.Sync)
@@ -151,6 +156,7 @@ func (s *Server) syncWAL(op string) error {
 // release closes a batch unless pebble panicked with batches in its
 // pipeline: a batch stuck there must not go back to pebble's pool.
 func (s *Server) release(b *pebble.Batch) {
+	s.absent.drop(b)
 	if !s.wedged.Load() {
 		b.Close()
 	}

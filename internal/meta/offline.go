@@ -67,6 +67,9 @@ func (o *Offline) Apply(ops []*weftpb.KeyOp) error {
 			return err
 		}
 	}
+	if err := indexBatch(o.db, b, nil); err != nil {
+		return err
+	}
 	return errs.Wrap(errs.IO, "apply", o.dir, b.Commit(pebble.Sync))
 }
 

@@ -52,6 +52,9 @@ type Config struct {
 	// operations (failpoint.go); an error stops the operation there as a
 	// crash would. Tests only.
 	Failpoint func(name string) error
+	// NoSearchIndex runs the server without the search index (weft find
+	// is then refused), to measure what the index costs.
+	NoSearchIndex bool
 
 	// lockLease replaces the participant lock lease (dist.go); tests only.
 	lockLease time.Duration
@@ -202,6 +205,10 @@ type Server struct {
 	db   *pebble.DB
 	sync bool
 
+	// absent lists, per batch being built, entry keys its txn found
+	// missing under its locks (index_hint.go).
+	absent absentHints
+
 	// closeMu is held shared by every operation and exclusively by Close, so
 	// that no operation touches the database after it is closed (pebble
 	// panics on that).
@@ -257,6 +264,10 @@ func Open(cfg Config) (*Server, error) {
 	}
 	s.db = db
 	if err := s.load(); err != nil {
+		s.abandonOrClose()
+		return nil, err
+	}
+	if err := s.openIndex(); err != nil {
 		s.abandonOrClose()
 		return nil, err
 	}

@@ -429,6 +429,9 @@ func (t *txn) entry(dir core.Ino, d *weftpb.InodeRecord, name string) (e *weftpb
 		return e, found, err
 	}
 	found, err = getRecord(t.s.db, entryKeyIn(dir, d, name), e)
+	if err == nil && !found && !t.readOnly {
+		t.s.absent.add(t.b, entryKeyIn(dir, d, name))
+	}
 	if err == nil && !found && t.readOnly && t.s.n > 1 {
 		// A view holds no lock: a split may have moved the name since d
 		// was read. If the partition changed, send the client on.

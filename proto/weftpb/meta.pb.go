@@ -191,6 +191,52 @@ func (XattrFlags) EnumDescriptor() ([]byte, []int) {
 	return file_meta_proto_rawDescGZIP(), []int{2}
 }
 
+type FindRequest_Phase int32
+
+const (
+	FindRequest_POINTERS FindRequest_Phase = 0
+	FindRequest_MATCHES  FindRequest_Phase = 1
+)
+
+// Enum value maps for FindRequest_Phase.
+var (
+	FindRequest_Phase_name = map[int32]string{
+		0: "POINTERS",
+		1: "MATCHES",
+	}
+	FindRequest_Phase_value = map[string]int32{
+		"POINTERS": 0,
+		"MATCHES":  1,
+	}
+)
+
+func (x FindRequest_Phase) Enum() *FindRequest_Phase {
+	p := new(FindRequest_Phase)
+	*p = x
+	return p
+}
+
+func (x FindRequest_Phase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FindRequest_Phase) Descriptor() protoreflect.EnumDescriptor {
+	return file_meta_proto_enumTypes[3].Descriptor()
+}
+
+func (FindRequest_Phase) Type() protoreflect.EnumType {
+	return &file_meta_proto_enumTypes[3]
+}
+
+func (x FindRequest_Phase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FindRequest_Phase.Descriptor instead.
+func (FindRequest_Phase) EnumDescriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{44, 0}
+}
+
 type LookupRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Creds         *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
@@ -2974,6 +3020,500 @@ func (*SyncMetaRequest) Descriptor() ([]byte, []int) {
 	return file_meta_proto_rawDescGZIP(), []int{43}
 }
 
+// FindRequest asks for one page of this server's part of weft find
+// (internal/search, docs/cli.md). Phase POINTERS lists the entries whose
+// attributes are not in them (directories, hard-linked files), which the
+// client joins with their records and uses to build paths; phase MATCHES
+// the files whose attributes this server holds and that pass the query.
+// Only entries of directories the caller may read and search are returned.
+type FindRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Creds         *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
+	Phase         FindRequest_Phase      `protobuf:"varint,2,opt,name=phase,proto3,enum=weft.v1.FindRequest_Phase" json:"phase,omitempty"`
+	Query         *FindQuery             `protobuf:"bytes,3,opt,name=query,proto3" json:"query,omitempty"`
+	Cursor        []byte                 `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"` // where the previous page ended; empty: the start
+	Limit         uint32                 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`  // hits per page; 0: the default (1024), at most 4096
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindRequest) Reset() {
+	*x = FindRequest{}
+	mi := &file_meta_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindRequest) ProtoMessage() {}
+
+func (x *FindRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindRequest.ProtoReflect.Descriptor instead.
+func (*FindRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *FindRequest) GetCreds() *Creds {
+	if x != nil {
+		return x.Creds
+	}
+	return nil
+}
+
+func (x *FindRequest) GetPhase() FindRequest_Phase {
+	if x != nil {
+		return x.Phase
+	}
+	return FindRequest_POINTERS
+}
+
+func (x *FindRequest) GetQuery() *FindQuery {
+	if x != nil {
+		return x.Query
+	}
+	return nil
+}
+
+func (x *FindRequest) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *FindRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// FindQuery is search.Query on the wire: every test must pass.
+type FindQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Names         []*FindGlob            `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`         // the base name
+	Types         []uint32               `protobuf:"varint,2,rep,packed,name=types,proto3" json:"types,omitempty"` // each a set of type bits: 1 << (mode >> 12)
+	Sizes         []*FindRange           `protobuf:"bytes,3,rep,name=sizes,proto3" json:"sizes,omitempty"`         // bytes
+	Mtimes        []*FindRange           `protobuf:"bytes,4,rep,name=mtimes,proto3" json:"mtimes,omitempty"`       // ns
+	Uids          []uint32               `protobuf:"varint,5,rep,packed,name=uids,proto3" json:"uids,omitempty"`
+	Gids          []uint32               `protobuf:"varint,6,rep,packed,name=gids,proto3" json:"gids,omitempty"`
+	Perms         []*FindPerm            `protobuf:"bytes,7,rep,name=perms,proto3" json:"perms,omitempty"`
+	Xattrs        [][]byte               `protobuf:"bytes,8,rep,name=xattrs,proto3" json:"xattrs,omitempty"` // extended attribute names the file has
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindQuery) Reset() {
+	*x = FindQuery{}
+	mi := &file_meta_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindQuery) ProtoMessage() {}
+
+func (x *FindQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindQuery.ProtoReflect.Descriptor instead.
+func (*FindQuery) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *FindQuery) GetNames() []*FindGlob {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *FindQuery) GetTypes() []uint32 {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+func (x *FindQuery) GetSizes() []*FindRange {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
+func (x *FindQuery) GetMtimes() []*FindRange {
+	if x != nil {
+		return x.Mtimes
+	}
+	return nil
+}
+
+func (x *FindQuery) GetUids() []uint32 {
+	if x != nil {
+		return x.Uids
+	}
+	return nil
+}
+
+func (x *FindQuery) GetGids() []uint32 {
+	if x != nil {
+		return x.Gids
+	}
+	return nil
+}
+
+func (x *FindQuery) GetPerms() []*FindPerm {
+	if x != nil {
+		return x.Perms
+	}
+	return nil
+}
+
+func (x *FindQuery) GetXattrs() [][]byte {
+	if x != nil {
+		return x.Xattrs
+	}
+	return nil
+}
+
+type FindGlob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pattern       []byte                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Fold          bool                   `protobuf:"varint,2,opt,name=fold,proto3" json:"fold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindGlob) Reset() {
+	*x = FindGlob{}
+	mi := &file_meta_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindGlob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindGlob) ProtoMessage() {}
+
+func (x *FindGlob) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindGlob.ProtoReflect.Descriptor instead.
+func (*FindGlob) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *FindGlob) GetPattern() []byte {
+	if x != nil {
+		return x.Pattern
+	}
+	return nil
+}
+
+func (x *FindGlob) GetFold() bool {
+	if x != nil {
+		return x.Fold
+	}
+	return false
+}
+
+type FindRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lo            int64                  `protobuf:"varint,1,opt,name=lo,proto3" json:"lo,omitempty"` // inclusive
+	Hi            int64                  `protobuf:"varint,2,opt,name=hi,proto3" json:"hi,omitempty"` // inclusive
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindRange) Reset() {
+	*x = FindRange{}
+	mi := &file_meta_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindRange) ProtoMessage() {}
+
+func (x *FindRange) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindRange.ProtoReflect.Descriptor instead.
+func (*FindRange) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *FindRange) GetLo() int64 {
+	if x != nil {
+		return x.Lo
+	}
+	return 0
+}
+
+func (x *FindRange) GetHi() int64 {
+	if x != nil {
+		return x.Hi
+	}
+	return 0
+}
+
+type FindPerm struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"` // 0 exact (MODE), 1 all (-MODE), 2 any (/MODE)
+	Bits          uint32                 `protobuf:"varint,2,opt,name=bits,proto3" json:"bits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindPerm) Reset() {
+	*x = FindPerm{}
+	mi := &file_meta_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindPerm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindPerm) ProtoMessage() {}
+
+func (x *FindPerm) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindPerm.ProtoReflect.Descriptor instead.
+func (*FindPerm) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *FindPerm) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *FindPerm) GetBits() uint32 {
+	if x != nil {
+		return x.Bits
+	}
+	return 0
+}
+
+type FindReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hits          []*FindHit             `protobuf:"bytes,1,rep,name=hits,proto3" json:"hits,omitempty"`
+	Cursor        []byte                 `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"` // the next page's cursor
+	Eof           bool                   `protobuf:"varint,3,opt,name=eof,proto3" json:"eof,omitempty"`      // nothing after this page
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindReply) Reset() {
+	*x = FindReply{}
+	mi := &file_meta_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindReply) ProtoMessage() {}
+
+func (x *FindReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindReply.ProtoReflect.Descriptor instead.
+func (*FindReply) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *FindReply) GetHits() []*FindHit {
+	if x != nil {
+		return x.Hits
+	}
+	return nil
+}
+
+func (x *FindReply) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *FindReply) GetEof() bool {
+	if x != nil {
+		return x.Eof
+	}
+	return false
+}
+
+// FindHit is one entry (dir and name set) or one standalone record (dir 0).
+type FindHit struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Dir       uint64                 `protobuf:"varint,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	Name      []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Ino       uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
+	Attr      *Attr                  `protobuf:"bytes,4,opt,name=attr,proto3" json:"attr,omitempty"`                             // MATCHES: the attributes (size, times, owner, mode, nlink)
+	EntryMode uint32                 `protobuf:"varint,5,opt,name=entry_mode,json=entryMode,proto3" json:"entry_mode,omitempty"` // POINTERS: the entry's mode (its type)
+	Parent    uint64                 `protobuf:"varint,6,opt,name=parent,proto3" json:"parent,omitempty"`                        // a directory's record: its parent
+	// recheck: a split directory's record, whose times are partition 0's;
+	// the time tests were left out and the client asks for the merged times.
+	Recheck       bool `protobuf:"varint,7,opt,name=recheck,proto3" json:"recheck,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindHit) Reset() {
+	*x = FindHit{}
+	mi := &file_meta_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindHit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindHit) ProtoMessage() {}
+
+func (x *FindHit) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindHit.ProtoReflect.Descriptor instead.
+func (*FindHit) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *FindHit) GetDir() uint64 {
+	if x != nil {
+		return x.Dir
+	}
+	return 0
+}
+
+func (x *FindHit) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *FindHit) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *FindHit) GetAttr() *Attr {
+	if x != nil {
+		return x.Attr
+	}
+	return nil
+}
+
+func (x *FindHit) GetEntryMode() uint32 {
+	if x != nil {
+		return x.EntryMode
+	}
+	return 0
+}
+
+func (x *FindHit) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *FindHit) GetRecheck() bool {
+	if x != nil {
+		return x.Recheck
+	}
+	return false
+}
+
 var File_meta_proto protoreflect.FileDescriptor
 
 const file_meta_proto_rawDesc = "" +
@@ -3055,14 +3595,28 @@ const file_meta_proto_rawDesc = "" +
 	"equest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"\x96\x01\n\x14GetCapabilityRequest\x12$\n\x05creds\x18\x01 \x01(\v" +
 	"2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x16\n" +
 	"\x06rights\x18\x03 \x01(\rR\x06rights\x12\x1a\n\bprevious\x18\x04 \x01(\fR\bprevious\"4\n\x12GetCapabili" +
-	"tyReply\x12\x1e\n\ncapability\x18\x01 \x01(\fR\ncapability\"\x11\n\x0fSyncMetaRequest*\xba\x01\n\vS" +
-	"etAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12" +
-	"\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR" +
-	"_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenam" +
-	"eFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE" +
-	"\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPL" +
-	"ACE\x10\x02B4Z#github.com/weftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\bedi" +
-	"tionsp\xe8\a"
+	"tyReply\x12\x1e\n\ncapability\x18\x01 \x01(\fR\ncapability\"\x11\n\x0fSyncMetaRequest\"\xe1\x01\n\vF" +
+	"indRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x120\n\x05phase\x18\x02 \x01(\x0e2" +
+	"\x1a.weft.v1.FindRequest.PhaseR\x05phase\x12(\n\x05query\x18\x03 \x01(\v2\x12.weft.v1.Find" +
+	"QueryR\x05query\x12\x16\n\x06cursor\x18\x04 \x01(\fR\x06cursor\x12\x14\n\x05limit\x18\x05 \x01(\rR\x05limit\"\"\n\x05Ph" +
+	"ase\x12\f\n\bPOINTERS\x10\x00\x12\v\n\aMATCHES\x10\x01\"\x89\x02\n\tFindQuery\x12'\n\x05names\x18\x01 \x03(\v2\x11.we" +
+	"ft.v1.FindGlobR\x05names\x12\x14\n\x05types\x18\x02 \x03(\rR\x05types\x12(\n\x05sizes\x18\x03 \x03(\v2\x12.wef" +
+	"t.v1.FindRangeR\x05sizes\x12*\n\x06mtimes\x18\x04 \x03(\v2\x12.weft.v1.FindRangeR\x06mtime" +
+	"s\x12\x12\n\x04uids\x18\x05 \x03(\rR\x04uids\x12\x12\n\x04gids\x18\x06 \x03(\rR\x04gids\x12'\n\x05perms\x18\a \x03(\v2\x11.weft." +
+	"v1.FindPermR\x05perms\x12\x16\n\x06xattrs\x18\b \x03(\fR\x06xattrs\"8\n\bFindGlob\x12\x18\n\apatter" +
+	"n\x18\x01 \x01(\fR\apattern\x12\x12\n\x04fold\x18\x02 \x01(\bR\x04fold\"+\n\tFindRange\x12\x0e\n\x02lo\x18\x01 \x01(\x03R\x02l" +
+	"o\x12\x0e\n\x02hi\x18\x02 \x01(\x03R\x02hi\"2\n\bFindPerm\x12\x12\n\x04kind\x18\x01 \x01(\rR\x04kind\x12\x12\n\x04bits\x18\x02 \x01(\rR" +
+	"\x04bits\"[\n\tFindReply\x12$\n\x04hits\x18\x01 \x03(\v2\x10.weft.v1.FindHitR\x04hits\x12\x16\n\x06curs" +
+	"or\x18\x02 \x01(\fR\x06cursor\x12\x10\n\x03eof\x18\x03 \x01(\bR\x03eof\"\xb5\x01\n\aFindHit\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir" +
+	"\x12\x12\n\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12!\n\x04attr\x18\x04 \x01(\v2\r.weft.v1.A" +
+	"ttrR\x04attr\x12\x1d\n\nentry_mode\x18\x05 \x01(\rR\tentryMode\x12\x16\n\x06parent\x18\x06 \x01(\x04R\x06parent" +
+	"\x12\x18\n\arecheck\x18\a \x01(\bR\arecheck*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10\n\f" +
+	"SETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SIZE" +
+	"\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10@\x12" +
+	"\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10RENAM" +
+	"E_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NONE\x10\x00" +
+	"\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftfs/weft/" +
+	"proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
@@ -3076,112 +3630,129 @@ func file_meta_proto_rawDescGZIP() []byte {
 	return file_meta_proto_rawDescData
 }
 
-var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_meta_proto_goTypes = []any{
 	(SetAttrBits)(0),              // 0: weft.v1.SetAttrBits
 	(RenameFlags)(0),              // 1: weft.v1.RenameFlags
 	(XattrFlags)(0),               // 2: weft.v1.XattrFlags
-	(*LookupRequest)(nil),         // 3: weft.v1.LookupRequest
-	(*LookupReply)(nil),           // 4: weft.v1.LookupReply
-	(*GetAttrRequest)(nil),        // 5: weft.v1.GetAttrRequest
-	(*GetAttrReply)(nil),          // 6: weft.v1.GetAttrReply
-	(*SetAttrRequest)(nil),        // 7: weft.v1.SetAttrRequest
-	(*SetAttrReply)(nil),          // 8: weft.v1.SetAttrReply
-	(*CreateRequest)(nil),         // 9: weft.v1.CreateRequest
-	(*CreateReply)(nil),           // 10: weft.v1.CreateReply
-	(*MkdirRequest)(nil),          // 11: weft.v1.MkdirRequest
-	(*MkdirReply)(nil),            // 12: weft.v1.MkdirReply
-	(*SymlinkRequest)(nil),        // 13: weft.v1.SymlinkRequest
-	(*SymlinkReply)(nil),          // 14: weft.v1.SymlinkReply
-	(*ReadlinkRequest)(nil),       // 15: weft.v1.ReadlinkRequest
-	(*ReadlinkReply)(nil),         // 16: weft.v1.ReadlinkReply
-	(*UnlinkRequest)(nil),         // 17: weft.v1.UnlinkRequest
-	(*UnlinkReply)(nil),           // 18: weft.v1.UnlinkReply
-	(*RmdirRequest)(nil),          // 19: weft.v1.RmdirRequest
-	(*RenameRequest)(nil),         // 20: weft.v1.RenameRequest
-	(*RenameReply)(nil),           // 21: weft.v1.RenameReply
-	(*LinkRequest)(nil),           // 22: weft.v1.LinkRequest
-	(*LinkReply)(nil),             // 23: weft.v1.LinkReply
-	(*ReadDirRequest)(nil),        // 24: weft.v1.ReadDirRequest
-	(*DirEntryMsg)(nil),           // 25: weft.v1.DirEntryMsg
-	(*ReadDirReply)(nil),          // 26: weft.v1.ReadDirReply
-	(*OpenRequest)(nil),           // 27: weft.v1.OpenRequest
-	(*OpenReply)(nil),             // 28: weft.v1.OpenReply
-	(*CommitRequest)(nil),         // 29: weft.v1.CommitRequest
-	(*CommitReply)(nil),           // 30: weft.v1.CommitReply
-	(*AccessRequest)(nil),         // 31: weft.v1.AccessRequest
-	(*StatFSRequest)(nil),         // 32: weft.v1.StatFSRequest
-	(*StatFSReply)(nil),           // 33: weft.v1.StatFSReply
-	(*GetXattrRequest)(nil),       // 34: weft.v1.GetXattrRequest
-	(*GetXattrReply)(nil),         // 35: weft.v1.GetXattrReply
-	(*SetXattrRequest)(nil),       // 36: weft.v1.SetXattrRequest
-	(*ListXattrRequest)(nil),      // 37: weft.v1.ListXattrRequest
-	(*ListXattrReply)(nil),        // 38: weft.v1.ListXattrReply
-	(*RemoveXattrRequest)(nil),    // 39: weft.v1.RemoveXattrRequest
-	(*StatusRequest)(nil),         // 40: weft.v1.StatusRequest
-	(*StatusReply)(nil),           // 41: weft.v1.StatusReply
-	(*PartitionStatus)(nil),       // 42: weft.v1.PartitionStatus
-	(*ReleaseReclaimRequest)(nil), // 43: weft.v1.ReleaseReclaimRequest
-	(*GetCapabilityRequest)(nil),  // 44: weft.v1.GetCapabilityRequest
-	(*GetCapabilityReply)(nil),    // 45: weft.v1.GetCapabilityReply
-	(*SyncMetaRequest)(nil),       // 46: weft.v1.SyncMetaRequest
-	(*Creds)(nil),                 // 47: weft.v1.Creds
-	(*Attr)(nil),                  // 48: weft.v1.Attr
-	(*NodeRef)(nil),               // 49: weft.v1.NodeRef
+	(FindRequest_Phase)(0),        // 3: weft.v1.FindRequest.Phase
+	(*LookupRequest)(nil),         // 4: weft.v1.LookupRequest
+	(*LookupReply)(nil),           // 5: weft.v1.LookupReply
+	(*GetAttrRequest)(nil),        // 6: weft.v1.GetAttrRequest
+	(*GetAttrReply)(nil),          // 7: weft.v1.GetAttrReply
+	(*SetAttrRequest)(nil),        // 8: weft.v1.SetAttrRequest
+	(*SetAttrReply)(nil),          // 9: weft.v1.SetAttrReply
+	(*CreateRequest)(nil),         // 10: weft.v1.CreateRequest
+	(*CreateReply)(nil),           // 11: weft.v1.CreateReply
+	(*MkdirRequest)(nil),          // 12: weft.v1.MkdirRequest
+	(*MkdirReply)(nil),            // 13: weft.v1.MkdirReply
+	(*SymlinkRequest)(nil),        // 14: weft.v1.SymlinkRequest
+	(*SymlinkReply)(nil),          // 15: weft.v1.SymlinkReply
+	(*ReadlinkRequest)(nil),       // 16: weft.v1.ReadlinkRequest
+	(*ReadlinkReply)(nil),         // 17: weft.v1.ReadlinkReply
+	(*UnlinkRequest)(nil),         // 18: weft.v1.UnlinkRequest
+	(*UnlinkReply)(nil),           // 19: weft.v1.UnlinkReply
+	(*RmdirRequest)(nil),          // 20: weft.v1.RmdirRequest
+	(*RenameRequest)(nil),         // 21: weft.v1.RenameRequest
+	(*RenameReply)(nil),           // 22: weft.v1.RenameReply
+	(*LinkRequest)(nil),           // 23: weft.v1.LinkRequest
+	(*LinkReply)(nil),             // 24: weft.v1.LinkReply
+	(*ReadDirRequest)(nil),        // 25: weft.v1.ReadDirRequest
+	(*DirEntryMsg)(nil),           // 26: weft.v1.DirEntryMsg
+	(*ReadDirReply)(nil),          // 27: weft.v1.ReadDirReply
+	(*OpenRequest)(nil),           // 28: weft.v1.OpenRequest
+	(*OpenReply)(nil),             // 29: weft.v1.OpenReply
+	(*CommitRequest)(nil),         // 30: weft.v1.CommitRequest
+	(*CommitReply)(nil),           // 31: weft.v1.CommitReply
+	(*AccessRequest)(nil),         // 32: weft.v1.AccessRequest
+	(*StatFSRequest)(nil),         // 33: weft.v1.StatFSRequest
+	(*StatFSReply)(nil),           // 34: weft.v1.StatFSReply
+	(*GetXattrRequest)(nil),       // 35: weft.v1.GetXattrRequest
+	(*GetXattrReply)(nil),         // 36: weft.v1.GetXattrReply
+	(*SetXattrRequest)(nil),       // 37: weft.v1.SetXattrRequest
+	(*ListXattrRequest)(nil),      // 38: weft.v1.ListXattrRequest
+	(*ListXattrReply)(nil),        // 39: weft.v1.ListXattrReply
+	(*RemoveXattrRequest)(nil),    // 40: weft.v1.RemoveXattrRequest
+	(*StatusRequest)(nil),         // 41: weft.v1.StatusRequest
+	(*StatusReply)(nil),           // 42: weft.v1.StatusReply
+	(*PartitionStatus)(nil),       // 43: weft.v1.PartitionStatus
+	(*ReleaseReclaimRequest)(nil), // 44: weft.v1.ReleaseReclaimRequest
+	(*GetCapabilityRequest)(nil),  // 45: weft.v1.GetCapabilityRequest
+	(*GetCapabilityReply)(nil),    // 46: weft.v1.GetCapabilityReply
+	(*SyncMetaRequest)(nil),       // 47: weft.v1.SyncMetaRequest
+	(*FindRequest)(nil),           // 48: weft.v1.FindRequest
+	(*FindQuery)(nil),             // 49: weft.v1.FindQuery
+	(*FindGlob)(nil),              // 50: weft.v1.FindGlob
+	(*FindRange)(nil),             // 51: weft.v1.FindRange
+	(*FindPerm)(nil),              // 52: weft.v1.FindPerm
+	(*FindReply)(nil),             // 53: weft.v1.FindReply
+	(*FindHit)(nil),               // 54: weft.v1.FindHit
+	(*Creds)(nil),                 // 55: weft.v1.Creds
+	(*Attr)(nil),                  // 56: weft.v1.Attr
+	(*NodeRef)(nil),               // 57: weft.v1.NodeRef
 }
 var file_meta_proto_depIdxs = []int32{
-	47, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
-	48, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
-	47, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
-	49, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
-	48, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
-	47, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
-	49, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
-	48, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
-	47, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
-	48, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
-	47, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
-	48, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
-	47, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
-	48, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
-	47, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
-	49, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
-	47, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
-	48, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
-	47, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
-	47, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
-	48, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
-	47, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
-	49, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
-	48, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
-	47, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
-	48, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
-	25, // 26: weft.v1.ReadDirReply.entries:type_name -> weft.v1.DirEntryMsg
-	47, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
-	49, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
-	48, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
-	47, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
-	49, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
-	48, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
-	47, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
-	49, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
-	47, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
-	49, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
-	47, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
-	49, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
-	47, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
-	49, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
-	47, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
-	49, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
-	42, // 43: weft.v1.StatusReply.top:type_name -> weft.v1.PartitionStatus
-	47, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
-	49, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	55, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
+	56, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
+	55, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
+	57, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
+	56, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
+	55, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
+	57, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
+	56, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
+	55, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
+	56, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
+	55, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
+	56, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
+	55, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
+	56, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
+	55, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
+	57, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
+	55, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
+	56, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
+	55, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
+	55, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
+	56, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
+	55, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
+	57, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
+	56, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
+	55, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
+	56, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
+	26, // 26: weft.v1.ReadDirReply.entries:type_name -> weft.v1.DirEntryMsg
+	55, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
+	57, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
+	56, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
+	55, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
+	57, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
+	56, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
+	55, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
+	57, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
+	55, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
+	57, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
+	55, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
+	57, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
+	55, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
+	57, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
+	55, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
+	57, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
+	43, // 43: weft.v1.StatusReply.top:type_name -> weft.v1.PartitionStatus
+	55, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
+	57, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
+	55, // 46: weft.v1.FindRequest.creds:type_name -> weft.v1.Creds
+	3,  // 47: weft.v1.FindRequest.phase:type_name -> weft.v1.FindRequest.Phase
+	49, // 48: weft.v1.FindRequest.query:type_name -> weft.v1.FindQuery
+	50, // 49: weft.v1.FindQuery.names:type_name -> weft.v1.FindGlob
+	51, // 50: weft.v1.FindQuery.sizes:type_name -> weft.v1.FindRange
+	51, // 51: weft.v1.FindQuery.mtimes:type_name -> weft.v1.FindRange
+	52, // 52: weft.v1.FindQuery.perms:type_name -> weft.v1.FindPerm
+	54, // 53: weft.v1.FindReply.hits:type_name -> weft.v1.FindHit
+	56, // 54: weft.v1.FindHit.attr:type_name -> weft.v1.Attr
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -3195,8 +3766,8 @@ func file_meta_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   44,
+			NumEnums:      4,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -28,6 +28,7 @@ const (
 	MethodScan           = 22 // weft fsck: read raw keys
 	MethodReleaseReclaim = 23 // last close of an unlinked file: reclaim its chunks
 	MethodGetCapability  = 24 // a fresh capability after a store refused one
+	MethodFind           = 25 // weft find: one page of a server's matches
 	MethodSyncMeta       = 27 // make what was acknowledged durable (async mode)
 	// 30-39: byte-range and flock locks (lock.proto).
 	MethodSetLock        = 30
@@ -72,7 +73,7 @@ var methodNames = map[uint16]string{
 	MethodOpen: "open", MethodCommit: "commit", MethodAccess: "access",
 	MethodStatFS: "statfs", MethodGetXattr: "getxattr", MethodSetXattr: "setxattr",
 	MethodListXattr: "listxattr", MethodRemoveXattr: "removexattr", MethodStatus: "status",
-	MethodScan: "scan", MethodReleaseReclaim: "release_reclaim", MethodGetCapability: "get_capability", MethodSyncMeta: "sync_meta",
+	MethodScan: "scan", MethodReleaseReclaim: "release_reclaim", MethodGetCapability: "get_capability", MethodSyncMeta: "sync_meta", MethodFind: "find",
 	MethodSetLock: "setlock", MethodGetLock: "getlock",
 	MethodLockKeepAlive: "lock_keepalive", MethodEndLockSession: "end_lock_session",
 	MethodPeerLock: "peer_lock", MethodPeerUnlock: "peer_unlock", MethodPeerGet: "peer_get",
