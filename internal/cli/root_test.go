@@ -61,7 +61,7 @@ func TestExitCodes(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{"unknown command", []string{"upp"}, ExitUsage, `unknown command "upp"; did you mean up?`},
+		{"unknown command", []string{"upp"}, ExitUsage, `unknown command "upp"; did you mean pg or up?`},
 		{"unknown flag", []string{"up", "--bogus"}, ExitUsage, "unknown flag: --bogus"},
 		{"extra argument", []string{"version", "x"}, ExitUsage, `unexpected argument "x"`},
 		{"cobra argument check", []string{"mv", "a"}, ExitUsage, "accepts 2 arg(s), received 1"},
