@@ -31,6 +31,8 @@ func (s *Server) Register(mux *rpc.Mux) {
 	rpc.Handle(mux, weftpb.MethodScan, s.Scan)
 	rpc.Handle(mux, weftpb.MethodReleaseReclaim, s.ReleaseReclaim)
 	rpc.Handle(mux, weftpb.MethodGetCapability, s.GetCapability)
+	rpc.Handle(mux, weftpb.MethodAllocInos, s.AllocInos)
+	rpc.Handle(mux, weftpb.MethodApplyBatch, s.ApplyBatch)
 	rpc.Handle(mux, weftpb.MethodPeerLock, s.PeerLock)
 	rpc.Handle(mux, weftpb.MethodPeerUnlock, s.PeerUnlock)
 	rpc.Handle(mux, weftpb.MethodPeerGet, s.PeerGet)

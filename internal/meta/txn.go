@@ -516,6 +516,9 @@ func (s *Server) update(ctx context.Context, op string, lock []core.Ino, fn func
 		return err
 	}
 	defer s.closeMu.RUnlock()
+	if err := s.recallWriters(ctx, lock); err != nil {
+		return err
+	}
 	var held []int
 	for _, ino := range lock {
 		held = addStripe(held, stripeOf(ino))

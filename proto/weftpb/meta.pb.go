@@ -2935,6 +2935,570 @@ func (x *GetCapabilityReply) GetCapability() []byte {
 	return nil
 }
 
+// AllocInosRequest reserves count inode numbers of the receiving server for
+// the caller, who hands them to files it creates under a write lease. The
+// numbers are never handed out again, even if the caller dies unused.
+type AllocInosRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         uint32                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocInosRequest) Reset() {
+	*x = AllocInosRequest{}
+	mi := &file_meta_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocInosRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocInosRequest) ProtoMessage() {}
+
+func (x *AllocInosRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocInosRequest.ProtoReflect.Descriptor instead.
+func (*AllocInosRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *AllocInosRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// AllocInosReply: the numbers first .. first+count-1 are the caller's.
+type AllocInosReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	First         uint64                 `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	Count         uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocInosReply) Reset() {
+	*x = AllocInosReply{}
+	mi := &file_meta_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocInosReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocInosReply) ProtoMessage() {}
+
+func (x *AllocInosReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocInosReply.ProtoReflect.Descriptor instead.
+func (*AllocInosReply) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *AllocInosReply) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *AllocInosReply) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// BatchOp is one operation of a write-back batch, in a directory the batch
+// names. Exactly one of its parts is set.
+type BatchOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Creds         *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
+	Create        *BatchCreate           `protobuf:"bytes,2,opt,name=create,proto3" json:"create,omitempty"`
+	Unlink        *BatchUnlink           `protobuf:"bytes,3,opt,name=unlink,proto3" json:"unlink,omitempty"`
+	Setattr       *BatchSetAttr          `protobuf:"bytes,4,opt,name=setattr,proto3" json:"setattr,omitempty"`
+	Rename        *BatchRename           `protobuf:"bytes,5,opt,name=rename,proto3" json:"rename,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchOp) Reset() {
+	*x = BatchOp{}
+	mi := &file_meta_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchOp) ProtoMessage() {}
+
+func (x *BatchOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchOp.ProtoReflect.Descriptor instead.
+func (*BatchOp) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *BatchOp) GetCreds() *Creds {
+	if x != nil {
+		return x.Creds
+	}
+	return nil
+}
+
+func (x *BatchOp) GetCreate() *BatchCreate {
+	if x != nil {
+		return x.Create
+	}
+	return nil
+}
+
+func (x *BatchOp) GetUnlink() *BatchUnlink {
+	if x != nil {
+		return x.Unlink
+	}
+	return nil
+}
+
+func (x *BatchOp) GetSetattr() *BatchSetAttr {
+	if x != nil {
+		return x.Setattr
+	}
+	return nil
+}
+
+func (x *BatchOp) GetRename() *BatchRename {
+	if x != nil {
+		return x.Rename
+	}
+	return nil
+}
+
+// BatchCreate creates an empty regular file (or fifo or socket) with the
+// client-allocated ino and the client's times.
+type BatchCreate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	TimeNs        int64                  `protobuf:"varint,4,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchCreate) Reset() {
+	*x = BatchCreate{}
+	mi := &file_meta_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchCreate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchCreate) ProtoMessage() {}
+
+func (x *BatchCreate) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchCreate.ProtoReflect.Descriptor instead.
+func (*BatchCreate) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *BatchCreate) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BatchCreate) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *BatchCreate) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *BatchCreate) GetTimeNs() int64 {
+	if x != nil {
+		return x.TimeNs
+	}
+	return 0
+}
+
+// BatchUnlink removes name, which must still hold ino.
+type BatchUnlink struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchUnlink) Reset() {
+	*x = BatchUnlink{}
+	mi := &file_meta_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchUnlink) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchUnlink) ProtoMessage() {}
+
+func (x *BatchUnlink) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchUnlink.ProtoReflect.Descriptor instead.
+func (*BatchUnlink) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *BatchUnlink) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BatchUnlink) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+// BatchSetAttr changes name's attributes (mode and times only); name must
+// still hold ino. time_ns is the client's clock for ctime and *_NOW bits.
+type BatchSetAttr struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Valid         uint32                 `protobuf:"varint,3,opt,name=valid,proto3" json:"valid,omitempty"`
+	Mode          uint32                 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	AtimeNs       int64                  `protobuf:"varint,5,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
+	MtimeNs       int64                  `protobuf:"varint,6,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	TimeNs        int64                  `protobuf:"varint,7,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchSetAttr) Reset() {
+	*x = BatchSetAttr{}
+	mi := &file_meta_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchSetAttr) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchSetAttr) ProtoMessage() {}
+
+func (x *BatchSetAttr) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchSetAttr.ProtoReflect.Descriptor instead.
+func (*BatchSetAttr) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *BatchSetAttr) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BatchSetAttr) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *BatchSetAttr) GetValid() uint32 {
+	if x != nil {
+		return x.Valid
+	}
+	return 0
+}
+
+func (x *BatchSetAttr) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *BatchSetAttr) GetAtimeNs() int64 {
+	if x != nil {
+		return x.AtimeNs
+	}
+	return 0
+}
+
+func (x *BatchSetAttr) GetMtimeNs() int64 {
+	if x != nil {
+		return x.MtimeNs
+	}
+	return 0
+}
+
+func (x *BatchSetAttr) GetTimeNs() int64 {
+	if x != nil {
+		return x.TimeNs
+	}
+	return 0
+}
+
+// BatchRename moves src (holding ino) to dst, a name that must be free, in
+// the same directory.
+type BatchRename struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Src           string                 `protobuf:"bytes,1,opt,name=src,proto3" json:"src,omitempty"`
+	Dst           string                 `protobuf:"bytes,2,opt,name=dst,proto3" json:"dst,omitempty"`
+	Ino           uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
+	TimeNs        int64                  `protobuf:"varint,4,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRename) Reset() {
+	*x = BatchRename{}
+	mi := &file_meta_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRename) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRename) ProtoMessage() {}
+
+func (x *BatchRename) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRename.ProtoReflect.Descriptor instead.
+func (*BatchRename) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *BatchRename) GetSrc() string {
+	if x != nil {
+		return x.Src
+	}
+	return ""
+}
+
+func (x *BatchRename) GetDst() string {
+	if x != nil {
+		return x.Dst
+	}
+	return ""
+}
+
+func (x *BatchRename) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *BatchRename) GetTimeNs() int64 {
+	if x != nil {
+		return x.TimeNs
+	}
+	return 0
+}
+
+// ApplyBatchRequest applies ops in directory dir as one atomic group: each
+// op is checked again against the state the ops before it left, and if any
+// fails nothing is applied (the reply's error names the op by index).
+type ApplyBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dir           uint64                 `protobuf:"varint,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	Ops           []*BatchOp             `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyBatchRequest) Reset() {
+	*x = ApplyBatchRequest{}
+	mi := &file_meta_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyBatchRequest) ProtoMessage() {}
+
+func (x *ApplyBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyBatchRequest.ProtoReflect.Descriptor instead.
+func (*ApplyBatchRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ApplyBatchRequest) GetDir() uint64 {
+	if x != nil {
+		return x.Dir
+	}
+	return 0
+}
+
+func (x *ApplyBatchRequest) GetOps() []*BatchOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+type ApplyBatchReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Applied       uint32                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyBatchReply) Reset() {
+	*x = ApplyBatchReply{}
+	mi := &file_meta_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyBatchReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyBatchReply) ProtoMessage() {}
+
+func (x *ApplyBatchReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyBatchReply.ProtoReflect.Descriptor instead.
+func (*ApplyBatchReply) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ApplyBatchReply) GetApplied() uint32 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
 var File_meta_proto protoreflect.FileDescriptor
 
 const file_meta_proto_rawDesc = "" +
@@ -3016,13 +3580,27 @@ const file_meta_proto_rawDesc = "" +
 	"equest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"\x96\x01\n\x14GetCapabilityRequest\x12$\n\x05creds\x18\x01 \x01(\v" +
 	"2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x16\n" +
 	"\x06rights\x18\x03 \x01(\rR\x06rights\x12\x1a\n\bprevious\x18\x04 \x01(\fR\bprevious\"4\n\x12GetCapabili" +
-	"tyReply\x12\x1e\n\ncapability\x18\x01 \x01(\fR\ncapability*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETAT" +
-	"TR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n" +
-	"\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR" +
-	"_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NO" +
-	"NE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n" +
-	"\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com" +
-	"/weftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
+	"tyReply\x12\x1e\n\ncapability\x18\x01 \x01(\fR\ncapability\"(\n\x10AllocInosRequest\x12\x14\n\x05c" +
+	"ount\x18\x01 \x01(\rR\x05count\"<\n\x0eAllocInosReply\x12\x14\n\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n\x05cou" +
+	"nt\x18\x02 \x01(\rR\x05count\"\xea\x01\n\aBatchOp\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05cred" +
+	"s\x12,\n\x06create\x18\x02 \x01(\v2\x14.weft.v1.BatchCreateR\x06create\x12,\n\x06unlink\x18\x03 \x01(\v2" +
+	"\x14.weft.v1.BatchUnlinkR\x06unlink\x12/\n\asetattr\x18\x04 \x01(\v2\x15.weft.v1.BatchSe" +
+	"tAttrR\asetattr\x12,\n\x06rename\x18\x05 \x01(\v2\x14.weft.v1.BatchRenameR\x06rename\"`\n\v" +
+	"BatchCreate\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR" +
+	"\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"3\n\vBatchUnlink\x12\x12\n\x04name\x18\x01 \x01(\tR\x04nam" +
+	"e\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\"\xad\x01\n\fBatchSetAttr\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n\x03ino\x18" +
+	"\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x19\n\batime_ns" +
+	"\x18\x05 \x01(\x03R\aatimeNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18\a \x01(\x03R\x06tim" +
+	"eNs\"\\\n\vBatchRename\x12\x10\n\x03src\x18\x01 \x01(\tR\x03src\x12\x10\n\x03dst\x18\x02 \x01(\tR\x03dst\x12\x10\n\x03ino\x18\x03 " +
+	"\x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"I\n\x11ApplyBatchRequest\x12\x10\n\x03dir\x18\x01 " +
+	"\x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v2\x10.weft.v1.BatchOpR\x03ops\"+\n\x0fApplyBatchReply\x12" +
+	"\x18\n\aapplied\x18\x01 \x01(\rR\aapplied*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10\n\fS" +
+	"ETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SIZE\x10" +
+	"\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10@\x12\x16" +
+	"\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10RENAME" +
+	"_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NONE\x10\x00\x12" +
+	"\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftfs/weft/p" +
+	"roto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
@@ -3037,7 +3615,7 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_meta_proto_goTypes = []any{
 	(SetAttrBits)(0),              // 0: weft.v1.SetAttrBits
 	(RenameFlags)(0),              // 1: weft.v1.RenameFlags
@@ -3085,62 +3663,77 @@ var file_meta_proto_goTypes = []any{
 	(*ReleaseReclaimRequest)(nil), // 43: weft.v1.ReleaseReclaimRequest
 	(*GetCapabilityRequest)(nil),  // 44: weft.v1.GetCapabilityRequest
 	(*GetCapabilityReply)(nil),    // 45: weft.v1.GetCapabilityReply
-	(*Creds)(nil),                 // 46: weft.v1.Creds
-	(*Attr)(nil),                  // 47: weft.v1.Attr
-	(*NodeRef)(nil),               // 48: weft.v1.NodeRef
+	(*AllocInosRequest)(nil),      // 46: weft.v1.AllocInosRequest
+	(*AllocInosReply)(nil),        // 47: weft.v1.AllocInosReply
+	(*BatchOp)(nil),               // 48: weft.v1.BatchOp
+	(*BatchCreate)(nil),           // 49: weft.v1.BatchCreate
+	(*BatchUnlink)(nil),           // 50: weft.v1.BatchUnlink
+	(*BatchSetAttr)(nil),          // 51: weft.v1.BatchSetAttr
+	(*BatchRename)(nil),           // 52: weft.v1.BatchRename
+	(*ApplyBatchRequest)(nil),     // 53: weft.v1.ApplyBatchRequest
+	(*ApplyBatchReply)(nil),       // 54: weft.v1.ApplyBatchReply
+	(*Creds)(nil),                 // 55: weft.v1.Creds
+	(*Attr)(nil),                  // 56: weft.v1.Attr
+	(*NodeRef)(nil),               // 57: weft.v1.NodeRef
 }
 var file_meta_proto_depIdxs = []int32{
-	46, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
-	47, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
-	46, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
-	48, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
-	47, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
-	46, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
-	48, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
-	47, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
-	46, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
-	47, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
-	46, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
-	47, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
-	46, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
-	47, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
-	46, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
-	48, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
-	46, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
-	47, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
-	46, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
-	46, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
-	47, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
-	46, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
-	48, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
-	47, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
-	46, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
-	47, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
+	55, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
+	56, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
+	55, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
+	57, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
+	56, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
+	55, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
+	57, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
+	56, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
+	55, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
+	56, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
+	55, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
+	56, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
+	55, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
+	56, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
+	55, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
+	57, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
+	55, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
+	56, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
+	55, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
+	55, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
+	56, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
+	55, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
+	57, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
+	56, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
+	55, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
+	56, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
 	25, // 26: weft.v1.ReadDirReply.entries:type_name -> weft.v1.DirEntryMsg
-	46, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
-	48, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
-	47, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
-	46, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
-	48, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
-	47, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
-	46, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
-	48, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
-	46, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
-	48, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
-	46, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
-	48, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
-	46, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
-	48, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
-	46, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
-	48, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
+	55, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
+	57, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
+	56, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
+	55, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
+	57, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
+	56, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
+	55, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
+	57, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
+	55, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
+	57, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
+	55, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
+	57, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
+	55, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
+	57, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
+	55, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
+	57, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
 	42, // 43: weft.v1.StatusReply.top:type_name -> weft.v1.PartitionStatus
-	46, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
-	48, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	55, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
+	57, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
+	55, // 46: weft.v1.BatchOp.creds:type_name -> weft.v1.Creds
+	49, // 47: weft.v1.BatchOp.create:type_name -> weft.v1.BatchCreate
+	50, // 48: weft.v1.BatchOp.unlink:type_name -> weft.v1.BatchUnlink
+	51, // 49: weft.v1.BatchOp.setattr:type_name -> weft.v1.BatchSetAttr
+	52, // 50: weft.v1.BatchOp.rename:type_name -> weft.v1.BatchRename
+	48, // 51: weft.v1.ApplyBatchRequest.ops:type_name -> weft.v1.BatchOp
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -3155,7 +3748,7 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   43,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -28,6 +28,8 @@ const (
 	MethodScan           = 22 // weft fsck: read raw keys
 	MethodReleaseReclaim = 23 // last close of an unlinked file: reclaim its chunks
 	MethodGetCapability  = 24 // a fresh capability after a store refused one
+	MethodAllocInos      = 28 // write-back: inode numbers for a client to hand out
+	MethodApplyBatch     = 29 // write-back: a batch of a directory's operations, atomically
 	// 30-39: byte-range and flock locks (lock.proto).
 	MethodSetLock        = 30
 	MethodGetLock        = 31
@@ -71,6 +73,7 @@ var methodNames = map[uint16]string{
 	MethodStatFS: "statfs", MethodGetXattr: "getxattr", MethodSetXattr: "setxattr",
 	MethodListXattr: "listxattr", MethodRemoveXattr: "removexattr", MethodStatus: "status",
 	MethodScan: "scan", MethodReleaseReclaim: "release_reclaim", MethodGetCapability: "get_capability",
+	MethodAllocInos: "alloc_inos", MethodApplyBatch: "apply_batch",
 	MethodSetLock: "setlock", MethodGetLock: "getlock",
 	MethodLockKeepAlive: "lock_keepalive", MethodEndLockSession: "end_lock_session",
 	MethodPeerLock: "peer_lock", MethodPeerUnlock: "peer_unlock", MethodPeerGet: "peer_get",
