@@ -71,6 +71,13 @@ type Config struct {
 	// over, and a read whose every replica failed, or a write, fails with
 	// EIO.
 	StoreTimeout time.Duration
+	// WriteBack completes creates, unlinks, renames and setattrs in
+	// directories this client holds a write lease on, and sends them in
+	// batches (writeback.go; the mount's --durability writeback).
+	WriteBack bool
+	// WriteBackWindow bounds how long a written-back change waits in the
+	// client (default DefaultWriteBackWindow).
+	WriteBackWindow time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -116,7 +123,10 @@ func (c *Config) setDefaults() error {
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = DefaultStoreTimeout
 	}
-	if c.ReplicaTimeout < 0 || c.StoreTimeout < 0 {
+	if c.WriteBackWindow == 0 {
+		c.WriteBackWindow = DefaultWriteBackWindow
+	}
+	if c.ReplicaTimeout < 0 || c.StoreTimeout < 0 || c.WriteBackWindow < 0 {
 		return errs.New(errs.Invalid, "client config", "negative replica timeout %v or store timeout %v", c.ReplicaTimeout, c.StoreTimeout)
 	}
 	return nil
@@ -152,6 +162,7 @@ type Client struct {
 
 	locks  lockSession // file lock session (lock.go)
 	leases leaseCache  // read leases (lease.go)
+	wb     writeBack   // metadata write-back (writeback.go)
 }
 
 // New connects lazily to the cluster described by cfg: no server is contacted
@@ -190,9 +201,11 @@ func New(cfg Config) (*Client, error) {
 // Close waits for background work and closes the connections. Files still
 // open are not flushed: close them first.
 func (c *Client) Close() error {
+	c.wbClose()
 	c.endLocks()
 	c.bg.Wait()
 	c.stop()
+	c.wbWait()
 	for _, h := range c.same {
 		h.close()
 	}

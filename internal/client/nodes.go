@@ -13,24 +13,31 @@ import (
 
 // LookupAt returns the attributes of name in directory parent.
 func (c *Client) LookupAt(ctx context.Context, parent core.Ino, name string) (core.Attr, error) {
-	var r pb.LookupReply
-	err := c.callName(ctx, parent, name, pb.MethodLookup,
-		&pb.LookupRequest{Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name}, &r, true)
+	if a, ok, err := c.wbLookup(parent, name); ok {
+		return c.overlayOpen(a), err
+	}
+	a, err := c.lookupServer(ctx, parent, name)
 	if err != nil {
+		if w := c.wbLookupDir(parent); w != nil && errs.Is(err, errs.NotExist) {
+			w.noteAbsent(name)
+		}
 		return core.Attr{}, err
 	}
-	return c.overlayOpen(attrFromPB(r.Attr)), nil
+	return c.wbDirAttr(c.overlayOpen(a)), nil
 }
 
 // GetAttr returns the attributes of the node ref names.
 func (c *Client) GetAttr(ctx context.Context, ref Ref) (core.Attr, error) {
+	if a, ok := c.wbStat(ref); ok {
+		return c.overlayOpen(a), nil
+	}
 	var r pb.GetAttrReply
 	req := &pb.GetAttrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb()}
 	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodGetAttr, req, &r, true)
 	if err != nil {
 		return core.Attr{}, err
 	}
-	return c.overlayOpen(attrFromPB(r.Attr)), nil
+	return c.wbDirAttr(c.overlayOpen(attrFromPB(r.Attr))), nil
 }
 
 // SetAttr names the attributes to change; nil fields stay.
@@ -84,6 +91,9 @@ func (s SetAttr) pb() *pb.SetAttrRequest {
 // through the file's open state when this client has it open, so buffered
 // writes and the new size agree.
 func (c *Client) SetAttr(ctx context.Context, ref Ref, s SetAttr) (core.Attr, error) {
+	if a, ok := c.wbSetAttr(ctx, ref, s); ok {
+		return a, nil
+	}
 	if s.Size != nil {
 		if n := c.lookupOpen(ref.Ino); n != nil {
 			defer c.releaseOpen(n)
@@ -188,6 +198,9 @@ func (c *Client) CreateAt(ctx context.Context, parent core.Ino, name string, fla
 // CreateAtAttr is CreateAt that also returns the file's attributes as the
 // server reported them, which the FUSE layer's reply needs.
 func (c *Client) CreateAtAttr(ctx context.Context, parent core.Ino, name string, flags int, mode uint32) (*File, core.Attr, error) {
+	if f, a, ok, err := c.wbCreate(ctx, parent, name, flags, mode); ok {
+		return f, a, err
+	}
 	req := &pb.CreateRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name,
 		Mode: core.ModeFile | mode&core.ModeBits, Exclusive: flags&oEXCL != 0, OpenFlags: uint32(flags),
@@ -253,6 +266,9 @@ func (c *Client) Readlink(ctx context.Context, ref Ref) (string, error) {
 // last link of a chunked file, the meta server reclaims its chunks (after
 // this client's last close if it has the file open).
 func (c *Client) UnlinkAt(ctx context.Context, parent core.Ino, name string) error {
+	if ok, err := c.wbUnlink(ctx, parent, name); ok {
+		return err
+	}
 	var r pb.UnlinkReply
 	open := c.openAt(parent, name)
 	err := c.callName(ctx, parent, name, pb.MethodUnlink, &pb.UnlinkRequest{
@@ -279,6 +295,13 @@ const (
 
 // RenameAt moves srcName in srcParent to dstName in dstParent.
 func (c *Client) RenameAt(ctx context.Context, srcParent core.Ino, srcName string, dstParent core.Ino, dstName string, flags uint32) error {
+	if srcParent == dstParent {
+		if ok, err := c.wbRename(ctx, srcParent, srcName, dstName, flags); ok {
+			return err
+		}
+	} else if err := c.wbBarrier(ctx, dstParent); err != nil {
+		return err
+	}
 	var r pb.RenameReply
 	open := c.openAt(dstParent, dstName)
 	err := c.callName(ctx, srcParent, srcName, pb.MethodRename, &pb.RenameRequest{
@@ -297,6 +320,9 @@ func (c *Client) RenameAt(ctx context.Context, srcParent core.Ino, srcName strin
 
 // LinkAt makes newName in newParent a hard link to the file ref names.
 func (c *Client) LinkAt(ctx context.Context, ref Ref, newParent core.Ino, newName string) (core.Attr, error) {
+	if err := c.wbBarrier(ctx, ref.Parent); err != nil {
+		return core.Attr{}, err
+	}
 	var r pb.LinkReply
 	err := c.callName(ctx, newParent, newName, pb.MethodLink, &pb.LinkRequest{
 		Creds: credsPB(c.creds(ctx)), Node: ref.pb(), NewParent: uint64(newParent), NewName: newName,
@@ -317,6 +343,9 @@ func (c *Client) LinkAt(ctx context.Context, ref Ref, newParent core.Ino, newNam
 func (c *Client) ReadDirPage(ctx context.Context, dir core.Ino, cookie []byte, limit int, plus bool) ([]core.DirEntry, []byte, bool, error) {
 	if limit <= 0 {
 		limit = defaultPageLimit
+	}
+	if err := c.wbBarrier(ctx, dir); err != nil {
+		return nil, nil, false, err
 	}
 	req := func() *pb.ReadDirRequest {
 		return &pb.ReadDirRequest{Creds: credsPB(c.creds(ctx)), Dir: uint64(dir), Cookie: cookie, Limit: uint32(limit), Plus: plus}
