@@ -95,7 +95,7 @@ type wbDir struct {
 	// kernel's directory lock does (writeback_ops.go). Held across the
 	// lookup an operation may need, never by a flush.
 	ops sync.Mutex
-	mu      struct {
+	mu  struct {
 		sync.Mutex
 		seqs    []uint64  // grant of each meta server's key
 		trusted time.Time // monotonic: until when the lease is relied on
@@ -409,4 +409,3 @@ func (c *Client) wbDirAttr(a core.Attr) core.Attr {
 	}
 	return a
 }
-
