@@ -200,7 +200,7 @@ func (c *Client) wbUnlink(ctx context.Context, parent core.Ino, name string) (bo
 		return false, nil
 	}
 	w := c.wbAcquire(ctx, parent)
-	if w == nil || len(c.openAt(parent, name)) > 0 {
+	if w == nil {
 		return false, nil
 	}
 	w.ops.Lock()
@@ -215,18 +215,21 @@ func (c *Client) wbUnlink(ctx context.Context, parent core.Ino, name string) (bo
 		return false, nil
 	}
 	creds := c.creds(ctx)
+	// The servers hold the reclaim of a file open here until its last
+	// close, as for an unlink sent at once.
+	open := c.openAt(parent, name)
 	now := time.Now()
 	w.mu.Lock()
 	if !w.usableLocked(now) || !dirAllows(creds, w.mu.dattr) {
 		w.mu.Unlock()
 		return false, nil
 	}
-	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Unlink: &pb.BatchUnlink{Name: name, Ino: uint64(a.Ino)}}, name)
+	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Unlink: &pb.BatchUnlink{Name: name, Ino: uint64(a.Ino), Open: open}}, name)
 	n := w.nameLocked(name)
 	n.absent, n.attr = true, core.Attr{}
 	w.mu.mtime = now
 	w.mu.Unlock()
-	c.dropped(a.Ino, true, parent, name, nil)
+	c.dropped(a.Ino, true, parent, name, open)
 	return true, nil
 }
 
@@ -292,7 +295,7 @@ func (c *Client) wbRename(ctx context.Context, dir core.Ino, src, dst string, fl
 		return false, nil
 	}
 	w := c.wbAcquire(ctx, dir)
-	if w == nil || len(c.openAt(dir, src)) > 0 || len(c.openAt(dir, dst)) > 0 {
+	if w == nil {
 		return false, nil
 	}
 	w.ops.Lock()
@@ -318,8 +321,8 @@ func (c *Client) wbRename(ctx context.Context, dir core.Ino, src, dst string, fl
 	creds := c.creds(ctx)
 	now := time.Now()
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if !w.usableLocked(now) || !dirAllows(creds, w.mu.dattr) {
+		w.mu.Unlock()
 		return false, nil
 	}
 	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Rename: &pb.BatchRename{Src: src, Dst: dst, Ino: uint64(a.Ino), TimeNs: now.UnixNano()}}, src, dst)
@@ -333,6 +336,10 @@ func (c *Client) wbRename(ctx context.Context, dir core.Ino, src, dst string, fl
 	a.Ctime = now
 	d.attr = a
 	w.mu.mtime = now
+	w.mu.Unlock()
+	// An open file follows its name: its next commit (which sends the
+	// queue first) goes to the new one.
+	c.renameOpen(dir, src, dir, dst, false, 0)
 	return true, nil
 }
 

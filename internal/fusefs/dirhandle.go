@@ -159,6 +159,11 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	return child, 0
 }
 
-// Fsyncdir has nothing to do: every namespace change is acknowledged only
-// once the meta server made it as durable as the cluster's mode says.
-func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno { return 0 }
+// Fsyncdir sends the directory's written-back changes (a writeback
+// mount) and waits for them; any other change was acknowledged only once
+// the meta server made it as durable as the cluster's mode says.
+func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+	cctx, cancel := d.node.fsys.callCtx(ctx)
+	defer cancel()
+	return d.node.fsys.fail("fsyncdir", d.node.fsys.c.SyncDir(cctx, d.node.ino()))
+}

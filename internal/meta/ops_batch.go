@@ -234,7 +234,7 @@ func (t *txn) batchUnlink(c core.Creds, dir core.Ino, req *weftpb.BatchUnlink) (
 	if err != nil {
 		return false, err
 	}
-	t.reclaimFreed(n, freed, nil)
+	t.reclaimFreed(n, freed, req.Open)
 	d.Entries--
 	t.touchDir(dir, d)
 	return freed, nil

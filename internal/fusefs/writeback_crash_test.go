@@ -1,0 +1,214 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+)
+
+// mountWriteBack runs weft mount -d --durability writeback on mnt and
+// returns the pid of the mount process (killed and cleared by t.Cleanup).
+func mountWriteBack(t *testing.T, clusterFile, mnt string) int {
+	t.Helper()
+	out, err := weft(t, "mount", "--cluster", clusterFile, "--durability", "writeback", "-d",
+		"--log-file", filepath.Join(t.TempDir(), "mount.log"), mnt)
+	if err != nil {
+		t.Fatalf("weft mount -d --durability writeback: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`\(pid (\d+)\)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("weft mount -d printed no pid: %q", out)
+	}
+	pid, _ := strconv.Atoi(m[1])
+	t.Cleanup(func() {
+		if alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if Mounted(mnt) {
+			_ = Unmount(mnt)
+		}
+	})
+	return pid
+}
+
+// stormModel is what a create/rename/unlink storm did, and what was durable
+// at its last completed fsync of the directory.
+type stormModel struct {
+	now    map[string]bool // names existing after each op, as the storm saw it
+	synced map[string]bool // ... at the last completed fsync
+	since  map[string]bool // names changed after that fsync: either state may be on the servers
+	ops    int
+	syncs  int
+}
+
+// storm creates, renames and unlinks files in dir until an operation fails
+// (the mount died) or stop closes, with an fsync of the directory every 25
+// files. The directory is opened once: an opendir reads the directory,
+// which sends the queue, and would hide a lost fsync.
+func storm(dir string, stop <-chan struct{}, synced *atomic.Int64) *stormModel {
+	m := &stormModel{now: map[string]bool{}, synced: map[string]bool{}, since: map[string]bool{}}
+	d, err := os.Open(dir)
+	if err != nil {
+		return m
+	}
+	defer d.Close()
+	touch := func(names ...string) {
+		for _, n := range names {
+			m.since[n] = true
+		}
+	}
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return m
+		default:
+		}
+		name := fmt.Sprintf("f%05d", i)
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return m
+		}
+		touch(name)
+		if f.Close() != nil {
+			return m
+		}
+		m.now[name] = true
+		m.ops++
+		if i%3 == 1 {
+			to := fmt.Sprintf("r%05d", i)
+			touch(name, to)
+			if os.Rename(filepath.Join(dir, name), filepath.Join(dir, to)) != nil {
+				return m
+			}
+			delete(m.now, name)
+			m.now[to] = true
+			m.ops++
+		}
+		if i%5 == 4 {
+			victim := fmt.Sprintf("f%05d", i-2)
+			if m.now[victim] {
+				touch(victim)
+				if os.Remove(filepath.Join(dir, victim)) != nil {
+					return m
+				}
+				delete(m.now, victim)
+				m.ops++
+			}
+		}
+		if i%25 == 24 {
+			if d.Sync() != nil {
+				return m
+			}
+			m.synced = make(map[string]bool, len(m.now))
+			for n := range m.now {
+				m.synced[n] = true
+			}
+			m.since = map[string]bool{}
+			m.syncs++
+			synced.Add(1)
+		}
+	}
+}
+
+// TestWriteBackMountKilledDuringStorm kills a writeback mount with SIGKILL
+// during a create/rename/unlink storm. Every change the storm had fsynced
+// (the directory) is on the servers, names changed since are in their old
+// or new state, nothing dangles and weft fsck is clean.
+func TestWriteBackMountKilledDuringStorm(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	c := tc.client(t)
+	file := tc.emb.ClusterFile()
+	mnt := newMountPoint(t)
+	pid := mountWriteBack(t, file, mnt)
+	dir := filepath.Join(mnt, "d")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	stop := make(chan struct{})
+	done := make(chan *stormModel, 1)
+	var synced atomic.Int64
+	go func() { done <- storm(dir, stop, &synced) }()
+	// Kill once the storm is well under way: after some fsyncs, and in
+	// the middle of the changes that follow one.
+	deadline := time.Now().Add(30 * time.Second)
+	for synced.Load() < 8 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid)
+	close(stop)
+	var m *stormModel
+	select {
+	case m = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the storm did not stop after the mount died")
+	}
+	if Mounted(mnt) {
+		_ = Unmount(mnt)
+	}
+	t.Logf("storm: %v", time.Since(start))
+	t.Logf("storm: %d ops, %d fsyncs, %d names at the last fsync, %d changed since", m.ops, m.syncs, len(m.synced), len(m.since))
+	if m.syncs == 0 {
+		t.Fatal("the storm never completed an fsync")
+	}
+
+	ctx := context.Background()
+	d, err := c.Stat(ctx, "/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onServer := map[string]bool{}
+	if err := c.ReadDirAt(ctx, d.Ino, true, func(e core.DirEntry) error {
+		onServer[e.Name] = true
+		if _, err := c.LookupAt(ctx, d.Ino, e.Name); err != nil {
+			t.Errorf("listed %s does not resolve: %v", e.Name, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lost, resurrected := 0, 0
+	for n := range m.synced {
+		if !m.since[n] && !onServer[n] {
+			lost++
+			t.Errorf("%s was fsynced and is gone", n)
+		}
+	}
+	for n := range onServer {
+		if !m.synced[n] && !m.since[n] {
+			resurrected++
+			t.Errorf("%s is on the servers but was removed before the last fsync (or never made)", n)
+		}
+	}
+	t.Logf("%d names on the servers; %d fsynced names lost, %d unexpected", len(onServer), lost, resurrected)
+	if _, err := c.LookupAt(ctx, d.Ino, "no-such-name"); !errs.Is(err, errs.NotExist) {
+		t.Errorf("lookup of a missing name: %v", err)
+	}
+	out, err := weft(t, "fsck", "--cluster", file)
+	if err != nil {
+		var ee interface{ ExitCode() int }
+		if errors.As(err, &ee) {
+			t.Errorf("weft fsck exit %d:\n%s", ee.ExitCode(), out)
+		} else {
+			t.Errorf("weft fsck: %v\n%s", err, out)
+		}
+	} else {
+		t.Logf("weft fsck: %s", out)
+	}
+}
