@@ -65,6 +65,13 @@ func runFusemeta(ctx context.Context, env *Env) ([]Result, error) {
 	}
 	reps := env.repeats()
 	targets := env.peerTargets()
+	// The mount's writeback mode next to sync, both as separate processes
+	// over TCP (weft (none) is sync there), as leases need.
+	for _, t := range env.targets(weftNone, weftWriteback) {
+		if t.Kind == kindWeft {
+			targets = append(targets, t)
+		}
+	}
 	env.progress(len(targets) * (1 + reps))
 	var out []Result
 	err = env.eachTarget(ctx, targets, nil, func(m *Mount) error {
