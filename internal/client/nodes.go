@@ -94,6 +94,11 @@ func (c *Client) SetAttr(ctx context.Context, ref Ref, s SetAttr) (core.Attr, er
 	if a, ok := c.wbSetAttr(ctx, ref, s); ok {
 		return a, nil
 	}
+	// A directory under write-back: its queue goes first, and the client
+	// forgets the attributes it knew.
+	if err := c.wbBarrier(ctx, ref.Ino); err != nil {
+		return core.Attr{}, err
+	}
 	if s.Size != nil {
 		if n := c.lookupOpen(ref.Ino); n != nil {
 			defer c.releaseOpen(n)
@@ -341,11 +346,17 @@ func (c *Client) LinkAt(ctx context.Context, ref Ref, newParent core.Ino, newNam
 // returned once: a moved entry keeps its position, so it is skipped as a
 // duplicate if both its old and new partition return it.
 func (c *Client) ReadDirPage(ctx context.Context, dir core.Ino, cookie []byte, limit int, plus bool) ([]core.DirEntry, []byte, bool, error) {
+	// A listing sees the queued write-back changes: they go first.
+	if err := c.wbFlushDir(ctx, dir); err != nil {
+		return nil, nil, false, err
+	}
+	return c.readDirPage(ctx, dir, cookie, limit, plus)
+}
+
+// readDirPage is ReadDirPage without sending write-back changes first.
+func (c *Client) readDirPage(ctx context.Context, dir core.Ino, cookie []byte, limit int, plus bool) ([]core.DirEntry, []byte, bool, error) {
 	if limit <= 0 {
 		limit = defaultPageLimit
-	}
-	if err := c.wbBarrier(ctx, dir); err != nil {
-		return nil, nil, false, err
 	}
 	req := func() *pb.ReadDirRequest {
 		return &pb.ReadDirRequest{Creds: credsPB(c.creds(ctx)), Dir: uint64(dir), Cookie: cookie, Limit: uint32(limit), Plus: plus}

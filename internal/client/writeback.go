@@ -59,6 +59,8 @@ const (
 	wbInoRange = 1024
 	// wbMaxAbsent bounds the names remembered as absent per directory.
 	wbMaxAbsent = 16384
+	// wbMaxListing bounds the listing a client keeps of a directory.
+	wbMaxListing = 200_000
 )
 
 // writeBack is the client's write-back state.
@@ -101,14 +103,24 @@ type wbDir struct {
 		trusted time.Time // monotonic: until when the lease is relied on
 		lost    bool      // recalled, expired or never granted: queue nothing
 		dattr   core.Attr // the directory's attributes, as of the lease
-		mtime   time.Time // of the last queued change
-		names   map[string]*wbName
-		absent  int
-		open    []*weftpb.BatchOp // the batch being filled
-		used    map[string]bool   // names in open
-		sealed  [][]*weftpb.BatchOp
-		oldest  time.Time // of the oldest queued op
-		err     error     // a refused batch, for the next fsync or close
+		dattrOK bool      // dattr is what the servers hold (no request since)
+		// listing is every name the servers hold in the directory (no
+		// queued change of it pending) while the lease has been held
+		// since it was read and no request but write-back's went to the
+		// directory; nil if unknown. With it, a create or unlink needs
+		// no lookup on the servers.
+		listing map[string]core.Attr
+		// listingWanted: a fresh lease asks for the listing
+		// (loadListing, by the next operation).
+		listingWanted bool
+		mtime         time.Time // of the last queued change
+		names         map[string]*wbName
+		absent        int
+		open          []*weftpb.BatchOp // the batch being filled
+		used          map[string]bool   // names in open
+		sealed        [][]*weftpb.BatchOp
+		oldest        time.Time // of the oldest queued op
+		err           error     // a refused batch, for the next fsync or close
 	}
 }
 
@@ -237,6 +249,14 @@ func (c *Client) wbAcquire(ctx context.Context, dir core.Ino) *wbDir {
 // wbGrant takes (or renews) w's write lease on every meta server and reads
 // the directory's attributes, which the client's permission checks use.
 func (c *Client) wbGrant(ctx context.Context, w *wbDir) bool {
+	w.mu.Lock()
+	// A lease no longer trusted may have ended on the servers: whatever
+	// the client learnt under it may have changed since.
+	stale := w.mu.lost || !time.Now().Before(w.mu.trusted)
+	if stale {
+		w.forgetLocked()
+	}
+	w.mu.Unlock()
 	dattr, err := c.GetAttr(ctx, Ref{Ino: w.dir})
 	if err != nil || !dattr.IsDir() {
 		return false
@@ -263,11 +283,66 @@ func (c *Client) wbGrant(ctx context.Context, w *wbDir) bool {
 			return false
 		}
 	}
-	w.mu.seqs, w.mu.trusted, w.mu.lost, w.mu.dattr = seqs, trusted, false, dattr
+	w.mu.seqs, w.mu.trusted, w.mu.lost, w.mu.dattr, w.mu.dattrOK = seqs, trusted, false, dattr, true
 	if w.mu.mtime.Before(dattr.Mtime) {
 		w.mu.mtime = dattr.Mtime
 	}
+	if stale && c.unsplit(w.dir) {
+		w.mu.listingWanted = true
+	}
 	return time.Until(trusted) >= wbMinTrust
+}
+
+// forgetLocked drops what the client learnt of the servers' state under
+// the lease (not its queued changes).
+func (w *wbDir) forgetLocked() {
+	w.mu.listing, w.mu.dattrOK = nil, false
+	for name, n := range w.mu.names {
+		if n.pending == 0 {
+			delete(w.mu.names, name)
+		}
+	}
+	w.mu.absent = 0
+}
+
+// loadListing reads the directory's names under a fresh lease, so that
+// creates and unlinks need no lookup; a directory larger than
+// wbMaxListing, or a request to it meanwhile, leaves it unknown.
+func (c *Client) loadListing(ctx context.Context, w *wbDir) {
+	w.mu.Lock()
+	want := w.mu.listingWanted && !w.mu.lost
+	w.mu.listingWanted = false
+	w.mu.Unlock()
+	if !want {
+		return
+	}
+	listing := map[string]core.Attr{}
+	var cookie []byte
+	for {
+		page, next, eof, err := c.readDirPage(ctx, w.dir, cookie, 0, true)
+		if err != nil {
+			return
+		}
+		for _, e := range page {
+			if e.Attr == nil || len(listing) >= wbMaxListing {
+				return
+			}
+			listing[e.Name] = *e.Attr
+		}
+		if eof {
+			break
+		}
+		if len(page) == 0 && string(next) == string(cookie) {
+			return
+		}
+		cookie = next
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.mu.lost && w.mu.dattrOK {
+		// Queued changes are in names, which take precedence.
+		w.mu.listing = listing
+	}
 }
 
 // acquireWrite asks server for the write lease on dir.
@@ -312,6 +387,7 @@ func (c *Client) wbLose(inos []uint64) []*wbDir {
 		}
 		w.mu.Lock()
 		w.mu.lost = true
+		w.forgetLocked()
 		w.mu.Unlock()
 		c.wbBackoff(w.dir)
 		out = append(out, w)
@@ -332,9 +408,23 @@ func (c *Client) wbFlushRecalled(ws []*wbDir) {
 }
 
 // wbBarrier sends dir's queue, if any, before a request that the servers
-// must see after it. A refused batch is not its error (fsync and close
+// must see after it, and forgets what the client knew of the directory
+// beyond its queue (the listing, the directory's attributes): the request
+// may change them. A refused batch is not its error (fsync and close
 // report it): the request itself goes on.
 func (c *Client) wbBarrier(ctx context.Context, dir core.Ino) error {
+	w := c.wbLookupDir(dir)
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	w.mu.listing, w.mu.dattrOK = nil, false
+	w.mu.Unlock()
+	return w.flush(ctx)
+}
+
+// wbFlushDir sends dir's queue before a read that must see it (readdir).
+func (c *Client) wbFlushDir(ctx context.Context, dir core.Ino) error {
 	w := c.wbLookupDir(dir)
 	if w == nil {
 		return nil

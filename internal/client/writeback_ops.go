@@ -26,10 +26,16 @@ import (
 // wbResolve returns what name in w's directory is: from the queued changes,
 // or from the servers (what they say stays true under the lease).
 func (c *Client) wbResolve(ctx context.Context, w *wbDir, name string) (a core.Attr, exists bool, err error) {
+	c.loadListing(ctx, w)
 	w.mu.Lock()
 	n := w.mu.names[name]
 	if n != nil && (n.pending > 0 || n.absent) {
 		a, exists = n.attr, !n.absent
+		w.mu.Unlock()
+		return a, exists, nil
+	}
+	if w.mu.listing != nil {
+		a, exists = w.mu.listing[name]
 		w.mu.Unlock()
 		return a, exists, nil
 	}
@@ -79,6 +85,11 @@ func (c *Client) wbLookup(parent core.Ino, name string) (core.Attr, bool, error)
 	defer w.mu.Unlock()
 	n := w.mu.names[name]
 	switch {
+	case n == nil && w.mu.listing != nil && w.usableLocked(time.Now()):
+		if a, ok := w.mu.listing[name]; ok {
+			return a, true, nil
+		}
+		return core.Attr{}, true, &errs.Error{Kind: errs.NotExist, Op: "lookup", Path: name}
 	case n == nil:
 		return core.Attr{}, false, nil
 	case n.pending == 0 && !w.usableLocked(time.Now()):
@@ -92,8 +103,20 @@ func (c *Client) wbLookup(parent core.Ino, name string) (core.Attr, bool, error)
 	return n.attr, true, nil
 }
 
-// wbStat answers a stat of a file with queued changes.
+// wbStat answers a stat of a file with queued changes, or of a directory
+// under write-back whose attributes the client knows.
 func (c *Client) wbStat(ref Ref) (core.Attr, bool) {
+	if w := c.wbLookupDir(ref.Ino); w != nil {
+		w.mu.Lock()
+		a, ok := w.mu.dattr, w.mu.dattrOK && w.usableLocked(time.Now())
+		if ok && w.mu.mtime.After(a.Mtime) {
+			a.Mtime, a.Ctime = w.mu.mtime, w.mu.mtime
+		}
+		w.mu.Unlock()
+		if ok {
+			return a, true
+		}
+	}
 	if ref.Parent == 0 || ref.Name == "" {
 		return core.Attr{}, false
 	}
@@ -224,7 +247,7 @@ func (c *Client) wbUnlink(ctx context.Context, parent core.Ino, name string) (bo
 		w.mu.Unlock()
 		return false, nil
 	}
-	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Unlink: &pb.BatchUnlink{Name: name, Ino: uint64(a.Ino), Open: open}}, name)
+	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Unlink: &pb.BatchUnlink{Name: name, Ino: uint64(a.Ino), Open: open, TimeNs: now.UnixNano()}}, name)
 	n := w.nameLocked(name)
 	n.absent, n.attr = true, core.Attr{}
 	w.mu.mtime = now

@@ -102,6 +102,16 @@ func (w *wbDir) appliedLocked(batch []*weftpb.BatchOp) {
 			if n.pending--; n.pending > 0 {
 				continue
 			}
+			if w.mu.listing != nil {
+				// The servers now hold the name's last state.
+				if n.absent {
+					delete(w.mu.listing, name)
+				} else {
+					w.mu.listing[name] = n.attr
+				}
+				delete(w.mu.names, name)
+				continue
+			}
 			if n.absent && w.mu.absent < wbMaxAbsent {
 				w.mu.absent++ // still true: nobody else changes the directory
 				continue
@@ -126,6 +136,7 @@ func (w *wbDir) refusedLocked(err error) {
 	w.mu.sealed, w.mu.open, w.mu.used = nil, nil, nil
 	w.mu.names = make(map[string]*wbName)
 	w.mu.absent = 0
+	w.mu.listing, w.mu.dattrOK = nil, false
 	w.mu.lost = true
 }
 

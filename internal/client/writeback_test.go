@@ -180,3 +180,43 @@ func TestWriteBackSyncDir(t *testing.T) {
 	}
 	checkNames(t, ctx, plain, d.Ino, want, gone)
 }
+
+// The names a directory held before the write lease count: a write-back
+// create of one of them fails with Exist, an unlink of one succeeds, and
+// a lookup of a missing one says NotExist, from what the client read
+// under its lease.
+func TestWriteBackKnowsExistingNames(t *testing.T) {
+	_, cfg := newMultiClient(t, 1, 0, 0, 0)
+	ctx := context.Background()
+	a := newClientOf(t, cfg, true)
+	plain := newClientOf(t, cfg, false)
+	d, err := plain.MkdirAt(ctx, core.RootIno, "d", 0o777)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"pre1", "pre2"} {
+		f, err := plain.CreateAt(ctx, d.Ino, n, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	f, err := a.CreateAt(ctx, d.Ino, "x", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := a.CreateAt(ctx, d.Ino, "pre1", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); !errs.Is(err, errs.Exist) {
+		t.Errorf("exclusive create of an existing name: %v, want Exist", err)
+	}
+	if err := a.UnlinkAt(ctx, d.Ino, "pre2"); err != nil {
+		t.Errorf("unlink of an existing name: %v", err)
+	}
+	if err := a.UnlinkAt(ctx, d.Ino, "nothing"); !errs.Is(err, errs.NotExist) {
+		t.Errorf("unlink of a missing name: %v, want NotExist", err)
+	}
+	if err := a.SyncDir(ctx, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+	checkNames(t, ctx, plain, d.Ino, map[string]uint32{"pre1": 0o644, "x": 0o644}, []string{"pre2", "nothing"})
+}

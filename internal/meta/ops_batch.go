@@ -236,7 +236,7 @@ func (t *txn) batchUnlink(c core.Creds, dir core.Ino, req *weftpb.BatchUnlink) (
 	}
 	t.reclaimFreed(n, freed, req.Open)
 	d.Entries--
-	t.touchDir(dir, d)
+	t.touchDirAt(dir, d, req.TimeNs)
 	return freed, nil
 }
 

@@ -3190,6 +3190,7 @@ type BatchUnlink struct {
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
 	Open          []uint64               `protobuf:"varint,3,rep,packed,name=open,proto3" json:"open,omitempty"`
+	TimeNs        int64                  `protobuf:"varint,4,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3243,6 +3244,13 @@ func (x *BatchUnlink) GetOpen() []uint64 {
 		return x.Open
 	}
 	return nil
+}
+
+func (x *BatchUnlink) GetTimeNs() int64 {
+	if x != nil {
+		return x.TimeNs
+	}
+	return 0
 }
 
 // BatchSetAttr changes name's attributes (mode and times only); name must
@@ -3596,20 +3604,21 @@ const file_meta_proto_rawDesc = "" +
 	"\x14.weft.v1.BatchUnlinkR\x06unlink\x12/\n\asetattr\x18\x04 \x01(\v2\x15.weft.v1.BatchSe" +
 	"tAttrR\asetattr\x12,\n\x06rename\x18\x05 \x01(\v2\x14.weft.v1.BatchRenameR\x06rename\"`\n\v" +
 	"BatchCreate\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR" +
-	"\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"G\n\vBatchUnlink\x12\x12\n\x04name\x18\x01 \x01(\tR\x04nam" +
-	"e\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04open\x18\x03 \x03(\x04R\x04open\"\xad\x01\n\fBatchSetAttr\x12\x12\n\x04name" +
-	"\x18\x01 \x01(\tR\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01" +
-	"(\rR\x04mode\x12\x19\n\batime_ns\x18\x05 \x01(\x03R\aatimeNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17" +
-	"\n\atime_ns\x18\a \x01(\x03R\x06timeNs\"\\\n\vBatchRename\x12\x10\n\x03src\x18\x01 \x01(\tR\x03src\x12\x10\n\x03dst\x18" +
-	"\x02 \x01(\tR\x03dst\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"I\n\x11ApplyBa" +
-	"tchRequest\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v2\x10.weft.v1.BatchOpR\x03ops" +
-	"\"+\n\x0fApplyBatchReply\x12\x18\n\aapplied\x18\x01 \x01(\rR\aapplied*\xba\x01\n\vSetAttrBits\x12\x10\n" +
-	"\fSETATTR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GI" +
-	"D\x10\x04\x12\x10\n\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11S" +
-	"ETATTR_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vREN" +
-	"AME_NONE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFl" +
-	"ags\x12\x0e\n\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#gith" +
-	"ub.com/weftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
+	"\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"`\n\vBatchUnlink\x12\x12\n\x04name\x18\x01 \x01(\tR\x04nam" +
+	"e\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04open\x18\x03 \x03(\x04R\x04open\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs" +
+	"\"\xad\x01\n\fBatchSetAttr\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid" +
+	"\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x19\n\batime_ns\x18\x05 \x01(\x03R\aatimeNs\x12\x19\n\b" +
+	"mtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18\a \x01(\x03R\x06timeNs\"\\\n\vBatchRename\x12" +
+	"\x10\n\x03src\x18\x01 \x01(\tR\x03src\x12\x10\n\x03dst\x18\x02 \x01(\tR\x03dst\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns" +
+	"\x18\x04 \x01(\x03R\x06timeNs\"I\n\x11ApplyBatchRequest\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03" +
+	"(\v2\x10.weft.v1.BatchOpR\x03ops\"+\n\x0fApplyBatchReply\x12\x18\n\aapplied\x18\x01 \x01(\rR\aa" +
+	"pplied*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSE" +
+	"TATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10" +
+	"\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW" +
+	"\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fREN" +
+	"AME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11" +
+	"\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18" +
+	"\x01 \x02(\x010\x01b\beditionsp\xe8\a"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
