@@ -462,6 +462,15 @@ func (c *Client) SyncAll(ctx context.Context) error {
 	return first
 }
 
+// wbFlushAll sends every directory's queue (refusals wait for fsync).
+func (c *Client) wbFlushAll(ctx context.Context) {
+	for _, w := range c.wbDirs() {
+		if err := w.flush(ctx); err != nil {
+			c.log.Warn("write-back: queued changes could not be sent", "dir", w.dir, "err", err)
+		}
+	}
+}
+
 // wbClose sends every queue at Close, bounded.
 func (c *Client) wbClose() {
 	if !c.cfg.WriteBack {

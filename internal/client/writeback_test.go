@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/waitfor"
 )
 
 // newClientOf is a root client of cfg's cluster; writeBack turns on
@@ -219,4 +221,43 @@ func TestWriteBackKnowsExistingNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkNames(t, ctx, plain, d.Ino, map[string]uint32{"pre1": 0o644, "x": 0o644}, []string{"pre2", "nothing"})
+}
+
+// A written-back unlink of a file open here holds its chunks until the
+// last close, and that close's release reaches the server after the
+// unlink: the chunks go once the file is closed.
+func TestWriteBackUnlinkOfOpenFileReclaimsAtClose(t *testing.T) {
+	rc := newReclaimCluster(t, 1)
+	ctx := context.Background()
+	cc := cluster.ClientConfig(rc.cfg, core.Root, nil)
+	cc.WriteBack, cc.WriteBackWindow = true, time.Hour
+	a, err := client.New(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	data := pattern(3*reclaimChunk, 5)
+	f, err := a.CreateAt(ctx, core.RootIno, "o", os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.UnlinkAt(ctx, core.RootIno, "o"); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("open-unlinked file lost its bytes: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 20*time.Second, "chunks of the closed unlinked file remain", func() bool {
+		return rc.chunksOn(0) == 0
+	})
 }
