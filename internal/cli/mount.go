@@ -301,10 +301,15 @@ func logTail(path string) string {
 }
 
 // mountOnUp mounts an embedded cluster for weft up --mount. The mount's
-// client calls the servers in this process directly, without TCP.
+// client calls the servers in this process directly, without TCP, except
+// in writeback mode: its leases need a connection to be recalled over.
 func (a *app) mountOnUp(cmd *cobra.Command, e *cluster.Embedded, mnt string, f mountFlags, log *slog.Logger) error {
 	cc := cluster.ClientConfig(e.Config(), core.Root, log)
-	cc.Local = e.Local()
+	if f.durability == config.DurabilityWriteback {
+		cc.WriteBack = true
+	} else {
+		cc.Local = e.Local()
+	}
 	c, err := client.New(cc)
 	if err != nil {
 		return err

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 )
@@ -210,5 +212,82 @@ func TestWriteBackMountKilledDuringStorm(t *testing.T) {
 		}
 	} else {
 		t.Logf("weft fsck: %s", out)
+	}
+}
+
+// TestUpWritebackMountStopFlushes runs weft up --durability writeback
+// --mount, creates, renames and removes files through the mount without
+// any fsync, and stops it with SIGTERM: the unmount sends every queued
+// change before the servers stop, so a restarted cluster has them all.
+func TestUpWritebackMountStopFlushes(t *testing.T) {
+	requireFUSE(t)
+	mnt := newMountPoint(t)
+	data := t.TempDir()
+	out, err := weft(t, "up", "--data", data, "--durability", "writeback", "--mount", mnt, "-d",
+		"--log-file", filepath.Join(t.TempDir(), "up.log"))
+	if err != nil {
+		t.Fatalf("weft up -d --durability writeback --mount: %v\n%s", err, out)
+	}
+	m := pidRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no pid in %q", out)
+	}
+	pid, _ := strconv.Atoi(m[1])
+	t.Cleanup(func() {
+		if alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if Mounted(mnt) {
+			_ = Unmount(mnt)
+		}
+	})
+	want := map[string]bool{}
+	for i := range 100 {
+		name := fmt.Sprintf("f%03d", i)
+		if err := os.WriteFile(filepath.Join(mnt, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = true
+		if i%4 == 1 {
+			to := fmt.Sprintf("r%03d", i)
+			if err := os.Rename(filepath.Join(mnt, name), filepath.Join(mnt, to)); err != nil {
+				t.Fatal(err)
+			}
+			delete(want, name)
+			want[to] = true
+		}
+		if i%4 == 2 {
+			if err := os.Remove(filepath.Join(mnt, name)); err != nil {
+				t.Fatal(err)
+			}
+			delete(want, name)
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid)
+
+	emb, err := cluster.StartEmbedded(context.Background(), cluster.EmbeddedOptions{Dir: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+	c, err := client.New(cluster.ClientConfig(emb.Config(), core.Root, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := map[string]bool{}
+	if err := c.ReadDirAt(context.Background(), core.RootIno, false, func(e core.DirEntry) error { got[e.Name] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d names after the restart, want %d", len(got), len(want))
+	}
+	for n := range want {
+		if !got[n] {
+			t.Errorf("%s is missing after a clean stop", n)
+		}
 	}
 }
