@@ -102,6 +102,7 @@ type wbDir struct {
 		seqs    []uint64  // grant of each meta server's key
 		trusted time.Time // monotonic: until when the lease is relied on
 		lost    bool      // recalled, expired or never granted: queue nothing
+		retired bool      // no longer the directory's state: never granted again
 		dattr   core.Attr // the directory's attributes, as of the lease
 		dattrOK bool      // dattr is what the servers hold (no request since)
 		// listing is every name the servers hold in the directory (no
@@ -135,7 +136,8 @@ func (c *Client) startWriteBack() {
 // runs out, until the client closes.
 func (c *Client) wbFlusher() {
 	defer close(c.wb.done)
-	tick := time.NewTicker(max(c.cfg.WriteBackWindow/8, 10*time.Millisecond))
+	// Often enough for the window and for the lease's end (wbFlushBefore).
+	tick := time.NewTicker(min(max(c.cfg.WriteBackWindow/8, 10*time.Millisecond), 100*time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
@@ -166,19 +168,20 @@ func (w *wbDir) due(now time.Time, window time.Duration) bool {
 }
 
 // wbForgetIdle drops a directory whose lease ran out with nothing queued.
+// It is retired under its lock, so that an operation that still holds it
+// cannot queue a change nobody would send.
 func (c *Client) wbForgetIdle(w *wbDir, now time.Time) {
+	c.wb.mu.Lock()
+	defer c.wb.mu.Unlock()
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	idle := len(w.mu.open) == 0 && len(w.mu.sealed) == 0 && w.mu.err == nil &&
 		(w.mu.lost || !now.Before(w.mu.trusted))
-	w.mu.Unlock()
-	if !idle {
+	if !idle || c.wb.mu.dirs[w.dir] != w {
 		return
 	}
-	c.wb.mu.Lock()
-	if c.wb.mu.dirs[w.dir] == w {
-		delete(c.wb.mu.dirs, w.dir)
-	}
-	c.wb.mu.Unlock()
+	w.mu.lost, w.mu.retired = true, true
+	delete(c.wb.mu.dirs, w.dir)
 }
 
 func (c *Client) wbDirs() []*wbDir {
@@ -276,6 +279,9 @@ func (c *Client) wbGrant(ctx context.Context, w *wbDir) bool {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.mu.retired {
+		return false
+	}
 	if len(w.mu.sealed) > 0 || len(w.mu.open) > 0 {
 		// Changes queued under a lease that was lost: they go first
 		// (the caller's barrier sends them); no new ones meanwhile.

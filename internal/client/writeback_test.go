@@ -261,3 +261,40 @@ func TestWriteBackUnlinkOfOpenFileReclaimsAtClose(t *testing.T) {
 		return rc.chunksOn(0) == 0
 	})
 }
+
+// What the client learnt under a write lease is forgotten with the lease:
+// a name another client made after the lease ran out (no recall then) is
+// seen by the next write-back create.
+func TestWriteBackForgetsWithTheLease(t *testing.T) {
+	_, cfg := newMultiClient(t, 1, 0, 0, 0)
+	ctx := context.Background()
+	a := newClientOf(t, cfg, true)
+	plain := newClientOf(t, cfg, false)
+	d, err := a.MkdirAt(ctx, core.RootIno, "d", 0o777)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := a.CreateAt(ctx, d.Ino, "x", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := a.LookupAt(ctx, d.Ino, "y"); !errs.Is(err, errs.NotExist) {
+		t.Fatalf("lookup y: %v", err)
+	}
+	if err := a.SyncDir(ctx, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 10*time.Second, "the idle write lease is forgotten", func() bool { return !a.WriteBackHeld(d.Ino) })
+	g, err := plain.CreateAt(ctx, d.Ino, "y", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	if _, err := a.CreateAt(ctx, d.Ino, "y", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); !errs.Is(err, errs.Exist) {
+		t.Fatalf("create of a name made after the lease ended: %v, want Exist", err)
+	}
+	if err := a.SyncDir(ctx, d.Ino); err != nil {
+		t.Fatalf("a batch was refused: %v", err)
+	}
+}
