@@ -287,6 +287,11 @@ func (c *Client) UnlinkAt(ctx context.Context, parent core.Ino, name string) err
 
 // RmdirAt removes the empty directory name from parent.
 func (c *Client) RmdirAt(ctx context.Context, parent core.Ino, name string) error {
+	// The directory's written-back unlinks go first: the server checks
+	// that it is empty.
+	if err := c.wbBarrierChild(ctx, parent, name); err != nil {
+		return err
+	}
 	return c.callName(ctx, parent, name, pb.MethodRmdir, &pb.RmdirRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name,
 	}, &pb.Empty{}, false)
@@ -305,6 +310,10 @@ func (c *Client) RenameAt(ctx context.Context, srcParent core.Ino, srcName strin
 			return err
 		}
 	} else if err := c.wbBarrier(ctx, dstParent); err != nil {
+		return err
+	}
+	// A directory renamed over must be empty: its queue goes first.
+	if err := c.wbBarrierChild(ctx, dstParent, dstName); err != nil {
 		return err
 	}
 	var r pb.RenameReply

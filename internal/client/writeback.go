@@ -429,6 +429,20 @@ func (c *Client) wbBarrier(ctx context.Context, dir core.Ino) error {
 	return w.flush(ctx)
 }
 
+// wbBarrierChild is wbBarrier for the directory name in parent, if it is
+// one under write-back (rmdir, a rename over it: the server checks that it
+// is empty).
+func (c *Client) wbBarrierChild(ctx context.Context, parent core.Ino, name string) error {
+	if !c.cfg.WriteBack {
+		return nil
+	}
+	a, err := c.LookupAt(ctx, parent, name)
+	if err != nil || !a.IsDir() {
+		return nil // the operation itself reports it
+	}
+	return c.wbBarrier(ctx, a.Ino)
+}
+
 // wbFlushDir sends dir's queue before a read that must see it (readdir).
 func (c *Client) wbFlushDir(ctx context.Context, dir core.Ino) error {
 	w := c.wbLookupDir(dir)

@@ -298,3 +298,29 @@ func TestWriteBackForgetsWithTheLease(t *testing.T) {
 		t.Fatalf("a batch was refused: %v", err)
 	}
 }
+
+// rmdir of a directory whose files were removed under write-back sends
+// those removals first: the directory is empty on the servers too.
+func TestWriteBackRmdirAfterUnlinks(t *testing.T) {
+	_, cfg := newMultiClient(t, 1, 0, 0, 0)
+	ctx := context.Background()
+	a := newClientOf(t, cfg, true)
+	d, err := a.MkdirAt(ctx, core.RootIno, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		name := fmt.Sprintf("f%d", i)
+		f, err := a.CreateAt(ctx, d.Ino, name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if err := a.UnlinkAt(ctx, d.Ino, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.RmdirAt(ctx, core.RootIno, "d"); err != nil {
+		t.Fatalf("rmdir of a directory emptied by write-back: %v", err)
+	}
+}
