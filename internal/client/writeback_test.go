@@ -316,11 +316,46 @@ func TestWriteBackRmdirAfterUnlinks(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.Close()
-		if err := a.UnlinkAt(ctx, d.Ino, name); err != nil {
+	}
+	// The creates are on the servers, the removals only queued.
+	if err := a.SyncDir(ctx, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := a.UnlinkAt(ctx, d.Ino, fmt.Sprintf("f%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := a.RmdirAt(ctx, core.RootIno, "d"); err != nil {
 		t.Fatalf("rmdir of a directory emptied by write-back: %v", err)
+	}
+}
+
+// Another client's rmdir of a directory whose only files are still queued
+// in a write-back client finds it not empty: its commit recalls the write
+// lease and checks again once the queue is in.
+func TestWriteBackOtherClientsRmdirSeesQueuedCreates(t *testing.T) {
+	_, cfg := newMultiClient(t, 1, 0, 0, 0)
+	ctx := context.Background()
+	a := newClientOf(t, cfg, true)
+	b := newClientOf(t, cfg, false)
+	d, err := a.MkdirAt(ctx, core.RootIno, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := a.CreateAt(ctx, d.Ino, "f", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	start := time.Now()
+	if err := b.RmdirAt(ctx, core.RootIno, "d"); !errs.Is(err, errs.NotEmpty) {
+		t.Fatalf("rmdir of a directory with a queued create: %v, want NotEmpty", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Errorf("the rmdir took %v: it waited for the lease's term", time.Since(start))
+	}
+	if err := a.SyncDir(ctx, d.Ino); err != nil {
+		t.Errorf("the writer's batch was refused: %v", err)
 	}
 }

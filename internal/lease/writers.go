@@ -45,3 +45,29 @@ func (s *Service) tryRecallWriters(requester Holder, keys []Key) (*waiter, []rec
 	w.from(now)
 	return w, recalls
 }
+
+// WritersOn returns those of keys on which a session other than
+// requester's holds a write lease now.
+func (s *Service) WritersOn(requester Holder, keys []Key) []Key {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	var out []Key
+	for _, k := range keys {
+		kl := s.mu.leases[k]
+		if kl == nil {
+			continue
+		}
+		for sid, g := range kl.grants {
+			if g.mode != Write || !now.Before(g.expires) {
+				continue
+			}
+			if ss := s.mu.sessions[sid]; requester != nil && ss != nil && ss.holder == requester {
+				continue
+			}
+			out = append(out, k)
+			break
+		}
+	}
+	return out
+}

@@ -338,3 +338,37 @@ func (s *Server) recallWriters(ctx context.Context, dirs []core.Ino) error {
 	}
 	return s.leases.RecallWriters(ctx, lease.HolderOf(ctx), keys)
 }
+
+// maxWriterWaits bounds how often one update waits for write-back holders
+// (a holder that takes its lease again at once cannot hold it up longer).
+const maxWriterWaits = 4
+
+// writersError makes update run an operation again once the write-back
+// holders of keys flushed: the operation read records a holder may still
+// have changes queued for (an rmdir's check that a directory is empty),
+// and its recall at commit would wait, holding the locks the flush needs.
+type writersError struct{ keys []lease.Key }
+
+func (e *writersError) Error() string { return "meta: write-back holders to recall first" }
+
+// checkWriters fails with a writersError if another client holds a write
+// lease on what t's batch writes.
+func (s *Server) checkWriters(t *txn) error {
+	if s.leases == nil || t.writersChecked || t.b.Empty() {
+		return nil
+	}
+	if keys := s.leases.WritersOn(lease.HolderOf(t.ctx), leaseKeys(t.b)); len(keys) > 0 {
+		return &writersError{keys: keys}
+	}
+	return nil
+}
+
+// awaitWriters recalls the write leases a writersError names, with no
+// lock held, and waits until their holders flushed and released them.
+func (s *Server) awaitWriters(ctx context.Context, err error) (bool, error) {
+	we, ok := err.(*writersError)
+	if !ok {
+		return false, nil
+	}
+	return true, s.leases.RecallWriters(ctx, lease.HolderOf(ctx), we.keys)
+}
