@@ -291,3 +291,62 @@ func TestUpWritebackMountStopFlushes(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteBackTwoMounts: changes a writeback mount completed without any
+// fsync are seen at once by another mount (its read lease recalls the
+// directory's write lease, which sends them first): a listing, a stat of
+// a renamed file's new name and a missing removed one.
+func TestWriteBackTwoMounts(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	file := tc.emb.ClusterFile()
+	a, b := newMountPoint(t), newMountPoint(t)
+	mountWriteBack(t, file, a)
+	mountBackground(t, file, b)
+	if err := os.Mkdir(filepath.Join(a, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// b looks at d once, so that its kernel and its client cache it.
+	if _, err := os.ReadDir(filepath.Join(b, "d")); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for i := range 50 {
+		name := fmt.Sprintf("f%02d", i)
+		if err := os.WriteFile(filepath.Join(a, "d", name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = true
+	}
+	if err := os.Rename(filepath.Join(a, "d", "f00"), filepath.Join(a, "d", "moved")); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, "f00")
+	want["moved"] = true
+	if err := os.Remove(filepath.Join(a, "d", "f01")); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, "f01")
+	if err := os.Chmod(filepath.Join(a, "d", "f02"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+
+	ents, err := os.ReadDir(filepath.Join(b, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != len(want) {
+		t.Errorf("the other mount lists %d names, want %d", len(ents), len(want))
+	}
+	for _, e := range ents {
+		if !want[e.Name()] {
+			t.Errorf("the other mount lists %s", e.Name())
+		}
+	}
+	if st, err := os.Stat(filepath.Join(b, "d", "f02")); err != nil || st.Mode().Perm() != 0o640 {
+		t.Errorf("chmod on the writeback mount, stat on the other: %v, %v", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(b, "d", "f01")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a removed file on the other mount: %v", err)
+	}
+}
