@@ -16,10 +16,12 @@ func (c *Client) LookupAt(ctx context.Context, parent core.Ino, name string) (co
 	if a, ok, err := c.wbLookup(parent, name); ok {
 		return c.overlayOpen(a), err
 	}
+	w := c.wbLookupDir(parent)
+	gen := w.generation()
 	a, err := c.lookupServer(ctx, parent, name)
 	if err != nil {
-		if w := c.wbLookupDir(parent); w != nil && errs.Is(err, errs.NotExist) {
-			w.noteAbsent(name)
+		if w != nil && errs.Is(err, errs.NotExist) {
+			w.noteAbsent(name, gen)
 		}
 		return core.Attr{}, err
 	}

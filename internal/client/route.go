@@ -97,6 +97,7 @@ func (c *Client) callName(ctx context.Context, dir core.Ino, name string, method
 		if err := c.wbBarrier(ctx, dir); err != nil {
 			return err
 		}
+		defer c.wbForget(dir)
 	}
 	if len(c.metas) == 1 {
 		return c.send(ctx, c.metas[0], method, req, resp, idempotent)

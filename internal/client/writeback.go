@@ -103,6 +103,9 @@ type wbDir struct {
 		trusted time.Time // monotonic: until when the lease is relied on
 		lost    bool      // recalled, expired or never granted: queue nothing
 		retired bool      // no longer the directory's state: never granted again
+		// gen counts forgetLocked: what a read of the servers learnt is
+		// kept only if no request changed the directory meanwhile.
+		gen     uint64
 		dattr   core.Attr // the directory's attributes, as of the lease
 		dattrOK bool      // dattr is what the servers hold (no request since)
 		// listing is every name the servers hold in the directory (no
@@ -302,6 +305,7 @@ func (c *Client) wbGrant(ctx context.Context, w *wbDir) bool {
 // forgetLocked drops what the client learnt of the servers' state under
 // the lease (not its queued changes).
 func (w *wbDir) forgetLocked() {
+	w.mu.gen++
 	w.mu.listing, w.mu.dattrOK = nil, false
 	for name, n := range w.mu.names {
 		if n.pending == 0 {
@@ -318,6 +322,7 @@ func (c *Client) loadListing(ctx context.Context, w *wbDir) {
 	w.mu.Lock()
 	want := w.mu.listingWanted && !w.mu.lost
 	w.mu.listingWanted = false
+	gen := w.mu.gen
 	w.mu.Unlock()
 	if !want {
 		return
@@ -345,7 +350,7 @@ func (c *Client) loadListing(ctx context.Context, w *wbDir) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.mu.lost && w.mu.dattrOK {
+	if !w.mu.lost && w.mu.gen == gen {
 		// Queued changes are in names, which take precedence.
 		w.mu.listing = listing
 	}
@@ -415,18 +420,31 @@ func (c *Client) wbFlushRecalled(ws []*wbDir) {
 
 // wbBarrier sends dir's queue, if any, before a request that the servers
 // must see after it, and forgets what the client knew of the directory
-// beyond its queue (the listing, the directory's attributes): the request
-// may change them. A refused batch is not its error (fsync and close
+// beyond its queue (the listing, names it knew absent, the directory's
+// attributes): the request may change them. The caller forgets again once
+// the request is done (wbForget). A refused batch is not its error (fsync and close
 // report it): the request itself goes on.
 func (c *Client) wbBarrier(ctx context.Context, dir core.Ino) error {
 	w := c.wbLookupDir(dir)
 	if w == nil {
 		return nil
 	}
-	w.mu.Lock()
-	w.mu.listing, w.mu.dattrOK = nil, false
-	w.mu.Unlock()
+	w.forget()
 	return w.flush(ctx)
+}
+
+// wbForget forgets, after a request that went to the servers about dir,
+// what the client learnt of dir meanwhile (it may predate the request).
+func (c *Client) wbForget(dir core.Ino) {
+	if w := c.wbLookupDir(dir); w != nil {
+		w.forget()
+	}
+}
+
+func (w *wbDir) forget() {
+	w.mu.Lock()
+	w.forgetLocked()
+	w.mu.Unlock()
 }
 
 // wbBarrierChild is wbBarrier for the directory name in parent, if it is

@@ -39,24 +39,36 @@ func (c *Client) wbResolve(ctx context.Context, w *wbDir, name string) (a core.A
 		w.mu.Unlock()
 		return a, exists, nil
 	}
+	gen := w.mu.gen
 	w.mu.Unlock()
 	a, err = c.lookupServer(ctx, w.dir, name)
 	if errs.Is(err, errs.NotExist) {
-		w.noteAbsent(name)
+		w.noteAbsent(name, gen)
 		return core.Attr{}, false, nil
 	}
 	return a, err == nil, err
 }
 
-// noteAbsent remembers that the servers do not have name.
-func (w *wbDir) noteAbsent(name string) {
+// noteAbsent remembers that the servers do not have name, as a lookup
+// that started at generation gen found.
+func (w *wbDir) noteAbsent(name string, gen uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.mu.lost || w.mu.absent >= wbMaxAbsent || w.mu.names[name] != nil {
+	if w.mu.lost || w.mu.gen != gen || w.mu.absent >= wbMaxAbsent || w.mu.names[name] != nil {
 		return
 	}
 	w.mu.names[name] = &wbName{absent: true}
 	w.mu.absent++
+}
+
+// generation is w's forget count (0 for no w).
+func (w *wbDir) generation() uint64 {
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mu.gen
 }
 
 // usableLocked reports whether a change may still be queued under the lease.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/posixtest"
 )
 
 // mountWriteBack runs weft mount -d --durability writeback on mnt and
@@ -349,4 +351,20 @@ func TestWriteBackTwoMounts(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(b, "d", "f01")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a removed file on the other mount: %v", err)
 	}
+}
+
+// TestPOSIXWriteBack runs the conformance suite through a mount in
+// writeback mode: whatever write-back completes in the client must agree
+// with Linux as the servers do.
+func TestPOSIXWriteBack(t *testing.T) {
+	requireFUSE(t)
+	posixtest.Run(t, func(t *testing.T) posixtest.FS {
+		if reason, ok := posixKnownBugs[path.Base(t.Name())]; ok {
+			t.Skip("known disagreement with Linux: " + reason)
+		}
+		tc := startCluster(t)
+		c := tc.client(t, func(cfg *client.Config) { cfg.WriteBack = true })
+		m := mount(t, c, Options{})
+		return posixtest.LocalFSAs(m.Dir())
+	})
 }
