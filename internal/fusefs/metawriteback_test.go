@@ -368,3 +368,21 @@ func TestPOSIXWriteBack(t *testing.T) {
 		return posixtest.LocalFSAs(m.Dir())
 	})
 }
+
+// TestPOSIXWriteBackSplit is TestPOSIXWriteBack on 4 meta servers whose
+// directories split at 8 entries: batches go per partition and follow
+// splits.
+func TestPOSIXWriteBackSplit(t *testing.T) {
+	requireFUSE(t)
+	posixtest.Run(t, func(t *testing.T) posixtest.FS {
+		if reason, ok := posixKnownBugs[path.Base(t.Name())]; ok {
+			t.Skip("known disagreement with Linux: " + reason)
+		}
+		newClient := multiClient(t, 4, 8, func(cfg *client.Config) {
+			cfg.WriteBack = true
+			cfg.ChunkSize, cfg.InlineLimit = posixtest.TestChunkSize, posixtest.TestInlineLimit
+		})
+		m := mount(t, newClient(), Options{})
+		return posixtest.LocalFSAs(m.Dir())
+	})
+}
