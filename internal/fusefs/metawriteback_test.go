@@ -386,3 +386,49 @@ func TestPOSIXWriteBackSplit(t *testing.T) {
 		return posixtest.LocalFSAs(m.Dir())
 	})
 }
+
+// TestWriteBackTwoWritersAlternate: two writeback mounts change one
+// directory in turns; after each change the other mount sees it at once
+// (each change recalls the other's write lease, which sends its queue).
+func TestWriteBackTwoWritersAlternate(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	wb := func(cfg *client.Config) { cfg.WriteBack = true }
+	ma := mount(t, tc.client(t, wb), Options{})
+	mb := mount(t, tc.client(t, wb), Options{})
+	a, b := ma.Dir(), mb.Dir()
+	if err := os.Mkdir(filepath.Join(a, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		w, r := a, b
+		if i%2 == 1 {
+			w, r = b, a
+		}
+		name := fmt.Sprintf("f%02d", i)
+		if err := os.WriteFile(filepath.Join(w, "d", name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(r, "d", name)); err != nil {
+			t.Fatalf("round %d: the other mount does not see the create: %v", i, err)
+		}
+		if i > 0 {
+			prev := fmt.Sprintf("f%02d", i-1)
+			if err := os.Rename(filepath.Join(w, "d", prev), filepath.Join(w, "d", "r"+prev)); err != nil {
+				t.Fatalf("round %d: rename of the other mount's file: %v", i, err)
+			}
+			if _, err := os.Stat(filepath.Join(r, "d", "r"+prev)); err != nil {
+				t.Fatalf("round %d: the other mount does not see the rename: %v", i, err)
+			}
+			if _, err := os.Stat(filepath.Join(r, "d", prev)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("round %d: the other mount still sees the old name: %v", i, err)
+			}
+		}
+	}
+	for _, m := range []string{a, b} {
+		ents, err := os.ReadDir(filepath.Join(m, "d"))
+		if err != nil || len(ents) != 20 {
+			t.Errorf("%s lists %d names (%v), want 20", m, len(ents), err)
+		}
+	}
+}
