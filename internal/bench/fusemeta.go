@@ -38,8 +38,8 @@ func fusemetaBenchmark() Benchmark {
 				"processes to the last one's end, and its rate is all files of both processes over that time. The " +
 				"stat phase follows the create phase with nothing dropped in between, as mdtest does (entries the " +
 				"kernel still caches are answered without the file system). No sync at the end of a phase. weft " +
-				"runs in sync durability (the goals), except with --quick in async (an extra row), and as separate " +
-				"processes over TCP in sync (weft (none)) and with the mount in writeback mode (weft (writeback)). " +
+				"runs in sync durability (the goals); in async too, except with --quick (an extra row); and as separate " +
+				"processes over TCP, in sync (weft (none)) and with the mount in writeback mode (weft (writeback)). " +
 				"Median over repeats " +
 				"with min–max.",
 		},
