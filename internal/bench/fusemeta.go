@@ -38,7 +38,9 @@ func fusemetaBenchmark() Benchmark {
 				"processes to the last one's end, and its rate is all files of both processes over that time. The " +
 				"stat phase follows the create phase with nothing dropped in between, as mdtest does (entries the " +
 				"kernel still caches are answered without the file system). No sync at the end of a phase. weft " +
-				"runs in sync durability (the goals) and, except with --quick, in async (an extra row). Median over repeats " +
+				"runs in sync durability (the goals); in async too, except with --quick (an extra row); and as separate " +
+				"processes over TCP, in sync (weft (none)) and with the mount in writeback mode (weft (writeback)). " +
+				"Median over repeats " +
 				"with min–max.",
 		},
 		Run:     runFusemeta,
@@ -65,6 +67,13 @@ func runFusemeta(ctx context.Context, env *Env) ([]Result, error) {
 	}
 	reps := env.repeats()
 	targets := env.peerTargets()
+	// The mount's writeback mode next to sync, both as separate processes
+	// over TCP (weft (none) is sync there), as leases need.
+	for _, t := range env.targets(weftNone, weftWriteback) {
+		if t.Kind == kindWeft {
+			targets = append(targets, t)
+		}
+	}
 	env.progress(len(targets) * (1 + reps))
 	var out []Result
 	err = env.eachTarget(ctx, targets, nil, func(m *Mount) error {

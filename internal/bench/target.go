@@ -99,6 +99,11 @@ var (
 	weftNone    = weftVariant{"weft (none)", "sync", "disk", "none"}
 	weftSecure  = weftVariant{"weft (secure)", "sync", "disk", "secure"}
 	weftPrivate = weftVariant{"weft (private)", "sync", "disk", "private"}
+
+	// A mount in writeback mode (metadata write-back under directory
+	// write leases) of sync servers, as separate processes: leases need
+	// the mount's own connection to be recalled over.
+	weftWriteback = weftVariant{"weft (writeback)", "writeback", "disk", "none"}
 )
 
 // targets returns the run's targets for this benchmark: weft once per

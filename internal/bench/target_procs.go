@@ -9,6 +9,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+
+	"github.com/weftfs/weft/internal/config"
 )
 
 // mountWeftProcs starts t's cluster under base/cluster and mounts it on
@@ -22,7 +24,14 @@ func (e *Env) mountWeftProcs(ctx context.Context, m *Mount, base, bin string) er
 	}
 	t := m.Target
 	args := []string{"cluster", "start", "--dir", dir, "--meta", "1", "--store", "1", "--security", t.Security}
-	if t.Durability != "" {
+	var mountArgs []string
+	switch t.Durability {
+	case "":
+	case config.DurabilityWriteback:
+		// The servers stay sync: the mount writes back.
+		args = append(args, "--durability", config.DurabilitySync)
+		mountArgs = []string{"--durability", config.DurabilityWriteback}
+	default:
 		args = append(args, "--durability", t.Durability)
 	}
 	if t.Backend != "" {
@@ -39,8 +48,9 @@ func (e *Env) mountWeftProcs(ctx context.Context, m *Mount, base, bin string) er
 	}
 	m.onClose(stop)
 	mount := func(ctx context.Context) error {
-		err := run(ctx, mountTimeout, bin, "mount", "--cluster", filepath.Join(dir, "weft.toml"), "-d",
-			"--log-file", filepath.Join(base, "mount.log"), m.Dir)
+		margs := append([]string{"mount", "--cluster", filepath.Join(dir, "weft.toml"), "-d",
+			"--log-file", filepath.Join(base, "mount.log")}, mountArgs...)
+		err := run(ctx, mountTimeout, bin, append(margs, m.Dir)...)
 		if err != nil {
 			return err
 		}

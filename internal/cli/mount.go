@@ -24,6 +24,7 @@ import (
 
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/cluster"
+	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/fusefs"
@@ -38,6 +39,7 @@ type mountFlags struct {
 	attrTimeout     time.Duration
 	negativeTimeout time.Duration
 	debug           bool
+	durability      string // weft mount only: sync or writeback
 }
 
 func (f *mountFlags) register(cmd *cobra.Command) {
@@ -87,6 +89,7 @@ func newMountCommand(a *app) *cobra.Command {
 		},
 	}
 	f.register(cmd)
+	cmd.Flags().StringVar(&f.durability, "durability", "", "metadata changes: sync (acknowledged once on disk) or writeback (complete in the mount under directory write leases, durable at fsync or within 1s; docs/fuse.md); default: the cluster file's mount_durability, else sync")
 	return cmd
 }
 
@@ -120,6 +123,12 @@ func (a *app) runMount(cmd *cobra.Command, mnt string, f mountFlags) error {
 	if err := a.prepareMountPoint(cmd, mnt); err != nil {
 		return err
 	}
+	if f.durability == "" {
+		f.durability = cfg.MountDurability
+	}
+	if err := checkChoice(cmd, "durability", f.durability, config.DurabilitySync, config.DurabilityWriteback); err != nil {
+		return err
+	}
 	if f.background {
 		return daemonize(cmd, f.logFile, mnt, mountReady(mnt), func(w io.Writer) {
 			fmt.Fprintf(w, "Unmount it with: %s umount %s\n", a.self, shellQuote(mnt))
@@ -129,7 +138,9 @@ func (a *app) runMount(cmd *cobra.Command, mnt string, f mountFlags) error {
 		return err
 	}
 	log := a.cliLogger(cmd.ErrOrStderr())
-	c, err := client.New(cluster.ClientConfig(cfg, core.Root, log))
+	cc := cluster.ClientConfig(cfg, core.Root, log)
+	cc.WriteBack = f.durability == config.DurabilityWriteback
+	c, err := client.New(cc)
 	if err != nil {
 		return err
 	}
@@ -290,10 +301,15 @@ func logTail(path string) string {
 }
 
 // mountOnUp mounts an embedded cluster for weft up --mount. The mount's
-// client calls the servers in this process directly, without TCP.
+// client calls the servers in this process directly, without TCP, except
+// in writeback mode: its leases need a connection to be recalled over.
 func (a *app) mountOnUp(cmd *cobra.Command, e *cluster.Embedded, mnt string, f mountFlags, log *slog.Logger) error {
 	cc := cluster.ClientConfig(e.Config(), core.Root, log)
-	cc.Local = e.Local()
+	if f.durability == config.DurabilityWriteback {
+		cc.WriteBack = true
+	} else {
+		cc.Local = e.Local()
+	}
 	c, err := client.New(cc)
 	if err != nil {
 		return err

@@ -75,6 +75,13 @@ type Config struct {
 	// request waits at most a term and a second for the server, which
 	// may wait a term for a conflicting holder that does not answer.
 	LeaseTerm time.Duration
+	// WriteBack completes creates, unlinks, renames and setattrs in
+	// directories this client holds a write lease on, and sends them in
+	// batches (writeback.go; the mount's --durability writeback).
+	WriteBack bool
+	// WriteBackWindow bounds how long a written-back change waits in the
+	// client (default DefaultWriteBackWindow).
+	WriteBackWindow time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -123,7 +130,10 @@ func (c *Config) setDefaults() error {
 	if c.LeaseTerm <= 0 {
 		c.LeaseTerm = 2 * time.Second
 	}
-	if c.ReplicaTimeout < 0 || c.StoreTimeout < 0 {
+	if c.WriteBackWindow == 0 {
+		c.WriteBackWindow = DefaultWriteBackWindow
+	}
+	if c.ReplicaTimeout < 0 || c.StoreTimeout < 0 || c.WriteBackWindow < 0 {
 		return errs.New(errs.Invalid, "client config", "negative replica timeout %v or store timeout %v", c.ReplicaTimeout, c.StoreTimeout)
 	}
 	return nil
@@ -160,6 +170,7 @@ type Client struct {
 	locks  lockSession // file lock session (lock.go)
 	leases leaseCache  // read leases (lease.go)
 	pgs    pgState     // patchgroups engaged client-wide (patchgroup.go)
+	wb     writeBack   // metadata write-back (writeback.go)
 }
 
 // New connects lazily to the cluster described by cfg: no server is contacted
@@ -198,9 +209,11 @@ func New(cfg Config) (*Client, error) {
 // Close waits for background work and closes the connections. Files still
 // open are not flushed: close them first.
 func (c *Client) Close() error {
+	c.wbClose()
 	c.endLocks()
 	c.bg.Wait()
 	c.stop()
+	c.wbWait()
 	for _, h := range c.same {
 		h.close()
 	}

@@ -301,7 +301,10 @@ func (f *File) Flush() error {
 
 // FlushContext is Flush bounded by ctx.
 func (f *File) FlushContext(ctx context.Context) error {
-	return f.n.flush(ctx, f.c.cfg.SyncOnClose)
+	if err := f.n.flush(ctx, f.c.cfg.SyncOnClose); err != nil {
+		return err
+	}
+	return f.c.wbTakeErr(f.Ref().Parent)
 }
 
 // Sync makes the file's data and size durable (fsync).
@@ -311,7 +314,11 @@ func (f *File) Sync() error {
 
 // SyncContext is Sync bounded by ctx.
 func (f *File) SyncContext(ctx context.Context) error {
-	return f.n.flush(ctx, true)
+	if err := f.n.flush(ctx, true); err != nil {
+		return err
+	}
+	// The file's name and attributes, if written back, are durable too.
+	return f.c.SyncDir(ctx, f.Ref().Parent)
 }
 
 // Stat returns the file's attributes as this client sees them.

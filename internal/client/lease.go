@@ -320,7 +320,11 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 		}
 	}
 	c.leases.mu.Unlock()
+	lost := c.wbLose(inos)
 	go func() {
+		// Queued write-back changes reach the server before the lease
+		// goes: whoever the recall is for sees them.
+		c.wbFlushRecalled(lost)
 		if fn := c.leases.onRecall.Load(); fn != nil {
 			done := make(chan struct{})
 			go func() {

@@ -13,24 +13,33 @@ import (
 
 // LookupAt returns the attributes of name in directory parent.
 func (c *Client) LookupAt(ctx context.Context, parent core.Ino, name string) (core.Attr, error) {
-	var r pb.LookupReply
-	err := c.callName(ctx, parent, name, pb.MethodLookup,
-		&pb.LookupRequest{Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name}, &r, true)
+	if a, ok, err := c.wbLookup(parent, name); ok {
+		return c.overlayOpen(a), err
+	}
+	w := c.wbLookupDir(parent)
+	gen := w.generation()
+	a, err := c.lookupServer(ctx, parent, name)
 	if err != nil {
+		if w != nil && errs.Is(err, errs.NotExist) {
+			w.noteAbsent(name, gen)
+		}
 		return core.Attr{}, err
 	}
-	return c.overlayOpen(attrFromPB(r.Attr)), nil
+	return c.wbDirAttr(c.overlayOpen(a)), nil
 }
 
 // GetAttr returns the attributes of the node ref names.
 func (c *Client) GetAttr(ctx context.Context, ref Ref) (core.Attr, error) {
+	if a, ok := c.wbStat(ref); ok {
+		return c.overlayOpen(a), nil
+	}
 	var r pb.GetAttrReply
 	req := &pb.GetAttrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb()}
 	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodGetAttr, req, &r, true)
 	if err != nil {
 		return core.Attr{}, err
 	}
-	return c.overlayOpen(attrFromPB(r.Attr)), nil
+	return c.wbDirAttr(c.overlayOpen(attrFromPB(r.Attr))), nil
 }
 
 // SetAttr names the attributes to change; nil fields stay.
@@ -84,6 +93,14 @@ func (s SetAttr) pb() *pb.SetAttrRequest {
 // through the file's open state when this client has it open, so buffered
 // writes and the new size agree.
 func (c *Client) SetAttr(ctx context.Context, ref Ref, s SetAttr) (core.Attr, error) {
+	if a, ok := c.wbSetAttr(ctx, ref, s); ok {
+		return a, nil
+	}
+	// A directory under write-back: its queue goes first, and the client
+	// forgets the attributes it knew.
+	if err := c.wbBarrier(ctx, ref.Ino); err != nil {
+		return core.Attr{}, err
+	}
 	if s.Size != nil {
 		if n := c.lookupOpen(ref.Ino); n != nil {
 			defer c.releaseOpen(n)
@@ -188,6 +205,9 @@ func (c *Client) CreateAt(ctx context.Context, parent core.Ino, name string, fla
 // CreateAtAttr is CreateAt that also returns the file's attributes as the
 // server reported them, which the FUSE layer's reply needs.
 func (c *Client) CreateAtAttr(ctx context.Context, parent core.Ino, name string, flags int, mode uint32) (*File, core.Attr, error) {
+	if f, a, ok, err := c.wbCreate(ctx, parent, name, flags, mode); ok {
+		return f, a, err
+	}
 	req := &pb.CreateRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name,
 		Mode: core.ModeFile | mode&core.ModeBits, Exclusive: flags&oEXCL != 0, OpenFlags: uint32(flags),
@@ -253,6 +273,9 @@ func (c *Client) Readlink(ctx context.Context, ref Ref) (string, error) {
 // last link of a chunked file, the meta server reclaims its chunks (after
 // this client's last close if it has the file open).
 func (c *Client) UnlinkAt(ctx context.Context, parent core.Ino, name string) error {
+	if ok, err := c.wbUnlink(ctx, parent, name); ok {
+		return err
+	}
 	var r pb.UnlinkReply
 	open := c.openAt(parent, name)
 	err := c.callName(ctx, parent, name, pb.MethodUnlink, &pb.UnlinkRequest{
@@ -266,6 +289,11 @@ func (c *Client) UnlinkAt(ctx context.Context, parent core.Ino, name string) err
 
 // RmdirAt removes the empty directory name from parent.
 func (c *Client) RmdirAt(ctx context.Context, parent core.Ino, name string) error {
+	// The directory's written-back unlinks go first: the server checks
+	// that it is empty.
+	if err := c.wbBarrierChild(ctx, parent, name); err != nil {
+		return err
+	}
 	return c.callName(ctx, parent, name, pb.MethodRmdir, &pb.RmdirRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name,
 	}, &pb.Empty{}, false)
@@ -279,6 +307,17 @@ const (
 
 // RenameAt moves srcName in srcParent to dstName in dstParent.
 func (c *Client) RenameAt(ctx context.Context, srcParent core.Ino, srcName string, dstParent core.Ino, dstName string, flags uint32) error {
+	if srcParent == dstParent {
+		if ok, err := c.wbRename(ctx, srcParent, srcName, dstName, flags); ok {
+			return err
+		}
+	} else if err := c.wbBarrier(ctx, dstParent); err != nil {
+		return err
+	}
+	// A directory renamed over must be empty: its queue goes first.
+	if err := c.wbBarrierChild(ctx, dstParent, dstName); err != nil {
+		return err
+	}
 	var r pb.RenameReply
 	open := c.openAt(dstParent, dstName)
 	err := c.callName(ctx, srcParent, srcName, pb.MethodRename, &pb.RenameRequest{
@@ -297,6 +336,9 @@ func (c *Client) RenameAt(ctx context.Context, srcParent core.Ino, srcName strin
 
 // LinkAt makes newName in newParent a hard link to the file ref names.
 func (c *Client) LinkAt(ctx context.Context, ref Ref, newParent core.Ino, newName string) (core.Attr, error) {
+	if err := c.wbBarrier(ctx, ref.Parent); err != nil {
+		return core.Attr{}, err
+	}
 	var r pb.LinkReply
 	err := c.callName(ctx, newParent, newName, pb.MethodLink, &pb.LinkRequest{
 		Creds: credsPB(c.creds(ctx)), Node: ref.pb(), NewParent: uint64(newParent), NewName: newName,
@@ -315,6 +357,15 @@ func (c *Client) LinkAt(ctx context.Context, ref Ref, newParent core.Ino, newNam
 // returned once: a moved entry keeps its position, so it is skipped as a
 // duplicate if both its old and new partition return it.
 func (c *Client) ReadDirPage(ctx context.Context, dir core.Ino, cookie []byte, limit int, plus bool) ([]core.DirEntry, []byte, bool, error) {
+	// A listing sees the queued write-back changes: they go first.
+	if err := c.wbFlushDir(ctx, dir); err != nil {
+		return nil, nil, false, err
+	}
+	return c.readDirPage(ctx, dir, cookie, limit, plus)
+}
+
+// readDirPage is ReadDirPage without sending write-back changes first.
+func (c *Client) readDirPage(ctx context.Context, dir core.Ino, cookie []byte, limit int, plus bool) ([]core.DirEntry, []byte, bool, error) {
 	if limit <= 0 {
 		limit = defaultPageLimit
 	}

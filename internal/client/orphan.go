@@ -94,6 +94,9 @@ func (c *Client) releaseReclaim(ino core.Ino) {
 		defer c.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		// A written-back unlink of the file must reach the servers
+		// before the release of the reclaim it holds.
+		c.wbFlushAll(ctx)
 		for i, m := range c.metas {
 			if err := m.Call(ctx, pb.MethodReleaseReclaim, &pb.ReleaseReclaimRequest{Ino: uint64(ino)}, &pb.Empty{}); err != nil {
 				c.log.Warn("releasing the reclaim of an unlinked file failed", "ino", ino, "meta", i, "err", err)

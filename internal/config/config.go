@@ -42,6 +42,11 @@ const (
 
 	DurabilitySync  = "sync"  // acknowledged after the WAL record is on disk
 	DurabilityAsync = "async" // acknowledged when applied; WAL synced in the background
+	// DurabilityWriteback is a mount's mode (MountDurability, weft mount
+	// --durability): metadata changes in directories the mount holds a
+	// write lease on complete in the client and reach the meta servers in
+	// batches, durable at fsync, recall, unmount or within a second.
+	DurabilityWriteback = "writeback"
 
 	BackendDisk = "disk" // chunk files under the server's data directory
 	BackendMem  = "mem"  // chunks in RAM, bounded by mem_limit
@@ -60,6 +65,9 @@ type Cluster struct {
 	// Durability is when a meta server acknowledges a change: DurabilitySync
 	// or DurabilityAsync.
 	Durability string `toml:"durability"`
+	// MountDurability is the default of weft mount --durability:
+	// DurabilitySync (or empty) or DurabilityWriteback.
+	MountDurability string `toml:"mount_durability,omitempty"`
 	// InlineLimit is the largest file whose content lives in its metadata
 	// record; 0 turns inlining off.
 	InlineLimit int `toml:"inline_limit"`

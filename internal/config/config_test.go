@@ -101,6 +101,7 @@ func TestValidateErrors(t *testing.T) {
 		{"replication zero", func(c *Cluster) { c.Replication = 0 }, "replication: 0 is less than 1"},
 		{"replication above stores", func(c *Cluster) { c.Replication = 3 }, "replication: 3 is more than the 2 store servers"},
 		{"durability", func(c *Cluster) { c.Durability = "fast" }, `durability: "fast" is not one of sync, async`},
+		{"mount durability", func(c *Cluster) { c.MountDurability = "async" }, `mount_durability: "async" is not one of sync, writeback`},
 		{"inline negative", func(c *Cluster) { c.InlineLimit = -1 }, "inline_limit: -1 is not between 0 and 65536"},
 		{"inline too big", func(c *Cluster) { c.InlineLimit = 65537 }, "inline_limit: 65537 is not between 0 and 65536"},
 		{"split threshold", func(c *Cluster) { c.SplitThreshold = 1 }, "split_threshold: 1 is less than 2"},

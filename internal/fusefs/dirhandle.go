@@ -159,11 +159,17 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	return child, 0
 }
 
-// Fsyncdir makes the namespace changes acknowledged so far durable: with
-// sync durability they already are; with async the meta servers sync their
-// WALs.
+// Fsyncdir makes the directory's changes durable: it sends its
+// written-back changes (a writeback mount) and waits for them, and with
+// async durability the meta servers then sync their WALs; with sync
+// durability every acknowledged change already is.
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 	cctx, cancel := d.node.fsys.callCtx(ctx)
 	defer cancel()
-	return d.node.fsys.fail("fsyncdir", d.node.fsys.c.SyncNamespace(cctx))
+	c := d.node.fsys.c
+	err := c.SyncDir(cctx, d.node.ino())
+	if err == nil {
+		err = c.SyncNamespace(cctx)
+	}
+	return d.node.fsys.fail("fsyncdir", err)
 }

@@ -18,9 +18,9 @@ import (
 
 // multiClient starts metas meta servers (GIGA+, splitting at threshold
 // entries) and one store on loopback ports in this process, and returns a
-// function that makes root clients of that cluster. Everything stops by
-// t.Cleanup.
-func multiClient(t *testing.T, metas, threshold int) func() *client.Client {
+// function that makes root clients of that cluster (as tune sets them).
+// Everything stops by t.Cleanup.
+func multiClient(t *testing.T, metas, threshold int, tune ...func(*client.Config)) func() *client.Client {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := config.Default()
@@ -53,7 +53,11 @@ func multiClient(t *testing.T, metas, threshold int) func() *client.Client {
 	}
 	t.Cleanup(func() { s.Close() })
 	return func() *client.Client {
-		c, err := client.New(cluster.ClientConfig(cfg, core.Root, nil))
+		cc := cluster.ClientConfig(cfg, core.Root, nil)
+		for _, f := range tune {
+			f(&cc)
+		}
+		c, err := client.New(cc)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -143,8 +143,14 @@ func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (u
 			s.mu.held++
 		}
 		// A new grant replaces the old one: a fresh term, and a recall
-		// of the old grant is answered by asking again.
-		g.seq, g.mode, g.expires, g.recalled = s.mu.seq, mode, now.Add(s.term), time.Time{}
+		// of the old grant is answered by asking again. A read acquire
+		// over the session's own write lease keeps it a write lease
+		// (the holder may have queued changes under it).
+		m := mode
+		if g.mode == Write {
+			m = Write
+		}
+		g.seq, g.mode, g.expires, g.recalled = s.mu.seq, m, now.Add(s.term), time.Time{}
 	}
 	s.metrics.granted(len(keys))
 	s.mu.granted += uint64(len(keys))

@@ -33,6 +33,8 @@ func (s *Server) Register(mux *rpc.Mux) {
 	rpc.Handle(mux, weftpb.MethodGetCapability, s.GetCapability)
 	rpc.Handle(mux, weftpb.MethodSyncMeta, s.SyncMeta)
 	rpc.Handle(mux, weftpb.MethodFind, s.Find)
+	rpc.Handle(mux, weftpb.MethodAllocInos, s.AllocInos)
+	rpc.Handle(mux, weftpb.MethodApplyBatch, s.ApplyBatch)
 	rpc.Handle(mux, weftpb.MethodPeerLock, s.PeerLock)
 	rpc.Handle(mux, weftpb.MethodPeerUnlock, s.PeerUnlock)
 	rpc.Handle(mux, weftpb.MethodPeerGet, s.PeerGet)

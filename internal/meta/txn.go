@@ -85,6 +85,9 @@ type txn struct {
 	// WrongServer rather than a cross-server operation.
 	routeDir  core.Ino
 	routeName string
+	// writersChecked: commit without waiting for write-back holders
+	// first (ops_batch.go); their recall at commit still holds.
+	writersChecked bool
 }
 
 // loc names a record by the server that holds it and its ino.
@@ -522,16 +525,21 @@ func (s *Server) update(ctx context.Context, op string, lock []core.Ino, fn func
 	if err := s.awaitRecovery(ctx, op); err != nil {
 		return err
 	}
+	if err := s.recallWriters(ctx, lock); err != nil {
+		return err
+	}
 	var held []int
 	for _, ino := range lock {
 		held = addStripe(held, stripeOf(ino))
 	}
 	renameMu := false
+	writerWaits := 0 // write-back holders waited for (ops_batch.go)
 	for attempt, waits := 0, 0; ; attempt++ {
 		if attempt-waits > 64 {
 			return errs.New(errs.Busy, op, "could not settle the locks it needs")
 		}
 		t := &txn{s: s, ctx: ctx, op: op, held: held, renameMu: renameMu, b: s.db.NewBatch(), now: s.nowNs()}
+		t.writersChecked = writerWaits >= maxWriterWaits
 		if renameMu {
 			s.renameMu.Lock()
 		}
@@ -555,6 +563,15 @@ func (s *Server) update(ctx context.Context, op string, lock []core.Ino, fn func
 				return err
 			}
 			waits++
+			continue
+		}
+		if recalled, werr := s.awaitWriters(ctx, err); recalled {
+			s.release(t.b)
+			if werr != nil {
+				return werr
+			}
+			waits++
+			writerWaits++
 			continue
 		}
 		var rl *relockError
@@ -616,6 +633,9 @@ func (t *txn) flush() {
 // holder reads this operation's result. In sync mode it does not wait for the
 // fsync (finishCommit does, after the locks are released).
 func (s *Server) commitLocked(t *txn) error {
+	if err := s.checkWriters(t); err != nil {
+		return err
+	}
 	end, err := s.changeLeases(t.ctx, t.b)
 	if err != nil {
 		return err

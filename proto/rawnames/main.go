@@ -42,6 +42,12 @@ var rawFields = map[string]bool{
 	"weft.v1.LinkRequest.new_name":   true,
 	"weft.v1.DirEntryMsg.name":       true,
 	"weft.v1.PeerGetRequest.name":    true,
+	// Write-back batches (metadata write-back).
+	"weft.v1.BatchCreate.name":  true,
+	"weft.v1.BatchUnlink.name":  true,
+	"weft.v1.BatchSetAttr.name": true,
+	"weft.v1.BatchRename.src":   true,
+	"weft.v1.BatchRename.dst":   true,
 }
 
 func main() {

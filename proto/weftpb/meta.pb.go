@@ -3514,6 +3514,587 @@ func (x *FindHit) GetRecheck() bool {
 	return false
 }
 
+// AllocInosRequest reserves count inode numbers of the receiving server for
+// the caller, who hands them to files it creates under a write lease. The
+// numbers are never handed out again, even if the caller dies unused.
+type AllocInosRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         uint32                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocInosRequest) Reset() {
+	*x = AllocInosRequest{}
+	mi := &file_meta_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocInosRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocInosRequest) ProtoMessage() {}
+
+func (x *AllocInosRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocInosRequest.ProtoReflect.Descriptor instead.
+func (*AllocInosRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *AllocInosRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// AllocInosReply: the numbers first .. first+count-1 are the caller's.
+type AllocInosReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	First         uint64                 `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	Count         uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocInosReply) Reset() {
+	*x = AllocInosReply{}
+	mi := &file_meta_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocInosReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocInosReply) ProtoMessage() {}
+
+func (x *AllocInosReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocInosReply.ProtoReflect.Descriptor instead.
+func (*AllocInosReply) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *AllocInosReply) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *AllocInosReply) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// BatchOp is one operation of a write-back batch, in a directory the batch
+// names. Exactly one of its parts is set.
+type BatchOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Creds         *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
+	Create        *BatchCreate           `protobuf:"bytes,2,opt,name=create,proto3" json:"create,omitempty"`
+	Unlink        *BatchUnlink           `protobuf:"bytes,3,opt,name=unlink,proto3" json:"unlink,omitempty"`
+	Setattr       *BatchSetAttr          `protobuf:"bytes,4,opt,name=setattr,proto3" json:"setattr,omitempty"`
+	Rename        *BatchRename           `protobuf:"bytes,5,opt,name=rename,proto3" json:"rename,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchOp) Reset() {
+	*x = BatchOp{}
+	mi := &file_meta_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchOp) ProtoMessage() {}
+
+func (x *BatchOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchOp.ProtoReflect.Descriptor instead.
+func (*BatchOp) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *BatchOp) GetCreds() *Creds {
+	if x != nil {
+		return x.Creds
+	}
+	return nil
+}
+
+func (x *BatchOp) GetCreate() *BatchCreate {
+	if x != nil {
+		return x.Create
+	}
+	return nil
+}
+
+func (x *BatchOp) GetUnlink() *BatchUnlink {
+	if x != nil {
+		return x.Unlink
+	}
+	return nil
+}
+
+func (x *BatchOp) GetSetattr() *BatchSetAttr {
+	if x != nil {
+		return x.Setattr
+	}
+	return nil
+}
+
+func (x *BatchOp) GetRename() *BatchRename {
+	if x != nil {
+		return x.Rename
+	}
+	return nil
+}
+
+// BatchCreate creates an empty regular file (or fifo or socket) with the
+// client-allocated ino and the client's times.
+type BatchCreate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	TimeNs        int64                  `protobuf:"varint,4,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchCreate) Reset() {
+	*x = BatchCreate{}
+	mi := &file_meta_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchCreate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchCreate) ProtoMessage() {}
+
+func (x *BatchCreate) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchCreate.ProtoReflect.Descriptor instead.
+func (*BatchCreate) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *BatchCreate) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BatchCreate) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *BatchCreate) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *BatchCreate) GetTimeNs() int64 {
+	if x != nil {
+		return x.TimeNs
+	}
+	return 0
+}
+
+// BatchUnlink removes name, which must still hold ino. open lists the
+// inodes the client has open that the name may be (UnlinkRequest.open).
+type BatchUnlink struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Open          []uint64               `protobuf:"varint,3,rep,packed,name=open,proto3" json:"open,omitempty"`
+	TimeNs        int64                  `protobuf:"varint,4,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchUnlink) Reset() {
+	*x = BatchUnlink{}
+	mi := &file_meta_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchUnlink) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchUnlink) ProtoMessage() {}
+
+func (x *BatchUnlink) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchUnlink.ProtoReflect.Descriptor instead.
+func (*BatchUnlink) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *BatchUnlink) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BatchUnlink) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *BatchUnlink) GetOpen() []uint64 {
+	if x != nil {
+		return x.Open
+	}
+	return nil
+}
+
+func (x *BatchUnlink) GetTimeNs() int64 {
+	if x != nil {
+		return x.TimeNs
+	}
+	return 0
+}
+
+// BatchSetAttr changes name's attributes (mode and times only); name must
+// still hold ino. time_ns is the client's clock for ctime and *_NOW bits.
+type BatchSetAttr struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Valid         uint32                 `protobuf:"varint,3,opt,name=valid,proto3" json:"valid,omitempty"`
+	Mode          uint32                 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	AtimeNs       int64                  `protobuf:"varint,5,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
+	MtimeNs       int64                  `protobuf:"varint,6,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	TimeNs        int64                  `protobuf:"varint,7,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchSetAttr) Reset() {
+	*x = BatchSetAttr{}
+	mi := &file_meta_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchSetAttr) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchSetAttr) ProtoMessage() {}
+
+func (x *BatchSetAttr) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchSetAttr.ProtoReflect.Descriptor instead.
+func (*BatchSetAttr) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *BatchSetAttr) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BatchSetAttr) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *BatchSetAttr) GetValid() uint32 {
+	if x != nil {
+		return x.Valid
+	}
+	return 0
+}
+
+func (x *BatchSetAttr) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *BatchSetAttr) GetAtimeNs() int64 {
+	if x != nil {
+		return x.AtimeNs
+	}
+	return 0
+}
+
+func (x *BatchSetAttr) GetMtimeNs() int64 {
+	if x != nil {
+		return x.MtimeNs
+	}
+	return 0
+}
+
+func (x *BatchSetAttr) GetTimeNs() int64 {
+	if x != nil {
+		return x.TimeNs
+	}
+	return 0
+}
+
+// BatchRename moves src (holding ino) to dst, a name that must be free, in
+// the same directory.
+type BatchRename struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Src           string                 `protobuf:"bytes,1,opt,name=src,proto3" json:"src,omitempty"`
+	Dst           string                 `protobuf:"bytes,2,opt,name=dst,proto3" json:"dst,omitempty"`
+	Ino           uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
+	TimeNs        int64                  `protobuf:"varint,4,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRename) Reset() {
+	*x = BatchRename{}
+	mi := &file_meta_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRename) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRename) ProtoMessage() {}
+
+func (x *BatchRename) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRename.ProtoReflect.Descriptor instead.
+func (*BatchRename) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *BatchRename) GetSrc() string {
+	if x != nil {
+		return x.Src
+	}
+	return ""
+}
+
+func (x *BatchRename) GetDst() string {
+	if x != nil {
+		return x.Dst
+	}
+	return ""
+}
+
+func (x *BatchRename) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *BatchRename) GetTimeNs() int64 {
+	if x != nil {
+		return x.TimeNs
+	}
+	return 0
+}
+
+// ApplyBatchRequest applies ops in directory dir as one atomic group: each
+// op is checked again against the state the ops before it left, and if any
+// fails nothing is applied (the reply's error names the op by index).
+type ApplyBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dir           uint64                 `protobuf:"varint,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	Ops           []*BatchOp             `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyBatchRequest) Reset() {
+	*x = ApplyBatchRequest{}
+	mi := &file_meta_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyBatchRequest) ProtoMessage() {}
+
+func (x *ApplyBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyBatchRequest.ProtoReflect.Descriptor instead.
+func (*ApplyBatchRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ApplyBatchRequest) GetDir() uint64 {
+	if x != nil {
+		return x.Dir
+	}
+	return 0
+}
+
+func (x *ApplyBatchRequest) GetOps() []*BatchOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+type ApplyBatchReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Applied       uint32                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyBatchReply) Reset() {
+	*x = ApplyBatchReply{}
+	mi := &file_meta_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyBatchReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyBatchReply) ProtoMessage() {}
+
+func (x *ApplyBatchReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyBatchReply.ProtoReflect.Descriptor instead.
+func (*ApplyBatchReply) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ApplyBatchReply) GetApplied() uint32 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
 var File_meta_proto protoreflect.FileDescriptor
 
 const file_meta_proto_rawDesc = "" +
@@ -3610,13 +4191,28 @@ const file_meta_proto_rawDesc = "" +
 	"or\x18\x02 \x01(\fR\x06cursor\x12\x10\n\x03eof\x18\x03 \x01(\bR\x03eof\"\xb5\x01\n\aFindHit\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir" +
 	"\x12\x12\n\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12!\n\x04attr\x18\x04 \x01(\v2\r.weft.v1.A" +
 	"ttrR\x04attr\x12\x1d\n\nentry_mode\x18\x05 \x01(\rR\tentryMode\x12\x16\n\x06parent\x18\x06 \x01(\x04R\x06parent" +
-	"\x12\x18\n\arecheck\x18\a \x01(\bR\arecheck*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10\n\f" +
-	"SETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SIZE" +
-	"\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10@\x12" +
-	"\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10RENAM" +
-	"E_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NONE\x10\x00" +
-	"\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftfs/weft/" +
-	"proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
+	"\x12\x18\n\arecheck\x18\a \x01(\bR\arecheck\"(\n\x10AllocInosRequest\x12\x14\n\x05count\x18\x01 \x01(\rR\x05c" +
+	"ount\"<\n\x0eAllocInosReply\x12\x14\n\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n\x05count\x18\x02 \x01(\rR\x05cou" +
+	"nt\"\xea\x01\n\aBatchOp\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12,\n\x06create\x18\x02" +
+	" \x01(\v2\x14.weft.v1.BatchCreateR\x06create\x12,\n\x06unlink\x18\x03 \x01(\v2\x14.weft.v1.Bat" +
+	"chUnlinkR\x06unlink\x12/\n\asetattr\x18\x04 \x01(\v2\x15.weft.v1.BatchSetAttrR\asetatt" +
+	"r\x12,\n\x06rename\x18\x05 \x01(\v2\x14.weft.v1.BatchRenameR\x06rename\"g\n\vBatchCreate\x12\x19" +
+	"\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12" +
+	"\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"g\n\vBatchUnlink\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04na" +
+	"me\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04open\x18\x03 \x03(\x04R\x04open\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeN" +
+	"s\"\xb4\x01\n\fBatchSetAttr\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12" +
+	"\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x19\n\batime_ns\x18\x05 \x01(\x03R\aati" +
+	"meNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18\a \x01(\x03R\x06timeNs\"j\n\vBatc" +
+	"hRename\x12\x17\n\x03src\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x03src\x12\x17\n\x03dst\x18\x02 \x01(\tB\x05\xaa\x01\x02 \x03R\x03dst\x12\x10\n\x03ino" +
+	"\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"I\n\x11ApplyBatchRequest\x12\x10\n\x03dir" +
+	"\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v2\x10.weft.v1.BatchOpR\x03ops\"+\n\x0fApplyBatchRep" +
+	"ly\x12\x18\n\aapplied\x18\x01 \x01(\rR\aapplied*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10" +
+	"\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SI" +
+	"ZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10" +
+	"@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10REN" +
+	"AME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NONE" +
+	"\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftfs/wef" +
+	"t/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
@@ -3631,7 +4227,7 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_meta_proto_goTypes = []any{
 	(SetAttrBits)(0),              // 0: weft.v1.SetAttrBits
 	(RenameFlags)(0),              // 1: weft.v1.RenameFlags
@@ -3688,58 +4284,67 @@ var file_meta_proto_goTypes = []any{
 	(*FindPerm)(nil),              // 52: weft.v1.FindPerm
 	(*FindReply)(nil),             // 53: weft.v1.FindReply
 	(*FindHit)(nil),               // 54: weft.v1.FindHit
-	(*Creds)(nil),                 // 55: weft.v1.Creds
-	(*Attr)(nil),                  // 56: weft.v1.Attr
-	(*NodeRef)(nil),               // 57: weft.v1.NodeRef
+	(*AllocInosRequest)(nil),      // 55: weft.v1.AllocInosRequest
+	(*AllocInosReply)(nil),        // 56: weft.v1.AllocInosReply
+	(*BatchOp)(nil),               // 57: weft.v1.BatchOp
+	(*BatchCreate)(nil),           // 58: weft.v1.BatchCreate
+	(*BatchUnlink)(nil),           // 59: weft.v1.BatchUnlink
+	(*BatchSetAttr)(nil),          // 60: weft.v1.BatchSetAttr
+	(*BatchRename)(nil),           // 61: weft.v1.BatchRename
+	(*ApplyBatchRequest)(nil),     // 62: weft.v1.ApplyBatchRequest
+	(*ApplyBatchReply)(nil),       // 63: weft.v1.ApplyBatchReply
+	(*Creds)(nil),                 // 64: weft.v1.Creds
+	(*Attr)(nil),                  // 65: weft.v1.Attr
+	(*NodeRef)(nil),               // 66: weft.v1.NodeRef
 }
 var file_meta_proto_depIdxs = []int32{
-	55, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
-	56, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
-	55, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
-	57, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
-	56, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
-	55, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
-	57, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
-	56, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
-	55, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
-	56, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
-	55, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
-	56, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
-	55, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
-	56, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
-	55, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
-	57, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
-	55, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
-	56, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
-	55, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
-	55, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
-	56, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
-	55, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
-	57, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
-	56, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
-	55, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
-	56, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
+	64, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
+	65, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
+	64, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
+	66, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
+	65, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
+	64, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
+	66, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
+	65, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
+	64, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
+	65, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
+	64, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
+	65, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
+	64, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
+	65, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
+	64, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
+	66, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
+	64, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
+	65, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
+	64, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
+	64, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
+	65, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
+	64, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
+	66, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
+	65, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
+	64, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
+	65, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
 	26, // 26: weft.v1.ReadDirReply.entries:type_name -> weft.v1.DirEntryMsg
-	55, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
-	57, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
-	56, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
-	55, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
-	57, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
-	56, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
-	55, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
-	57, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
-	55, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
-	57, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
-	55, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
-	57, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
-	55, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
-	57, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
-	55, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
-	57, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
+	64, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
+	66, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
+	65, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
+	64, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
+	66, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
+	65, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
+	64, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
+	66, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
+	64, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
+	66, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
+	64, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
+	66, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
+	64, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
+	66, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
+	64, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
+	66, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
 	43, // 43: weft.v1.StatusReply.top:type_name -> weft.v1.PartitionStatus
-	55, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
-	57, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
-	55, // 46: weft.v1.FindRequest.creds:type_name -> weft.v1.Creds
+	64, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
+	66, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
+	64, // 46: weft.v1.FindRequest.creds:type_name -> weft.v1.Creds
 	3,  // 47: weft.v1.FindRequest.phase:type_name -> weft.v1.FindRequest.Phase
 	49, // 48: weft.v1.FindRequest.query:type_name -> weft.v1.FindQuery
 	50, // 49: weft.v1.FindQuery.names:type_name -> weft.v1.FindGlob
@@ -3747,12 +4352,18 @@ var file_meta_proto_depIdxs = []int32{
 	51, // 51: weft.v1.FindQuery.mtimes:type_name -> weft.v1.FindRange
 	52, // 52: weft.v1.FindQuery.perms:type_name -> weft.v1.FindPerm
 	54, // 53: weft.v1.FindReply.hits:type_name -> weft.v1.FindHit
-	56, // 54: weft.v1.FindHit.attr:type_name -> weft.v1.Attr
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	65, // 54: weft.v1.FindHit.attr:type_name -> weft.v1.Attr
+	64, // 55: weft.v1.BatchOp.creds:type_name -> weft.v1.Creds
+	58, // 56: weft.v1.BatchOp.create:type_name -> weft.v1.BatchCreate
+	59, // 57: weft.v1.BatchOp.unlink:type_name -> weft.v1.BatchUnlink
+	60, // 58: weft.v1.BatchOp.setattr:type_name -> weft.v1.BatchSetAttr
+	61, // 59: weft.v1.BatchOp.rename:type_name -> weft.v1.BatchRename
+	57, // 60: weft.v1.ApplyBatchRequest.ops:type_name -> weft.v1.BatchOp
+	61, // [61:61] is the sub-list for method output_type
+	61, // [61:61] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -3767,7 +4378,7 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   51,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

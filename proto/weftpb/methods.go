@@ -30,6 +30,8 @@ const (
 	MethodGetCapability  = 24 // a fresh capability after a store refused one
 	MethodFind           = 25 // weft find: one page of a server's matches
 	MethodSyncMeta       = 27 // make what was acknowledged durable (async mode)
+	MethodAllocInos      = 28 // write-back: inode numbers for a client to hand out
+	MethodApplyBatch     = 29 // write-back: a batch of a directory's operations, atomically
 	// 30-39: byte-range and flock locks (lock.proto).
 	MethodSetLock        = 30
 	MethodGetLock        = 31
@@ -74,6 +76,7 @@ var methodNames = map[uint16]string{
 	MethodStatFS: "statfs", MethodGetXattr: "getxattr", MethodSetXattr: "setxattr",
 	MethodListXattr: "listxattr", MethodRemoveXattr: "removexattr", MethodStatus: "status",
 	MethodScan: "scan", MethodReleaseReclaim: "release_reclaim", MethodGetCapability: "get_capability", MethodSyncMeta: "sync_meta", MethodFind: "find",
+	MethodAllocInos: "alloc_inos", MethodApplyBatch: "apply_batch",
 	MethodSetLock: "setlock", MethodGetLock: "getlock",
 	MethodLockKeepAlive: "lock_keepalive", MethodEndLockSession: "end_lock_session",
 	MethodPeerLock: "peer_lock", MethodPeerUnlock: "peer_unlock", MethodPeerGet: "peer_get",

@@ -1,0 +1,241 @@
+package client
+
+import (
+	"time"
+
+	"context"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// Sending write-back batches and reserving inode numbers (writeback.go).
+
+// queueLocked adds op, which names names, to w's open batch. A batch never
+// holds two ops on one name (the server reads the state before the batch),
+// so a name already in it, or a full batch, seals it first.
+func (w *wbDir) queueLocked(op *weftpb.BatchOp, names ...string) {
+	full := len(w.mu.open) >= wbMaxBatch
+	for _, n := range names {
+		full = full || w.mu.used[n]
+	}
+	if full {
+		w.sealLocked()
+	}
+	if len(w.mu.open) == 0 && len(w.mu.sealed) == 0 {
+		w.mu.oldest = time.Now()
+	}
+	if w.mu.used == nil {
+		w.mu.used = make(map[string]bool)
+	}
+	for _, n := range names {
+		w.mu.used[n] = true
+		w.nameLocked(n).pending++
+	}
+	w.mu.open = append(w.mu.open, op)
+}
+
+func (w *wbDir) sealLocked() {
+	if len(w.mu.open) == 0 {
+		return
+	}
+	w.mu.sealed = append(w.mu.sealed, w.mu.open)
+	w.mu.open, w.mu.used = nil, nil
+}
+
+// nameLocked returns the overlay record of name, made if missing.
+func (w *wbDir) nameLocked(name string) *wbName {
+	n := w.mu.names[name]
+	if n == nil {
+		n = &wbName{}
+		w.mu.names[name] = n
+	}
+	return n
+}
+
+// flush sends every queued batch, in order, and returns once the servers
+// applied them. A batch the servers refuse is recorded (w.mu.err) and
+// discarded with everything queued after it; flush returns an error only
+// when ctx ended first (what was not sent stays queued).
+func (w *wbDir) flush(ctx context.Context) error {
+	select {
+	case w.sending <- struct{}{}:
+	case <-ctx.Done():
+		return ctxError("write-back", ctx)
+	}
+	defer func() { <-w.sending }()
+	w.mu.Lock()
+	w.sealLocked()
+	w.mu.Unlock()
+	for {
+		w.mu.Lock()
+		if len(w.mu.sealed) == 0 {
+			w.mu.Unlock()
+			return nil
+		}
+		batch := w.mu.sealed[0]
+		w.mu.Unlock()
+		err := w.c.sendBatch(ctx, w.dir, batch)
+		if err != nil && (errs.Is(err, errs.Canceled) || errs.Is(err, errs.Timeout)) && ctx.Err() != nil {
+			return err
+		}
+		w.mu.Lock()
+		if err != nil {
+			w.refusedLocked(err)
+		} else {
+			w.appliedLocked(batch)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// appliedLocked forgets what the servers now hold.
+func (w *wbDir) appliedLocked(batch []*weftpb.BatchOp) {
+	w.mu.sealed = w.mu.sealed[1:]
+	for _, op := range batch {
+		for _, name := range opNames(op) {
+			n := w.mu.names[name]
+			if n == nil {
+				continue
+			}
+			if n.pending--; n.pending > 0 {
+				continue
+			}
+			if w.mu.listing != nil {
+				// The servers now hold the name's last state.
+				if n.absent {
+					delete(w.mu.listing, name)
+				} else {
+					w.mu.listing[name] = n.attr
+				}
+				delete(w.mu.names, name)
+				continue
+			}
+			if n.absent && w.mu.absent < wbMaxAbsent {
+				w.mu.absent++ // still true: nobody else changes the directory
+				continue
+			}
+			delete(w.mu.names, name)
+		}
+	}
+	if len(w.mu.sealed) == 0 && len(w.mu.open) == 0 {
+		w.mu.oldest = time.Now()
+	}
+}
+
+// refusedLocked drops the refused batch and every later change: they may
+// depend on it. The overlay goes too (the servers' state is the truth
+// again), and the lease is given up at its end.
+func (w *wbDir) refusedLocked(err error) {
+	w.c.log.Warn("write-back: the servers refused a batch; it and later changes in the directory are lost",
+		"dir", w.dir, "err", err)
+	if w.mu.err == nil {
+		w.mu.err = errs.Wrap(errs.KindOf(err), "write-back", "changes queued in the directory were not applied", err)
+	}
+	w.mu.sealed, w.mu.open, w.mu.used = nil, nil, nil
+	w.mu.names = make(map[string]*wbName)
+	w.mu.absent = 0
+	w.mu.listing, w.mu.dattrOK = nil, false
+	w.mu.lost = true
+}
+
+// opNames lists the names an op changes.
+func opNames(op *weftpb.BatchOp) []string {
+	switch {
+	case op.Create != nil:
+		return []string{op.Create.Name}
+	case op.Unlink != nil:
+		return []string{op.Unlink.Name}
+	case op.Setattr != nil:
+		return []string{op.Setattr.Name}
+	case op.Rename != nil:
+		return []string{op.Rename.Src, op.Rename.Dst}
+	}
+	return nil
+}
+
+// sendBatch sends a batch to the servers of the partitions its names are
+// in (one, unless the directory is split), each part one atomic group.
+func (c *Client) sendBatch(ctx context.Context, dir core.Ino, batch []*weftpb.BatchOp) error {
+	ctx, cancel := context.WithTimeout(ctx, wbSendWait)
+	defer cancel()
+	todo := batch
+	for range maxRedirects {
+		parts := c.splitBatch(dir, todo)
+		todo = nil
+		for _, p := range parts {
+			var reply weftpb.ApplyBatchReply
+			err := call(ctx, c.partPeer(dir, p.part), weftpb.MethodApplyBatch,
+				&weftpb.ApplyBatchRequest{Dir: uint64(dir), Ops: p.ops}, &reply)
+			if b, ok := redirectBitmap(err); ok {
+				// Not applied: a split moved names. Route the part again.
+				c.maps.redirects.Add(1)
+				c.maps.learn(dir, b)
+				todo = append(todo, p.ops...)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if len(todo) == 0 {
+			return nil
+		}
+	}
+	return errs.New(errs.Protocol, "write-back", "too many redirects for a batch of directory %d", dir)
+}
+
+type batchPart struct {
+	part uint32
+	ops  []*weftpb.BatchOp
+}
+
+// splitBatch groups ops by the partition of their (first) name.
+func (c *Client) splitBatch(dir core.Ino, ops []*weftpb.BatchOp) []batchPart {
+	if len(c.metas) == 1 {
+		return []batchPart{{ops: ops}}
+	}
+	bitmap := c.maps.bitmap(dir)
+	var parts []batchPart
+	idx := map[uint32]int{}
+	for _, op := range ops {
+		p := core.PartitionOf(core.NameHash(opNames(op)[0]), bitmap)
+		i, ok := idx[p]
+		if !ok {
+			i = len(parts)
+			idx[p] = i
+			parts = append(parts, batchPart{part: p})
+		}
+		parts[i].ops = append(parts[i].ops, op)
+	}
+	return parts
+}
+
+// newIno hands out an inode number reserved from the meta server that
+// holds dir's first partition.
+func (c *Client) newIno(ctx context.Context, dir core.Ino) (core.Ino, error) {
+	server := core.PartitionServer(dir, 0, len(c.metas))
+	c.wb.mu.Lock()
+	r := c.wb.mu.inos[server]
+	if r.next < r.end {
+		r.next++
+		c.wb.mu.inos[server] = r
+		c.wb.mu.Unlock()
+		return core.Ino(r.next - 1), nil
+	}
+	c.wb.mu.Unlock()
+	var reply weftpb.AllocInosReply
+	if err := call(ctx, c.metas[server], weftpb.MethodAllocInos, &weftpb.AllocInosRequest{Count: wbInoRange}, &reply); err != nil {
+		return 0, err
+	}
+	c.wb.mu.Lock()
+	defer c.wb.mu.Unlock()
+	if c.wb.mu.inos == nil {
+		c.wb.mu.inos = make(map[int]inoRange)
+	}
+	// Numbers left from a concurrent reservation are dropped: never
+	// reused, they cost nothing.
+	c.wb.mu.inos[server] = inoRange{next: reply.First + 1, end: reply.First + uint64(reply.Count)}
+	return core.Ino(reply.First), nil
+}

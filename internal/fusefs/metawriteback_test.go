@@ -1,0 +1,434 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/cluster"
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/posixtest"
+)
+
+// mountWriteBack runs weft mount -d --durability writeback on mnt and
+// returns the pid of the mount process (killed and cleared by t.Cleanup).
+func mountWriteBack(t *testing.T, clusterFile, mnt string) int {
+	t.Helper()
+	out, err := weft(t, "mount", "--cluster", clusterFile, "--durability", "writeback", "-d",
+		"--log-file", filepath.Join(t.TempDir(), "mount.log"), mnt)
+	if err != nil {
+		t.Fatalf("weft mount -d --durability writeback: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`\(pid (\d+)\)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("weft mount -d printed no pid: %q", out)
+	}
+	pid, _ := strconv.Atoi(m[1])
+	t.Cleanup(func() {
+		if alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if Mounted(mnt) {
+			_ = Unmount(mnt)
+		}
+	})
+	return pid
+}
+
+// stormModel is what a create/rename/unlink storm did, and what was durable
+// at its last completed fsync of the directory.
+type stormModel struct {
+	now    map[string]bool // names existing after each op, as the storm saw it
+	synced map[string]bool // ... at the last completed fsync
+	since  map[string]bool // names changed after that fsync: either state may be on the servers
+	ops    int
+	syncs  int
+}
+
+// storm creates, renames and unlinks files in dir until an operation fails
+// (the mount died) or stop closes, with an fsync of the directory every 25
+// files. The directory is opened once: an opendir reads the directory,
+// which sends the queue, and would hide a lost fsync.
+func storm(dir string, stop <-chan struct{}, synced *atomic.Int64) *stormModel {
+	m := &stormModel{now: map[string]bool{}, synced: map[string]bool{}, since: map[string]bool{}}
+	d, err := os.Open(dir)
+	if err != nil {
+		return m
+	}
+	defer d.Close()
+	touch := func(names ...string) {
+		for _, n := range names {
+			m.since[n] = true
+		}
+	}
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return m
+		default:
+		}
+		name := fmt.Sprintf("f%05d", i)
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return m
+		}
+		touch(name)
+		if f.Close() != nil {
+			return m
+		}
+		m.now[name] = true
+		m.ops++
+		if i%3 == 1 {
+			to := fmt.Sprintf("r%05d", i)
+			touch(name, to)
+			if os.Rename(filepath.Join(dir, name), filepath.Join(dir, to)) != nil {
+				return m
+			}
+			delete(m.now, name)
+			m.now[to] = true
+			m.ops++
+		}
+		if i%5 == 4 {
+			victim := fmt.Sprintf("f%05d", i-2)
+			if m.now[victim] {
+				touch(victim)
+				if os.Remove(filepath.Join(dir, victim)) != nil {
+					return m
+				}
+				delete(m.now, victim)
+				m.ops++
+			}
+		}
+		if i%25 == 24 {
+			if d.Sync() != nil {
+				return m
+			}
+			m.synced = make(map[string]bool, len(m.now))
+			for n := range m.now {
+				m.synced[n] = true
+			}
+			m.since = map[string]bool{}
+			m.syncs++
+			synced.Add(1)
+		}
+	}
+}
+
+// TestWriteBackMountKilledDuringStorm kills a writeback mount with SIGKILL
+// during a create/rename/unlink storm. Every change the storm had fsynced
+// (the directory) is on the servers, names changed since are in their old
+// or new state, nothing dangles and weft fsck is clean.
+func TestWriteBackMountKilledDuringStorm(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	c := tc.client(t)
+	file := tc.emb.ClusterFile()
+	mnt := newMountPoint(t)
+	pid := mountWriteBack(t, file, mnt)
+	dir := filepath.Join(mnt, "d")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	stop := make(chan struct{})
+	done := make(chan *stormModel, 1)
+	var synced atomic.Int64
+	go func() { done <- storm(dir, stop, &synced) }()
+	// Kill once the storm is well under way: after some fsyncs, and in
+	// the middle of the changes that follow one.
+	deadline := time.Now().Add(30 * time.Second)
+	for synced.Load() < 8 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid)
+	close(stop)
+	var m *stormModel
+	select {
+	case m = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the storm did not stop after the mount died")
+	}
+	if Mounted(mnt) {
+		_ = Unmount(mnt)
+	}
+	t.Logf("storm: %v", time.Since(start))
+	t.Logf("storm: %d ops, %d fsyncs, %d names at the last fsync, %d changed since", m.ops, m.syncs, len(m.synced), len(m.since))
+	if m.syncs == 0 {
+		t.Fatal("the storm never completed an fsync")
+	}
+
+	ctx := context.Background()
+	d, err := c.Stat(ctx, "/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onServer := map[string]bool{}
+	if err := c.ReadDirAt(ctx, d.Ino, true, func(e core.DirEntry) error {
+		onServer[e.Name] = true
+		if _, err := c.LookupAt(ctx, d.Ino, e.Name); err != nil {
+			t.Errorf("listed %s does not resolve: %v", e.Name, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lost, resurrected := 0, 0
+	for n := range m.synced {
+		if !m.since[n] && !onServer[n] {
+			lost++
+			t.Errorf("%s was fsynced and is gone", n)
+		}
+	}
+	for n := range onServer {
+		if !m.synced[n] && !m.since[n] {
+			resurrected++
+			t.Errorf("%s is on the servers but was removed before the last fsync (or never made)", n)
+		}
+	}
+	t.Logf("%d names on the servers; %d fsynced names lost, %d unexpected", len(onServer), lost, resurrected)
+	if _, err := c.LookupAt(ctx, d.Ino, "no-such-name"); !errs.Is(err, errs.NotExist) {
+		t.Errorf("lookup of a missing name: %v", err)
+	}
+	out, err := weft(t, "fsck", "--cluster", file)
+	if err != nil {
+		var ee interface{ ExitCode() int }
+		if errors.As(err, &ee) {
+			t.Errorf("weft fsck exit %d:\n%s", ee.ExitCode(), out)
+		} else {
+			t.Errorf("weft fsck: %v\n%s", err, out)
+		}
+	} else {
+		t.Logf("weft fsck: %s", out)
+	}
+}
+
+// TestUpWritebackMountStopFlushes runs weft up --durability writeback
+// --mount, creates, renames and removes files through the mount without
+// any fsync, and stops it with SIGTERM: the unmount sends every queued
+// change before the servers stop, so a restarted cluster has them all.
+func TestUpWritebackMountStopFlushes(t *testing.T) {
+	requireFUSE(t)
+	mnt := newMountPoint(t)
+	data := t.TempDir()
+	out, err := weft(t, "up", "--data", data, "--durability", "writeback", "--mount", mnt, "-d",
+		"--log-file", filepath.Join(t.TempDir(), "up.log"))
+	if err != nil {
+		t.Fatalf("weft up -d --durability writeback --mount: %v\n%s", err, out)
+	}
+	m := pidRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no pid in %q", out)
+	}
+	pid, _ := strconv.Atoi(m[1])
+	t.Cleanup(func() {
+		if alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if Mounted(mnt) {
+			_ = Unmount(mnt)
+		}
+	})
+	want := map[string]bool{}
+	for i := range 100 {
+		name := fmt.Sprintf("f%03d", i)
+		if err := os.WriteFile(filepath.Join(mnt, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = true
+		if i%4 == 1 {
+			to := fmt.Sprintf("r%03d", i)
+			if err := os.Rename(filepath.Join(mnt, name), filepath.Join(mnt, to)); err != nil {
+				t.Fatal(err)
+			}
+			delete(want, name)
+			want[to] = true
+		}
+		if i%4 == 2 {
+			if err := os.Remove(filepath.Join(mnt, name)); err != nil {
+				t.Fatal(err)
+			}
+			delete(want, name)
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid)
+
+	emb, err := cluster.StartEmbedded(context.Background(), cluster.EmbeddedOptions{Dir: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+	c, err := client.New(cluster.ClientConfig(emb.Config(), core.Root, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := map[string]bool{}
+	if err := c.ReadDirAt(context.Background(), core.RootIno, false, func(e core.DirEntry) error { got[e.Name] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d names after the restart, want %d", len(got), len(want))
+	}
+	for n := range want {
+		if !got[n] {
+			t.Errorf("%s is missing after a clean stop", n)
+		}
+	}
+}
+
+// TestWriteBackTwoMounts: changes a writeback mount completed without any
+// fsync are seen at once by another mount (its read lease recalls the
+// directory's write lease, which sends them first): a listing, a stat of
+// a renamed file's new name and a missing removed one.
+func TestWriteBackTwoMounts(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	file := tc.emb.ClusterFile()
+	a, b := newMountPoint(t), newMountPoint(t)
+	mountWriteBack(t, file, a)
+	mountBackground(t, file, b)
+	if err := os.Mkdir(filepath.Join(a, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// b looks at d once, so that its kernel and its client cache it.
+	if _, err := os.ReadDir(filepath.Join(b, "d")); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for i := range 50 {
+		name := fmt.Sprintf("f%02d", i)
+		if err := os.WriteFile(filepath.Join(a, "d", name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = true
+	}
+	if err := os.Rename(filepath.Join(a, "d", "f00"), filepath.Join(a, "d", "moved")); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, "f00")
+	want["moved"] = true
+	if err := os.Remove(filepath.Join(a, "d", "f01")); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, "f01")
+	if err := os.Chmod(filepath.Join(a, "d", "f02"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+
+	ents, err := os.ReadDir(filepath.Join(b, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != len(want) {
+		t.Errorf("the other mount lists %d names, want %d", len(ents), len(want))
+	}
+	for _, e := range ents {
+		if !want[e.Name()] {
+			t.Errorf("the other mount lists %s", e.Name())
+		}
+	}
+	if st, err := os.Stat(filepath.Join(b, "d", "f02")); err != nil || st.Mode().Perm() != 0o640 {
+		t.Errorf("chmod on the writeback mount, stat on the other: %v, %v", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(b, "d", "f01")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a removed file on the other mount: %v", err)
+	}
+}
+
+// TestPOSIXWriteBack runs the conformance suite through a mount in
+// writeback mode: whatever write-back completes in the client must agree
+// with Linux as the servers do.
+func TestPOSIXWriteBack(t *testing.T) {
+	requireFUSE(t)
+	posixtest.Run(t, func(t *testing.T) posixtest.FS {
+		if reason, ok := posixKnownBugs[path.Base(t.Name())]; ok {
+			t.Skip("known disagreement with Linux: " + reason)
+		}
+		tc := startCluster(t)
+		c := tc.client(t, func(cfg *client.Config) { cfg.WriteBack = true })
+		m := mount(t, c, Options{})
+		return posixtest.LocalFSAs(m.Dir())
+	})
+}
+
+// TestPOSIXWriteBackSplit is TestPOSIXWriteBack on 4 meta servers whose
+// directories split at 8 entries: batches go per partition and follow
+// splits.
+func TestPOSIXWriteBackSplit(t *testing.T) {
+	requireFUSE(t)
+	posixtest.Run(t, func(t *testing.T) posixtest.FS {
+		if reason, ok := posixKnownBugs[path.Base(t.Name())]; ok {
+			t.Skip("known disagreement with Linux: " + reason)
+		}
+		newClient := multiClient(t, 4, 8, func(cfg *client.Config) {
+			cfg.WriteBack = true
+			cfg.ChunkSize, cfg.InlineLimit = posixtest.TestChunkSize, posixtest.TestInlineLimit
+		})
+		m := mount(t, newClient(), Options{})
+		return posixtest.LocalFSAs(m.Dir())
+	})
+}
+
+// TestWriteBackTwoWritersAlternate: two writeback mounts change one
+// directory in turns; after each change the other mount sees it at once
+// (each change recalls the other's write lease, which sends its queue).
+func TestWriteBackTwoWritersAlternate(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	wb := func(cfg *client.Config) { cfg.WriteBack = true }
+	ma := mount(t, tc.client(t, wb), Options{})
+	mb := mount(t, tc.client(t, wb), Options{})
+	a, b := ma.Dir(), mb.Dir()
+	if err := os.Mkdir(filepath.Join(a, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		w, r := a, b
+		if i%2 == 1 {
+			w, r = b, a
+		}
+		name := fmt.Sprintf("f%02d", i)
+		if err := os.WriteFile(filepath.Join(w, "d", name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(r, "d", name)); err != nil {
+			t.Fatalf("round %d: the other mount does not see the create: %v", i, err)
+		}
+		if i > 0 {
+			prev := fmt.Sprintf("f%02d", i-1)
+			if err := os.Rename(filepath.Join(w, "d", prev), filepath.Join(w, "d", "r"+prev)); err != nil {
+				t.Fatalf("round %d: rename of the other mount's file: %v", i, err)
+			}
+			if _, err := os.Stat(filepath.Join(r, "d", "r"+prev)); err != nil {
+				t.Fatalf("round %d: the other mount does not see the rename: %v", i, err)
+			}
+			if _, err := os.Stat(filepath.Join(r, "d", prev)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("round %d: the other mount still sees the old name: %v", i, err)
+			}
+		}
+	}
+	for _, m := range []string{a, b} {
+		ents, err := os.ReadDir(filepath.Join(m, "d"))
+		if err != nil || len(ents) != 20 {
+			t.Errorf("%s lists %d names (%v), want 20", m, len(ents), err)
+		}
+	}
+}

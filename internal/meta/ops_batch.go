@@ -1,0 +1,374 @@
+package meta
+
+import (
+	"context"
+	"encoding/binary"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/lease"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// Metadata write-back. A client holding a directory's write lease completes
+// creates, unlinks, renames and setattrs there itself and sends them here in
+// batches (ApplyBatch). A batch is one txn and so one Pebble batch: each op
+// is checked again as if it came alone, against the state the ops before it
+// left, and one op that fails fails the batch, which changes nothing. The
+// client never puts two ops on one name in a batch (a txn's reads do not
+// see its own pending entry writes), and the server refuses a batch that
+// does. New files carry inode numbers the client reserved with AllocInos,
+// so that a create completes in the client.
+
+// maxBatchOps bounds one batch.
+const maxBatchOps = 4096
+
+// AllocInos reserves a range of this server's inode numbers for a client.
+func (s *Server) AllocInos(_ context.Context, req *weftpb.AllocInosRequest) (*weftpb.AllocInosReply, error) {
+	const op = "alloc inos"
+	if req.Count == 0 || req.Count > inoBlock {
+		return nil, errs.New(errs.Invalid, op, "count %d is not in 1..%d", req.Count, inoBlock)
+	}
+	first, err := s.allocRange(uint64(req.Count))
+	if err != nil {
+		return nil, err
+	}
+	return &weftpb.AllocInosReply{First: uint64(first), Count: req.Count}, nil
+}
+
+// allocRange hands out count consecutive inode numbers, reserving them
+// durably first (as allocIno does, one block ahead).
+func (s *Server) allocRange(count uint64) (core.Ino, error) {
+	a := &s.alloc
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.mu.next+count > a.mu.limit {
+		limit := a.mu.next + count + inoBlock
+		if limit > maxSeq {
+			return 0, errs.New(errs.NoSpace, "meta alloc", "inode numbers of server %d exhausted", s.cfg.ID)
+		}
+		if err := s.setSync("meta alloc", keyInoHWM, binary.BigEndian.AppendUint64(nil, limit)); err != nil {
+			return 0, err
+		}
+		a.mu.limit = limit
+	}
+	seq := a.mu.next
+	a.mu.next += count
+	return core.MakeIno(s.cfg.ID, seq), nil
+}
+
+// handedOut reports whether ino is a number some server handed out: one
+// of this server's below its allocator's position, or any other server's
+// (a client may take numbers from any server, and files keep their number
+// when they move).
+func (s *Server) handedOut(ino core.Ino) bool {
+	if ino.Server() != s.cfg.ID {
+		return uint64(ino)&maxSeq >= firstSeq
+	}
+	a := &s.alloc
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	seq := uint64(ino) & maxSeq
+	return seq >= firstSeq && seq < a.mu.next
+}
+
+// ApplyBatch applies a client's write-back batch atomically.
+func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) (*weftpb.ApplyBatchReply, error) {
+	const op = "apply batch"
+	if len(req.Ops) == 0 || len(req.Ops) > maxBatchOps {
+		return nil, errs.New(errs.Invalid, op, "%d operations, not 1..%d", len(req.Ops), maxBatchOps)
+	}
+	dir := core.Ino(req.Dir)
+	ops, err := s.checkBatch(ctx, req.Ops)
+	if err != nil {
+		return nil, err
+	}
+	var freed bool
+	err = s.update(ctx, op, []core.Ino{dir}, func(t *txn) error {
+		freed = false
+		for i, o := range ops {
+			f, err := o.apply(t, dir)
+			if err != nil {
+				return batchError(i, err)
+			}
+			freed = freed || f
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if freed {
+		s.reclaim.poke()
+	}
+	return &weftpb.ApplyBatchReply{Applied: uint32(len(ops))}, nil
+}
+
+// batchError says which op of a batch failed, keeping its kind (and a
+// redirect's bitmap: the client routes the batch again).
+func batchError(i int, err error) error {
+	if errs.Is(err, errs.WrongServer) {
+		return err
+	}
+	e, ok := err.(*errs.Error)
+	if !ok {
+		return err
+	}
+	c := *e
+	c.Op = "apply batch: op " + itoa(i) + ": " + e.Op
+	return &c
+}
+
+// batchOp is one checked op of a batch.
+type batchOp struct {
+	c  core.Creds
+	op *weftpb.BatchOp
+}
+
+// checkBatch validates what can be checked without the state: names,
+// credentials, one op per name, inode numbers.
+func (s *Server) checkBatch(ctx context.Context, in []*weftpb.BatchOp) ([]batchOp, error) {
+	const op = "apply batch"
+	names := make(map[string]bool, len(in))
+	use := func(name string) error {
+		if err := validName(op, name); err != nil {
+			return err
+		}
+		if names[name] {
+			return errs.New(errs.Invalid, op, "two operations on %q in one batch", name)
+		}
+		names[name] = true
+		return nil
+	}
+	out := make([]batchOp, len(in))
+	for i, o := range in {
+		c, err := credsOf(ctx, op, o.GetCreds())
+		if err != nil {
+			return nil, err
+		}
+		out[i] = batchOp{c: c, op: o}
+		switch {
+		case o.Create != nil:
+			err = use(o.Create.Name)
+			if err == nil && !s.handedOut(core.Ino(o.Create.Ino)) {
+				err = errs.New(errs.Invalid, op, "inode %d was never handed out", o.Create.Ino)
+			}
+		case o.Unlink != nil:
+			err = use(o.Unlink.Name)
+		case o.Setattr != nil:
+			err = use(o.Setattr.Name)
+			if err == nil && o.Setattr.Valid&^batchSetAttrBits != 0 {
+				err = errs.New(errs.Invalid, op, "setattr bits %#x cannot be written back", o.Setattr.Valid)
+			}
+		case o.Rename != nil:
+			if err = use(o.Rename.Src); err == nil {
+				err = use(o.Rename.Dst)
+			}
+		default:
+			err = errs.New(errs.Invalid, op, "operation %d is empty", i)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// batchSetAttrBits are the setattr changes a batch may carry: mode and
+// times (size and owner changes go through SetAttr).
+const batchSetAttrBits = uint32(weftpb.SetAttrBits_SETATTR_MODE | weftpb.SetAttrBits_SETATTR_ATIME |
+	weftpb.SetAttrBits_SETATTR_MTIME | weftpb.SetAttrBits_SETATTR_ATIME_NOW | weftpb.SetAttrBits_SETATTR_MTIME_NOW)
+
+// apply applies one op in txn t; freed reports chunks to reclaim.
+func (o batchOp) apply(t *txn, dir core.Ino) (freed bool, err error) {
+	switch {
+	case o.op.Create != nil:
+		return false, t.batchCreate(o.c, dir, o.op.Create)
+	case o.op.Unlink != nil:
+		return t.batchUnlink(o.c, dir, o.op.Unlink)
+	case o.op.Setattr != nil:
+		return false, t.batchSetAttr(o.c, dir, o.op.Setattr)
+	default:
+		return false, t.batchRename(o.c, dir, o.op.Rename)
+	}
+}
+
+func (t *txn) batchCreate(c core.Creds, dir core.Ino, req *weftpb.BatchCreate) error {
+	mode := req.Mode
+	switch mode & core.ModeType {
+	case core.ModeFile, core.ModeFIFO, core.ModeSocket:
+	default:
+		return errs.New(errs.Invalid, t.op, "cannot write back a create of type %#o", mode&core.ModeType)
+	}
+	t.route(dir, req.Name)
+	d, err := t.s.checkNewName(t, c, dir, req.Name)
+	if err != nil {
+		return err
+	}
+	r := newRecord(c, d, mode&(core.ModeType|core.ModeBits), req.TimeNs)
+	r.Inline = core.IsRegular(mode)
+	t.putEntry(dir, d, req.Name, &weftpb.EntryRecord{Ino: req.Ino, Mode: r.Mode, Attr: r})
+	d.Entries++
+	t.grew(dir, d)
+	t.touchDirAt(dir, d, req.TimeNs)
+	t.inodeDelta++
+	return nil
+}
+
+func (t *txn) batchUnlink(c core.Creds, dir core.Ino, req *weftpb.BatchUnlink) (bool, error) {
+	d, n, err := t.removable(c, dir, req.Name)
+	if err != nil {
+		return false, err
+	}
+	if err := t.sameIno(n, req.Name, req.Ino); err != nil {
+		return false, err
+	}
+	if n.isDir() {
+		return false, &errs.Error{Kind: errs.IsDir, Op: t.op, Path: req.Name}
+	}
+	if err := checkSticky(t.op, c, d, n.attr); err != nil {
+		return false, err
+	}
+	t.deleteEntry(dir, d, req.Name)
+	freed, err := t.dropLink(n)
+	if err != nil {
+		return false, err
+	}
+	t.reclaimFreed(n, freed, req.Open)
+	d.Entries--
+	t.touchDirAt(dir, d, req.TimeNs)
+	return freed, nil
+}
+
+func (t *txn) batchSetAttr(c core.Creds, dir core.Ino, req *weftpb.BatchSetAttr) error {
+	t.route(dir, req.Name)
+	d, err := t.dirFor(dir, req.Name)
+	if err != nil {
+		return err
+	}
+	if err := checkAccess(t.op, c, d, mayExec); err != nil {
+		return err
+	}
+	n, found, err := t.child(dir, d, req.Name)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return &errs.Error{Kind: errs.NotExist, Op: t.op, Path: req.Name}
+	}
+	if err := t.sameIno(n, req.Name, req.Ino); err != nil {
+		return err
+	}
+	if !n.embedded() {
+		return errs.New(errs.Invalid, t.op, "%q has its own inode record: its setattr is not written back", req.Name)
+	}
+	sa := &weftpb.SetAttrRequest{Valid: req.Valid, Mode: req.Mode, AtimeNs: req.AtimeNs, MtimeNs: req.MtimeNs}
+	if err := t.s.checkSetAttr(t.op, c, n.attr, sa); err != nil {
+		return err
+	}
+	now := t.now
+	t.now = req.TimeNs // the client's clock, as it answered its caller
+	err = t.s.applySetAttr(t, c, n.attr, sa)
+	t.now = now
+	if err != nil {
+		return err
+	}
+	t.putNode(n)
+	return nil
+}
+
+func (t *txn) batchRename(c core.Creds, dir core.Ino, req *weftpb.BatchRename) error {
+	d, n, err := t.removable(c, dir, req.Src)
+	if err != nil {
+		return err
+	}
+	if err := t.sameIno(n, req.Src, req.Ino); err != nil {
+		return err
+	}
+	if n.isDir() || !n.embedded() {
+		return errs.New(errs.Invalid, t.op, "%q is a directory or hard-linked: its rename is not written back", req.Src)
+	}
+	if err := checkSticky(t.op, c, d, n.attr); err != nil {
+		return err
+	}
+	t.route(dir, req.Dst)
+	dd, err := t.s.checkNewName(t, c, dir, req.Dst)
+	if err != nil {
+		return err
+	}
+	t.deleteEntry(dir, d, req.Src)
+	n.attr.CtimeNs = req.TimeNs
+	n.entry.Attr = n.attr
+	t.putEntry(dir, dd, req.Dst, n.entry)
+	if dd != d {
+		d.Entries--
+		dd.Entries++
+		t.touchDirAt(dir, dd, req.TimeNs)
+	}
+	t.touchDirAt(dir, d, req.TimeNs)
+	return nil
+}
+
+// sameIno checks that name still holds the inode the client saw there.
+func (t *txn) sameIno(n *node, name string, ino uint64) error {
+	if uint64(n.ino) != ino {
+		return errs.New(errs.Stale, t.op, "%q holds inode %d, not %d", name, n.ino, ino)
+	}
+	return nil
+}
+
+// touchDirAt is touchDir at the client's time of the change (never
+// backwards).
+func (t *txn) touchDirAt(dir core.Ino, d *weftpb.InodeRecord, ns int64) {
+	ns = max(ns, d.MtimeNs)
+	d.MtimeNs, d.CtimeNs = ns, ns
+	t.putInode(dir, d)
+}
+
+// recallWriters lets a write-back holder of the directories an update locks
+// flush its queued operations before the update takes their locks (the
+// flush needs them). Called with no locks held.
+func (s *Server) recallWriters(ctx context.Context, dirs []core.Ino) error {
+	if s.leases == nil || len(dirs) == 0 {
+		return nil
+	}
+	keys := make([]lease.Key, len(dirs))
+	for i, d := range dirs {
+		keys[i] = lease.Key(d)
+	}
+	return s.leases.RecallWriters(ctx, lease.HolderOf(ctx), keys)
+}
+
+// maxWriterWaits bounds how often one update waits for write-back holders
+// (a holder that takes its lease again at once cannot hold it up longer).
+const maxWriterWaits = 4
+
+// writersError makes update run an operation again once the write-back
+// holders of keys flushed: the operation read records a holder may still
+// have changes queued for (an rmdir's check that a directory is empty),
+// and its recall at commit would wait, holding the locks the flush needs.
+type writersError struct{ keys []lease.Key }
+
+func (e *writersError) Error() string { return "meta: write-back holders to recall first" }
+
+// checkWriters fails with a writersError if another client holds a write
+// lease on what t's batch writes.
+func (s *Server) checkWriters(t *txn) error {
+	if s.leases == nil || t.writersChecked || t.b.Empty() {
+		return nil
+	}
+	if keys := s.leases.WritersOn(lease.HolderOf(t.ctx), leaseKeys(t.b)); len(keys) > 0 {
+		return &writersError{keys: keys}
+	}
+	return nil
+}
+
+// awaitWriters recalls the write leases a writersError names, with no
+// lock held, and waits until their holders flushed and released them.
+func (s *Server) awaitWriters(ctx context.Context, err error) (bool, error) {
+	we, ok := err.(*writersError)
+	if !ok {
+		return false, nil
+	}
+	return true, s.leases.RecallWriters(ctx, lease.HolderOf(ctx), we.keys)
+}

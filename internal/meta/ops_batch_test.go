@@ -1,0 +1,87 @@
+package meta
+
+import (
+	"testing"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+func batchCreate(c *weftpb.Creds, name string, ino uint64) *weftpb.BatchOp {
+	return &weftpb.BatchOp{Creds: c, Create: &weftpb.BatchCreate{Name: name, Ino: ino, Mode: core.ModeFile | 0o644, TimeNs: 1}}
+}
+
+// A batch applies all its ops or none: an op that fails (here a create of
+// a name that exists, after other valid ops) leaves the directory as it
+// was, and its error names the op and keeps its kind.
+func TestApplyBatchAllOrNothing(t *testing.T) {
+	e := newEnv(t)
+	e.chmod(rootCreds(), inoRef(root), 0o777)
+	old := e.create(alice, root, "old", 0o644)
+	r, err := e.AllocInos(ctx, &weftpb.AllocInosRequest{Count: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.First == 0 || r.Count != 8 {
+		t.Fatalf("alloc %+v", r)
+	}
+	// Numbers handed to the client are never handed out again.
+	if a := e.create(alice, root, "other", 0o644); a.Ino >= r.First && a.Ino < r.First+8 {
+		t.Fatalf("create got %d, inside the client's range from %d", a.Ino, r.First)
+	}
+	bad := []*weftpb.BatchOp{
+		batchCreate(alice, "a", r.First),
+		{Creds: alice, Unlink: &weftpb.BatchUnlink{Name: "old", Ino: old.Ino}},
+		batchCreate(alice, "other", r.First+1),
+	}
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: bad})
+	wantKind(t, err, errs.Exist)
+	if got := e.names(root); len(got) != 2 || got[0] != "old" || got[1] != "other" {
+		t.Fatalf("after a failed batch: %v", got)
+	}
+	good := []*weftpb.BatchOp{
+		batchCreate(alice, "a", r.First),
+		{Creds: alice, Unlink: &weftpb.BatchUnlink{Name: "old", Ino: old.Ino}},
+		{Creds: alice, Rename: &weftpb.BatchRename{Src: "other", Dst: "b", Ino: e.mustLookup(root, "other").Ino, TimeNs: 2}},
+		{Creds: alice, Setattr: &weftpb.BatchSetAttr{Name: "a", Ino: r.First, Valid: uint32(weftpb.SetAttrBits_SETATTR_MODE), Mode: 0o600, TimeNs: 3}},
+	}
+	// The setattr names "a" twice in one batch: refused, nothing applied.
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: good})
+	wantKind(t, err, errs.Invalid)
+	if _, err := e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: good[:3]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: good[3:]}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.names(root); len(got) != 2 || got[0] != "a" || got[1] != "b" {
+		t.Fatalf("after the batches: %v", got)
+	}
+	if a := e.mustLookup(root, "a"); a.Ino != r.First || a.Mode != core.ModeFile|0o600 || a.Uid != 1000 {
+		t.Fatalf("a: %+v", a)
+	}
+}
+
+// A batch is checked as its ops would be alone: permissions, inode
+// numbers nobody handed out, setattr bits a batch may not carry.
+func TestApplyBatchRefusals(t *testing.T) {
+	e := newEnv(t)
+	r, err := e.AllocInos(ctx, &weftpb.AllocInosRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The root is 0755 root's: alice may not create in it.
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{batchCreate(alice, "x", r.First)}})
+	wantKind(t, err, errs.Permission)
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{batchCreate(rootCreds(), "x", r.First+100)}})
+	wantKind(t, err, errs.Invalid)
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{
+		{Creds: rootCreds(), Setattr: &weftpb.BatchSetAttr{Name: "x", Ino: r.First, Valid: uint32(weftpb.SetAttrBits_SETATTR_SIZE)}}}})
+	wantKind(t, err, errs.Invalid)
+	_, err = e.AllocInos(ctx, &weftpb.AllocInosRequest{Count: 0})
+	wantKind(t, err, errs.Invalid)
+	if got := e.names(root); len(got) != 0 {
+		t.Fatalf("refused batches left %v", got)
+	}
+}
