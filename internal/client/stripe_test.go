@@ -18,6 +18,8 @@ import (
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/repair"
+	"github.com/weftfs/weft/internal/rpc"
 )
 
 // ecCluster is one meta server and a set of mem stores in this process,
@@ -112,6 +114,24 @@ func (ec *ecCluster) client(chunkSize int64) *client.Client {
 	return c
 }
 
+// repair runs a repair pass over every store.
+func (ec *ecCluster) repair(t testing.TB) *repair.Report {
+	t.Helper()
+	var stores []repair.Store
+	for _, s := range ec.cfg.Store {
+		p := rpc.NewPeer(s.Addr, rpc.DialOptions{})
+		defer p.Close()
+		stores = append(stores, p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: 1, Erasure: ec.cfg.Erasure(), Only: -1})
+	if err != nil {
+		t.Fatalf("repair: %v", err)
+	}
+	return rep
+}
+
 const ecChunk = 64 << 10
 
 func readAll(t testing.TB, c *client.Client, path string) ([]byte, error) {
@@ -188,6 +208,24 @@ func TestErasureModel(t *testing.T) {
 	check("store 0 empty, store 3 down")
 	ec.startStore(3)
 	check("stores 0 and 3 back empty")
+
+	// Repair rebuilds the two empty stores; then two others may go.
+	rep := ec.repair(t)
+	if !rep.Clean() || len(rep.Completed) != 2 || rep.Copied == 0 {
+		t.Fatalf("repair: %v", rep)
+	}
+	t.Logf("repair: %v", rep)
+	ec.stopStore(1)
+	ec.stopStore(4)
+	check("repaired; stores 1 and 4 down")
+	ec.startStore(1)
+	ec.startStore(4)
+	if rep := ec.repair(t); !rep.Clean() || len(rep.Completed) != 2 {
+		t.Fatalf("second repair: %v", rep)
+	}
+	ec.stopStore(0)
+	ec.stopStore(3)
+	check("repaired again; stores 0 and 3 down")
 	st := c.ErasureStats()
 	if st.Rebuilds == 0 {
 		t.Fatalf("no rebuild happened: %+v", st)
