@@ -257,3 +257,41 @@ func TestErasureTooManyDown(t *testing.T) {
 		t.Fatalf("read with 2 of 5 stores down under 4+1: %d bytes, error %v; want EIO", len(got), err)
 	}
 }
+
+// TestErasureSuspectStoreStillRead: a store that failed lately is read in
+// parallel with a rebuild; when the rebuild cannot succeed (another store
+// is down now), the store's own answer must still be taken, not an EIO.
+func TestErasureSuspectStoreStillRead(t *testing.T) {
+	ec := newECCluster(t, "ec:4+1", 5)
+	c := ec.client(ecChunk)
+	ctx := context.Background()
+	data := make([]byte, 9*ecChunk)
+	for i := range data {
+		data[i] = byte(i*7 + i>>9)
+	}
+	f, err := c.Create(ctx, "/f", 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []int{0, 1} {
+		ec.stopStore(s) // every store of the stripe is suspect in turn
+		if got, err := readAll(t, c, "/f"); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("store %d down: %v", s, err)
+		}
+		ec.startStore(s)
+		if rep := ec.repair(t); !rep.Clean() {
+			t.Fatalf("repair: %v", rep)
+		}
+	}
+	ec.stopStore(2)
+	got, err := readAll(t, c, "/f")
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("store 2 down, stores 0 and 1 repaired but suspect: %v", err)
+	}
+}

@@ -72,19 +72,30 @@ func (c *Client) readDataRange(ctx context.Context, ino core.Ino, index uint64, 
 		d, err := c.rebuildRange(rctx, ino, index, off, n, locked)
 		rebuilt <- unitAnswer{d, true, err}
 	}()
+	// The first success wins; a failed rebuild still waits for the unit's
+	// own store, which may only have been slow (or suspect from an old
+	// failure).
+	var failed error
 	for {
 		select {
 		case a := <-direct:
+			direct = nil
 			if a.err == nil {
 				c.suspects.clear(s)
 				return a.data, nil
 			}
-			direct = nil // the rebuild decides
-		case r := <-rebuilt:
-			if r.err != nil {
-				return nil, errs.Wrap(errs.IO, "read chunk", chunkName(ino, index), r.err)
+			if failed != nil {
+				return nil, failed
 			}
-			return r.data, nil
+		case r := <-rebuilt:
+			rebuilt = nil
+			if r.err == nil {
+				return r.data, nil
+			}
+			failed = errs.Wrap(errs.IO, "read chunk", chunkName(ino, index), r.err)
+			if direct == nil {
+				return nil, failed
+			}
 		case <-ctx.Done():
 			return nil, ctxError("read chunk", ctx)
 		}
