@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/weftfs/weft/internal/core"
@@ -32,7 +34,13 @@ func (c *Client) ErasureStats() ErasureStats {
 // writeStripeUnit is writeChunk under erasure coding: it writes data at off
 // of data chunk index and the matching range of its stripe's parity units
 // (reconstruct-write, stripe.go), and returns the stores written.
-func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64, off int64, data []byte, sync bool) ([]int, error) {
+//
+// It reads the range of all k data units, its own included, so that a
+// write that fails on some of its 1+m stores can be rolled back on the
+// others: a data range written without its parity (or the reverse) would
+// make every later rebuild of that range of the stripe's other units
+// wrong. One read more than reconstruct-write needs buys that.
+func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64, off int64, data []byte, durable bool) ([]int, error) {
 	sc := c.ec.scheme
 	stripe, pos := sc.Stripe(index)
 	unlock, err := c.ec.lock(ctx, ino, stripe)
@@ -41,17 +49,18 @@ func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64
 	}
 	defer unlock()
 	n := int64(len(data))
-	shards, err := c.readOtherData(ctx, ino, stripe, pos, off, n)
+	old, err := c.readStripeRange(ctx, ino, stripe, off, n)
 	if err != nil {
 		return nil, err
 	}
-	shards[pos] = data
-	parity, err := c.ec.codec.ParityRange(shards, int(n))
-	for p, d := range shards {
-		if p != pos {
+	defer func() {
+		for _, d := range old {
 			rpc.PutBuffer(d)
 		}
-	}
+	}()
+	shards := slices.Clone(old)
+	shards[pos] = data
+	parity, err := c.ec.codec.ParityRange(shards, int(n))
 	if err != nil {
 		return nil, err
 	}
@@ -60,32 +69,90 @@ func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64
 	for j := range sc.M {
 		written = append(written, stores[sc.K+j])
 	}
-	err = c.onStores(allStores(1+sc.M), func(i int) error {
-		c.ec.writes.Add(1)
-		if i == 0 {
-			return c.writeUnitOn(ctx, ino, index, stores[pos], off, data, sync)
+	units := make([][]byte, 1+sc.M) // what goes to unit i: the data unit, then the parity units
+	units[0] = data
+	copy(units[1:], parity)
+	failed := c.writeUnits(ctx, ino, stripe, pos, off, units, durable)
+	if failed == nil {
+		return written, nil
+	}
+	c.rollBack(ctx, ino, stripe, pos, off, n, old, failed)
+	for _, err := range failed {
+		if err != nil {
+			return written, err
 		}
-		return c.writeUnitOn(ctx, ino, sc.ParityIndex(stripe, i-1), stores[sc.K+i-1], off, parity[i-1], sync)
-	})
-	return written, err
+	}
+	return written, nil
 }
 
-// readOtherData reads n bytes at off of every data unit of stripe but
-// position skip, in parallel, each rebuilt from the stripe if its store
-// fails. The caller holds the stripe's lock. Slots are nil for holes.
-func (c *Client) readOtherData(ctx context.Context, ino core.Ino, stripe uint64, skip int, off, n int64) ([][]byte, error) {
+// writeUnits writes units[0] to data unit pos and units[1+j] to parity unit
+// j of stripe, at off, in parallel. It returns nil when all succeeded, else
+// each unit's error (nil for those written).
+func (c *Client) writeUnits(ctx context.Context, ino core.Ino, stripe uint64, pos int, off int64, units [][]byte, durable bool) []error {
+	errs := make([]error, len(units))
+	var wg sync.WaitGroup
+	for i := range units {
+		wg.Go(func() {
+			c.ec.writes.Add(1)
+			idx, s := c.writtenUnit(ino, stripe, pos, i)
+			errs[i] = c.writeUnitOn(ctx, ino, idx, s, off, units[i], durable)
+		})
+	}
+	wg.Wait()
+	if slices.IndexFunc(errs, func(err error) bool { return err != nil }) < 0 {
+		return nil
+	}
+	return errs
+}
+
+// writtenUnit is the chunk index and store of the i-th unit a write of data
+// unit pos of stripe changes: the data unit itself (i = 0), then the
+// parity units.
+func (c *Client) writtenUnit(ino core.Ino, stripe uint64, pos, i int) (uint64, int) {
 	sc := c.ec.scheme
-	shards := make([][]byte, sc.K)
-	var others []int
-	for q := range sc.K {
-		if q != skip {
-			others = append(others, q)
+	stores := sc.Stores(ino, stripe, len(c.stores))
+	if i == 0 {
+		return sc.DataIndex(stripe, pos), stores[pos]
+	}
+	return sc.ParityIndex(stripe, i-1), stores[sc.K+i-1]
+}
+
+// rollBack puts the old bytes of the range back on the units of a failed
+// write that did take it, so that the stripe's data and parity agree
+// again. A unit whose write failed is left alone: its store did not take
+// the write or is gone (a store that comes back empty is rebuilt). If the
+// rollback fails too, the range's parity may be stale until the next write
+// of the range or weft repair --verify.
+func (c *Client) rollBack(ctx context.Context, ino core.Ino, stripe uint64, pos int, off, n int64, old [][]byte, failed []error) {
+	oldParity, err := c.ec.codec.ParityRange(old, int(n))
+	if err != nil {
+		return
+	}
+	units := make([][]byte, len(failed))
+	units[0] = make([]byte, n) // zeros where the unit had no bytes
+	copy(units[0], old[pos])
+	copy(units[1:], oldParity)
+	for i, err := range failed {
+		if err != nil {
+			continue
+		}
+		idx, s := c.writtenUnit(ino, stripe, pos, i)
+		c.ec.writes.Add(1)
+		if rerr := c.writeUnitOn(ctx, ino, idx, s, off, units[i], false); rerr != nil {
+			c.log.Error("a failed stripe write could not be rolled back: the range's parity may be stale until weft repair --verify",
+				"ino", ino, "stripe", stripe, "unit", idx, "off", off, "err", rerr)
 		}
 	}
-	if len(others) == 0 {
-		return shards, nil
-	}
-	err := c.onStores(others, func(q int) error {
+}
+
+// readStripeRange reads n bytes at off of every data unit of stripe, in
+// parallel, each rebuilt from the stripe if its store fails. The caller
+// holds the stripe's lock. Slots are nil for holes, shorter than n where a
+// unit ends.
+func (c *Client) readStripeRange(ctx context.Context, ino core.Ino, stripe uint64, off, n int64) ([][]byte, error) {
+	sc := c.ec.scheme
+	shards := make([][]byte, sc.K)
+	err := c.onStores(allStores(sc.K), func(q int) error {
 		d, err := c.readDataRange(ctx, ino, sc.DataIndex(stripe, q), off, n, true)
 		shards[q] = d
 		return err

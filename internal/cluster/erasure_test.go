@@ -30,7 +30,8 @@ type ecWorkload struct {
 
 func ecContent(i int) []byte {
 	r := rand.New(rand.NewPCG(uint64(i), 7))
-	// From just past the inline limit to past one 4-chunk stripe.
+	// From just past the inline limit to past one stripe of four 4 MiB
+	// chunks.
 	data := make([]byte, 70<<10+r.IntN(18<<20))
 	for j := range data {
 		data[j] = byte(j*131+i) ^ byte(j>>13)
@@ -97,11 +98,22 @@ func (w *ecWorkload) checkAll(t *testing.T, ctx context.Context, c *client.Clien
 // read around again and repaired with weft repair; no reader sees an error
 // and every acknowledged byte reads back identical. Then two stores down,
 // more than m = 1: reads fail with EIO, never with wrong bytes.
+// WEFT_EC_REPLICAS=1 runs the same kills on replicas:2 as well.
 func TestErasureKillEachStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts server processes")
 	}
-	p := startProcs(t, ProcsOptions{Dir: t.TempDir(), Meta: 1, Store: 5, Redundancy: "ec:4+1", Backend: "mem", MemLimit: 512 << 20})
+	modes := []string{"ec:4+1"}
+	if os.Getenv("WEFT_EC_REPLICAS") != "" {
+		modes = append(modes, "replicas:2")
+	}
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) { killEachStore(t, mode) })
+	}
+}
+
+func killEachStore(t *testing.T, redundancy string) {
+	p := startProcs(t, ProcsOptions{Dir: t.TempDir(), Meta: 1, Store: 5, Redundancy: redundancy, Backend: "mem", MemLimit: 512 << 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	w := &ecWorkload{c: newTestClient(t, p, true, nil)}
@@ -145,6 +157,9 @@ func TestErasureKillEachStore(t *testing.T) {
 	w.checkAll(t, ctx, reader, "every store killed once and repaired")
 	t.Logf("workload: %d files acknowledged, %d failed while a store was down", w.n, w.fail)
 
+	if redundancy != "ec:4+1" {
+		return
+	}
 	// Two stores down with m = 1.
 	for _, id := range []int{1, 3} {
 		if err := p.Kill(RoleStore, id); err != nil {
