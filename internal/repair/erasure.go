@@ -89,6 +89,9 @@ func (p *pass) repairFile(ctx context.Context, ino uint64, units fileUnits) {
 			}
 		}
 		if len(targets) == 0 {
+			if p.cfg.Verify {
+				p.verifyStripe(ctx, ino, st, stores, units)
+			}
 			continue
 		}
 		p.rep.UnderReplicated++
