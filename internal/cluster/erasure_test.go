@@ -30,9 +30,13 @@ type ecWorkload struct {
 
 func ecContent(i int) []byte {
 	r := rand.New(rand.NewPCG(uint64(i), 7))
-	// From just past the inline limit to past one stripe of four 4 MiB
-	// chunks.
-	data := make([]byte, 70<<10+r.IntN(18<<20))
+	// Just past the inline limit to a chunk, and every sixth past one
+	// stripe of four 4 MiB chunks.
+	size := 70<<10 + r.IntN(4<<20)
+	if i%6 == 5 {
+		size = 17<<20 + r.IntN(1<<20)
+	}
+	data := make([]byte, size)
 	for j := range data {
 		data[j] = byte(j*131+i) ^ byte(j>>13)
 	}
