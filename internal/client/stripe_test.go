@@ -400,3 +400,36 @@ func TestErasureRepairVerifyFixesStaleParity(t *testing.T) {
 		t.Fatalf("after repair --verify, chunk 1 rebuilt from chunk 0 and parity: %v, equal %v", err, bytes.Equal(got, data))
 	}
 }
+
+// TestErasureTransfersPerSmallWrite pins the cost of a small write into a
+// written stripe (reconstruct-write, stripe.go): k range reads (the k-1
+// other data units and the unit's own old bytes, for a rollback) and 1+m
+// range writes.
+func TestErasureTransfersPerSmallWrite(t *testing.T) {
+	ec := newECCluster(t, "ec:4+1", 5)
+	c := ec.client(ecChunk)
+	ctx := context.Background()
+	f, err := c.Create(ctx, "/f", 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, 4*ecChunk)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := c.ErasureStats()
+	if _, err := f.WriteAt(bytes.Repeat([]byte{1}, 4096), ecChunk+100); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after := c.ErasureStats()
+	reads, writes := after.Reads-before.Reads, after.Writes-before.Writes
+	t.Logf("a 4 KiB write into a written ec:4+1 stripe: %d unit reads, %d unit writes", reads, writes)
+	if reads != 4 || writes != 2 || after.Rebuilds != before.Rebuilds {
+		t.Fatalf("a small write cost %d reads and %d writes (%d rebuilds); want 4 and 2", reads, writes, after.Rebuilds-before.Rebuilds)
+	}
+}
