@@ -116,12 +116,13 @@ func (sp *stripes) lock(ctx context.Context, ino core.Ino, stripe uint64) (unloc
 }
 
 // layoutReplication is the replication the meta server is told a file was
-// written with: it cuts the chunk holding a truncate's new end on that many
-// stores by rendezvous placement, which under erasure coding must be every
-// store (a data unit's store is chosen by stripe, not by chunk).
+// written with: it cuts the chunk holding a truncate's new end on the
+// stores it names (erasure.PlacedStores), which under erasure coding is
+// the scheme's code (a data unit's store is chosen by stripe, not by
+// chunk).
 func (c *Client) layoutReplication() uint32 {
 	if c.ec != nil {
-		return uint32(len(c.stores))
+		return c.ec.scheme.Code()
 	}
 	return uint32(c.cfg.Replication)
 }

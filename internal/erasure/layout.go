@@ -145,3 +145,29 @@ func (s Scheme) ShrinkTo(size uint64, chunkSize int64) Shrink {
 	}
 	return Shrink{Rewrite: true, Stripe: stripe, DropFrom: s.ParityIndex(stripe+1, 0)}
 }
+
+// codeFlag marks a layout code that names an erasure scheme rather than a
+// replica count (see Code).
+const codeFlag = 1 << 24
+
+// Code is the scheme as the chunk layout's replication field carries it
+// to the meta server (SetAttrRequest.replication, ReclaimRecord): a value
+// no replica count reaches, so that a truncate's reclaim cuts the chunk
+// holding the new end on the store its stripe puts it on (PlacedStores).
+// A meta server that does not know codes cuts it on every store instead
+// (core.ChunkReplicas takes at most as many stores as there are).
+func (s Scheme) Code() uint32 { return codeFlag | uint32(s.K)<<8 | uint32(s.M) }
+
+// PlacedStores returns the stores that hold chunk index of ino under the
+// layout the replication field layout names: a replica count, or an
+// erasure scheme's Code (then the one store of the unit).
+func PlacedStores(ino core.Ino, index uint64, stores int, layout uint32) []int {
+	if layout&codeFlag == 0 {
+		return core.ChunkReplicas(ino, index, stores, int(max(layout, 1)))
+	}
+	s := Scheme{K: int(layout >> 8 & 0xff), M: int(layout & 0xff)}
+	if s.Validate(stores) != nil {
+		return core.ChunkReplicas(ino, index, stores, stores) // unknown: every store
+	}
+	return []int{s.StoreOf(ino, index, stores)}
+}

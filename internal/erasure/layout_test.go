@@ -1,6 +1,7 @@
 package erasure_test
 
 import (
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -74,4 +75,24 @@ func TestParseScheme(t *testing.T) {
 	if err := s.Validate(5); err != nil {
 		t.Fatalf("4+1 on 5 stores: %v", err)
 	}
+}
+
+// TestPlacedStores: the layout code of a scheme names the unit's one store;
+// a replica count names the replicas, as before.
+func TestPlacedStores(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := genScheme(t)
+		stores := rapid.IntRange(s.Width(), s.Width()+4).Draw(t, "stores")
+		ino := core.Ino(rapid.Uint64().Draw(t, "ino"))
+		index := rapid.Uint64Range(0, 1<<34).Draw(t, "index")
+		got := erasure.PlacedStores(ino, index, stores, s.Code())
+		if len(got) != 1 || got[0] != s.StoreOf(ino, index, stores) {
+			t.Fatalf("PlacedStores(%s) = %v, want [%d]", s, got, s.StoreOf(ino, index, stores))
+		}
+		r := rapid.IntRange(1, stores).Draw(t, "r")
+		want := core.ChunkReplicas(ino, index, stores, r)
+		if got := erasure.PlacedStores(ino, index, stores, uint32(r)); !slices.Equal(got, want) {
+			t.Fatalf("PlacedStores(replicas %d) = %v, want %v", r, got, want)
+		}
+	})
 }
