@@ -154,8 +154,8 @@ func (c *Client) rebuildRange(ctx context.Context, ino core.Ino, index uint64, o
 		known++
 	}
 	if known < sc.K {
-		return nil, errs.Wrap(errs.IO, "rebuild", chunkName(ino, index),
-			errs.New(errs.IO, "rebuild", "%d of the %d other units of stripe %d are readable, %s needs %d (first failure: %v)", known, sc.Width()-1, stripe, sc, sc.K, firstErr))
+		return nil, errs.New(errs.IO, "rebuild", "%d of the %d other units of stripe %d are readable, %s needs %d (first failure: %v)",
+			known, sc.Width()-1, stripe, sc, sc.K, firstErr)
 	}
 	if err := c.ec.codec.Reconstruct(units, int(n)); err != nil {
 		return nil, err
