@@ -71,6 +71,9 @@ func (c *Config) checkErasure() error {
 	if c.Replication != 1 {
 		return errs.New(errs.Invalid, "client config", "replication %d with %s: erasure coding keeps one copy of each unit", c.Replication, c.Erasure)
 	}
+	if c.WriteBuffer == 0 && c.ChunkSize > 0 {
+		c.WriteBuffer = 2 * int64(c.Erasure.K) * c.ChunkSize // two stripes (stripefull.go)
+	}
 	return nil
 }
 

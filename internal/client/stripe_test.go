@@ -401,10 +401,12 @@ func TestErasureRepairVerifyFixesStaleParity(t *testing.T) {
 	}
 }
 
-// TestErasureTransfersPerSmallWrite pins the cost of a small write into a
-// written stripe (reconstruct-write, stripe.go): k range reads (the k-1
-// other data units and the unit's own old bytes, for a rollback) and 1+m
-// range writes.
+// TestErasureTransfersPerSmallWrite pins the cost of writes: a whole
+// stripe written in order goes out as one full-stripe write (k+m unit
+// writes, no reads; stripefull.go), and a small write into a written
+// stripe (reconstruct-write, stripe.go) costs k range reads (the k-1 other
+// data units and the unit's own old bytes, for a rollback) and 1+m range
+// writes.
 func TestErasureTransfersPerSmallWrite(t *testing.T) {
 	ec := newECCluster(t, "ec:4+1", 5)
 	c := ec.client(ecChunk)
@@ -420,6 +422,9 @@ func TestErasureTransfersPerSmallWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := c.ErasureStats()
+	if before.Reads != 0 || before.Writes != 5 {
+		t.Fatalf("a full stripe cost %d reads and %d writes; want 0 and 5", before.Reads, before.Writes)
+	}
 	if _, err := f.WriteAt(bytes.Repeat([]byte{1}, 4096), ecChunk+100); err != nil {
 		t.Fatal(err)
 	}
