@@ -256,7 +256,12 @@ func (n *openInode) throttleLocked(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctxError("write", ctx)
 		}
-		n.uploadAllLocked()
+		if n.c.ec == nil || len(n.mu.inflight) == 0 {
+			// Under erasure coding, uploads in flight free room soon
+			// enough: pushing out the chunks still filling would cost
+			// each a read of its stripe (stripefull.go).
+			n.uploadAllLocked()
+		}
 		n.mu.drained.Wait()
 	}
 	return n.mu.err
