@@ -28,6 +28,10 @@ func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize u
 	if size == 0 || size >= oldSize {
 		return nil
 	}
+	// Each store call is bounded as an upload is: the caller may hold the
+	// file's mutex (a truncate through a handle).
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel()
 	sh := sc.ShrinkTo(size, cs)
 	if sh.Rewrite {
 		if err := c.rewriteParity(ctx, ino, sh.Stripe, size); err != nil {
