@@ -150,10 +150,21 @@ func killEachStore(t *testing.T, redundancy string) {
 		// stripe is a documented gap).
 		w.mu.Lock()
 		out, err := exec.CommandContext(ctx, buildWeft(t), "--cluster", p.ClusterFile(), "repair").CombinedOutput()
+		for try := 0; try < 5 && err != nil && redundancy != "ec:4+1" && !bytes.Contains(out, []byte(" 0 raced a write")); try++ {
+			// With replicas the restarted store's own background pass
+			// may be copying the same chunks: run again, as weft repair
+			// says.
+			out, err = exec.CommandContext(ctx, buildWeft(t), "--cluster", p.ClusterFile(), "repair").CombinedOutput()
+		}
 		w.mu.Unlock()
-		if err != nil {
+		if err != nil && !(redundancy != "ec:4+1" && bytes.Contains(out, []byte("LOST"))) {
 			t.Fatalf("weft repair after store %d came back: %v\n%s", id, err, out)
 		}
+		// With replicas, a chunk of a write that failed while the store
+		// was down may have its newest version only on the store that
+		// came back empty: repair reports it lost (the hardening issue's
+		// rule) and still marks the store complete. The reads below say
+		// whether any acknowledged byte went with it.
 		t.Logf("weft repair after store %d:\n%s", id, out)
 	}
 	stopWork()
