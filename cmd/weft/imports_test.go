@@ -30,9 +30,11 @@ var onlyDeps = map[string][]string{
 	"core":   {"errs"},
 	"weftpb": {},
 	"rpc":    {"core", "errs", "weftpb"},
-	"config": {"core", "errs"},
+	"config": {"core", "errs", "erasure"},
+	// erasure: the stripe layout and parity, for client and repair.
+	"erasure": {"core", "errs"},
 	// repair restores chunks over the wire; stores run it for themselves.
-	"repair":  {"core", "errs", "weftpb", "rpc"},
+	"repair":  {"core", "errs", "weftpb", "rpc", "erasure"},
 	"layout":  {"core", "errs"},                  // the meta store's key layout, for meta and fsck
 	"search":  {"core", "errs", "weftpb"},        // weft find's query, evaluated by meta and the client
 	"auth":    {"core", "errs", "weftpb", "rpc"}, // identities, transport security, capabilities

@@ -29,6 +29,9 @@ type libOptions struct {
 	// every chunk (replication = Mirrors): with the mem backend, the
 	// Network RamDisk's mirrored RAM.
 	Mirrors int
+	// Redundancy, if set ("ec:K+M"), erasure-codes the data over K+M
+	// store servers (Mirrors is then ignored).
+	Redundancy string
 }
 
 type libCluster struct {
@@ -51,6 +54,12 @@ func startLib(ctx context.Context, dir string, o libOptions) (*libCluster, error
 	}
 	stores := max(o.Mirrors, 1)
 	cfg.Replication = stores
+	if o.Redundancy != "" {
+		if err := cfg.SetRedundancy(o.Redundancy); err != nil {
+			return nil, err
+		}
+		stores = cfg.Erasure().Width()
+	}
 	var lns []net.Listener
 	closeAll := func() {
 		for _, ln := range lns {
@@ -119,11 +128,12 @@ var libVariants = []struct {
 	{"weft library (disk)", libOptions{Durability: "sync", Backend: config.BackendDisk}},
 	{"weft library (mem)", libOptions{Durability: "sync", Backend: config.BackendMem}},
 	{"weft library (mem, mirrored ×2)", libOptions{Durability: "sync", Backend: config.BackendMem, Mirrors: 2}},
+	{weftParity, libOptions{Durability: "sync", Backend: config.BackendMem, Redundancy: "ec:4+1"}},
 }
 
 // weftParity is the column of RAM made reliable by parity across store
-// servers, which weft does not have yet.
-const weftParity = "weft (mem, parity)"
+// servers: ec:4+1 over five mem store servers, through the library.
+const weftParity = "weft library (mem, ec:4+1)"
 
 // eachLibVariant calls measure with a client of each of libVariants in
 // turn, started in a scratch directory and stopped afterwards. A variant

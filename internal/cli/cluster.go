@@ -41,6 +41,7 @@ type clusterStartFlags struct {
 	durability     string
 	splitThreshold int
 	replication    int
+	redundancy     string
 	backend        string
 	memLimit       string
 	security       string
@@ -72,6 +73,7 @@ func newClusterStartCommand(a *app) *cobra.Command {
 	fl.StringVar(&f.durability, "durability", "", "when metadata changes are acknowledged: sync or async (default: as before, else sync)")
 	fl.IntVar(&f.splitThreshold, "split-threshold", 0, fmt.Sprintf("entries of a directory partition before it splits (default: as before, else %d)", config.DefaultSplitThreshold))
 	fl.IntVar(&f.replication, "replication", 0, "store servers holding each chunk (default: as before, else 1); cannot change later")
+	fl.StringVar(&f.redundancy, "redundancy", "", "how chunks survive a lost store: replicas:N or ec:K+M, such as ec:4+1 (default: as before, else replicas:1 or --replication); cannot change later")
 	fl.StringVar(&f.backend, "backend", "", "where stores keep file data: disk or mem (default: as before, else disk); cannot change later")
 	fl.StringVar(&f.memLimit, "mem-limit", "", "bytes each mem backend may hold, such as 2GiB (default: as before, else 1GiB)")
 	fl.StringVar(&f.security, "security", "", securityFlagUsage)
@@ -133,6 +135,7 @@ func (f clusterStartFlags) options(cmd *cobra.Command) (cluster.ProcsOptions, er
 		Durability:     f.durability,
 		SplitThreshold: f.splitThreshold,
 		Replication:    f.replication,
+		Redundancy:     f.redundancy,
 		Backend:        f.backend,
 		Metrics:        f.metrics,
 		MetaCPU:        f.metaCPU,

@@ -51,7 +51,7 @@ func newRepairCommand(a *app) *cobra.Command {
 			stores, closeStores := storePeers(cfg, dial)
 			defer closeStores()
 			r, err := repair.Run(cmd.Context(), repair.Config{
-				Stores: stores, Replication: cfg.Replication, Only: -1,
+				Stores: stores, Replication: cfg.Replication, Erasure: cfg.Erasure(), Only: -1,
 				DryRun: dryRun, Verify: verify, RateBytes: int64(rateBytes), CallTimeout: timeout,
 				Logger:     a.cliLogger(cmd.ErrOrStderr()),
 				Capability: cluster.AdminCapability(cfg, auth.Read|auth.Write),

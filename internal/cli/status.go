@@ -59,6 +59,7 @@ func (l *leaseStatus) add(r *weftpb.LeaseStatusReply) {
 // copies are missing or stale (internal/repair).
 type replicaStatus struct {
 	Replication     int    `json:"replication"`
+	Erasure         string `json:"erasure,omitempty"` // "ec:K+M": the counts are of stripes and their units
 	Chunks          int64  `json:"chunks"`
 	UnderReplicated int64  `json:"under_replicated"`
 	Missing         int64  `json:"missing_copies"`
@@ -225,7 +226,7 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, dial rpc.DialOptions
 			st.Leases.add(lr)
 		}
 	}
-	if len(cfg.Store) > 1 && cfg.Replication > 1 {
+	if len(cfg.Store) > 1 && (cfg.Replication > 1 || cfg.Erasure().Enabled()) {
 		st.Replicas = gatherReplicas(ctx, cfg, dial, timeout)
 	}
 
@@ -241,9 +242,12 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, dial rpc.DialOptions
 func gatherReplicas(ctx context.Context, cfg *config.Cluster, dial rpc.DialOptions, timeout time.Duration) *replicaStatus {
 	stores, closeStores := storePeers(cfg, dial)
 	defer closeStores()
-	r, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: cfg.Replication, Only: -1, DryRun: true, CallTimeout: timeout,
+	r, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: cfg.Replication, Erasure: cfg.Erasure(), Only: -1, DryRun: true, CallTimeout: timeout,
 		Capability: cluster.AdminCapability(cfg, auth.Read)})
 	rs := &replicaStatus{Replication: cfg.Replication}
+	if cfg.Erasure().Enabled() {
+		rs.Erasure = cfg.Erasure().String()
+	}
 	switch {
 	case err != nil:
 		rs.Error = err.Error()
@@ -361,7 +365,9 @@ func printStatus(w io.Writer, st *clusterStatus) {
 		fmt.Fprintf(tw, "store\t%d\t%s\t%s\t%s\t%s\t%s\t%d\n", s.ID, s.Addr, state, humanBytes(s.Used), humanBytes(s.DiskUsed), humanBytes(s.Capacity), s.Chunks)
 	}
 	tw.Flush()
-	if r := st.Replicas; r != nil {
+	if r := st.Replicas; r != nil && r.Erasure != "" {
+		printStripes(w, r)
+	} else if r != nil {
 		fmt.Fprintf(w, "\nreplicas (R=%d): %d chunks, %d under-replicated", r.Replication, r.Chunks, r.UnderReplicated)
 		if r.UnderReplicated > 0 {
 			fmt.Fprintf(w, " (copies missing %d, stale %d): the stores repair them in the background, or run weft repair", r.Missing, r.Stale)

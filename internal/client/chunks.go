@@ -17,6 +17,9 @@ import (
 // caller's again when writeChunk returns. When close will sync the chunk
 // (SyncOnClose), the stores start writing it to their devices at once.
 func (c *Client) writeChunk(ctx context.Context, ino core.Ino, index uint64, off int64, data []byte, sync bool) ([]int, error) {
+	if c.ec != nil {
+		return c.writeStripeUnit(ctx, ino, index, off, data, sync)
+	}
 	reps := replicas(ino, index, len(c.stores), c.cfg.Replication)
 	err := c.onStores(reps, func(s int) error {
 		return c.withCapability(ctx, ino, auth.Write, func(tok []byte) error {
@@ -93,7 +96,11 @@ func allStores(n int) []int {
 // with no name left (orphan.go): a named file's truncate has the meta
 // server drop them (meta/reclaim.go). tok is the file's write capability;
 // the caller holds the file's mutex, so a refused one is not renewed here.
-func (c *Client) shrinkChunks(ctx context.Context, ino core.Ino, size uint64, tok []byte) error {
+// oldSize is the file's size before.
+func (c *Client) shrinkChunks(ctx context.Context, ino core.Ino, size, oldSize uint64, tok []byte) error {
+	if c.ec != nil {
+		return c.shrinkStripes(ctx, ino, size, oldSize, tok)
+	}
 	cs := uint64(c.cfg.ChunkSize)
 	from := core.ChunkCount(size, c.cfg.ChunkSize)
 	err := c.onStores(allStores(len(c.stores)), func(s int) error {

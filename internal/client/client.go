@@ -22,6 +22,7 @@ import (
 
 	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/erasure"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
 	"google.golang.org/protobuf/proto"
@@ -82,6 +83,9 @@ type Config struct {
 	// WriteBackWindow bounds how long a written-back change waits in the
 	// client (default DefaultWriteBackWindow).
 	WriteBackWindow time.Duration
+	// Erasure, when enabled, erasure-codes file data (stripe.go);
+	// Replication is then 1.
+	Erasure erasure.Scheme
 }
 
 func (c *Config) setDefaults() error {
@@ -102,6 +106,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Replication < 1 || c.Replication > len(c.StoreAddrs) {
 		return errs.New(errs.Invalid, "client config", "replication %d with %d store servers", c.Replication, len(c.StoreAddrs))
+	}
+	if err := c.checkErasure(); err != nil {
+		return err
 	}
 	if c.InlineLimit == 0 {
 		c.InlineLimit = 64 << 10
@@ -154,6 +161,7 @@ type Client struct {
 	same   []*sameHost // each store's same-host path, by store id
 
 	suspects *suspects // stores slow or failed lately, asked last (replicas.go)
+	ec       *stripes  // erasure coding (stripe.go); nil: replicas
 
 	maps dirMaps // GIGA+ partition bitmaps of directories (route.go)
 
@@ -186,7 +194,11 @@ func New(cfg Config) (*Client, error) {
 		}
 		b.DialOptions(&cfg.Dial)
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger}
+	ec, err := newStripes(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, ec: ec}
 	c.life, c.stop = context.WithCancel(context.Background())
 	peer := func(addr string, mux *rpc.Mux) *rpc.Peer {
 		opts := cfg.Dial

@@ -54,7 +54,7 @@ type File struct {
 func (c *Client) OpenRef(ctx context.Context, ref Ref, flags int) (*File, error) {
 	var r pb.OpenReply
 	req := &pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: uint32(flags),
-		ChunkSize: c.cfg.ChunkSize, Replication: uint32(c.cfg.Replication)}
+		ChunkSize: c.cfg.ChunkSize, Replication: c.layoutReplication()}
 	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodOpen, req, &r, false)
 	if err != nil {
 		return nil, err

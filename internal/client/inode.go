@@ -256,7 +256,12 @@ func (n *openInode) throttleLocked(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctxError("write", ctx)
 		}
-		n.uploadAllLocked()
+		if n.c.ec == nil || len(n.mu.inflight) == 0 {
+			// Under erasure coding, uploads in flight free room soon
+			// enough: pushing out the chunks still filling would cost
+			// each a read of its stripe (stripefull.go).
+			n.uploadAllLocked()
+		}
 		n.mu.drained.Wait()
 	}
 	return n.mu.err
@@ -316,7 +321,7 @@ func (n *openInode) bufferLocked(idx uint64, off int64, piece []byte) {
 // covers the whole chunk: no later write can add to it.
 func (n *openInode) uploadIfFullLocked(idx uint64, d *dirtyRange) {
 	if d.off == 0 && int64(len(d.buf)) == n.c.cfg.ChunkSize {
-		n.startUploadLocked(idx, d)
+		n.uploadFullLocked(idx, d) // stripefull.go
 	}
 }
 
@@ -373,12 +378,23 @@ func (n *openInode) uploadFromLocked(ctx context.Context, idx uint64, src *os.Fi
 // idx's replicas, in the background after any earlier upload of the same
 // chunk; release, if set, runs under the lock once it is done.
 func (n *openInode) chainUploadLocked(idx uint64, size int64, upload func(context.Context) ([]int, error), release func()) {
-	prev := n.mu.inflight[idx]
+	n.chainUploadsLocked([]uint64{idx}, size, upload, release)
+}
+
+// chainUploadsLocked is chainUploadLocked for one upload of several chunks
+// (a full stripe, stripefull.go): it runs after the earlier uploads of each.
+func (n *openInode) chainUploadsLocked(idxs []uint64, size int64, upload func(context.Context) ([]int, error), release func()) {
+	var prevs []chan struct{}
 	done := make(chan struct{})
-	n.mu.inflight[idx] = done
+	for _, idx := range idxs {
+		if prev := n.mu.inflight[idx]; prev != nil {
+			prevs = append(prevs, prev)
+		}
+		n.mu.inflight[idx] = done
+	}
 	go func() {
 		defer close(done)
-		if prev != nil {
+		for _, prev := range prevs {
 			<-prev
 		}
 		reps, finished, err := n.c.boundedUpload(upload)
@@ -404,8 +420,10 @@ func (n *openInode) chainUploadLocked(idx uint64, size int64, upload func(contex
 				n.mu.Unlock()
 			}()
 		}
-		if n.mu.inflight[idx] == done {
-			delete(n.mu.inflight, idx)
+		for _, idx := range idxs {
+			if n.mu.inflight[idx] == done {
+				delete(n.mu.inflight, idx)
+			}
 		}
 		n.mu.drained.Broadcast()
 	}()

@@ -153,12 +153,17 @@ func (c *Client) setAttr(ctx context.Context, ref Ref, s SetAttr, byHandle bool)
 	req.Creds = credsPB(c.creds(ctx))
 	req.Node = ref.pb()
 	req.ByHandle = byHandle
-	req.ChunkSize, req.Replication = c.cfg.ChunkSize, uint32(c.cfg.Replication)
+	req.ChunkSize, req.Replication = c.cfg.ChunkSize, c.layoutReplication()
 	var r pb.SetAttrReply
 	if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodSetAttr, req, &r, false); err != nil {
 		return core.Attr{}, err
 	}
 	a := attrFromPB(r.Attr)
+	if c.ec != nil && s.Size != nil && !r.Attr.GetInline() {
+		if err := c.shrinkParity(ctx, a.Ino, a.Size, r.OldSize); err != nil {
+			return a, err
+		}
+	}
 	// Bytes past a new smaller size are dropped from the stores by the meta
 	// server, recorded in the truncate's batch (meta/reclaim.go).
 	return a, nil

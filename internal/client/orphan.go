@@ -162,7 +162,7 @@ func (c *Client) renameOpen(sp core.Ino, sn string, dp core.Ino, dn string, exch
 // server has it, so only this client's state and the stores change.
 func (n *openInode) truncateFreedLocked(ctx context.Context, size uint64) error {
 	if !n.mu.inline && size < n.mu.size {
-		if err := n.c.shrinkChunks(ctx, n.ino, size, n.capability(auth.Write)); err != nil {
+		if err := n.c.shrinkChunks(ctx, n.ino, size, n.mu.size, n.capability(auth.Write)); err != nil {
 			return err
 		}
 	}

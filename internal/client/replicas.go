@@ -96,6 +96,9 @@ func checkReplica(store int, got int64, found bool, chunkSize, off, n int64) (in
 // rpc.GetBuffer, owned by the caller, who may give it back with
 // rpc.PutBuffer.
 func (c *Client) readChunk(ctx context.Context, ino core.Ino, index uint64, off, n int64) ([]byte, error) {
+	if c.ec != nil {
+		return c.readStripeChunk(ctx, ino, index, off, n)
+	}
 	reps := replicas(ino, index, len(c.stores), c.cfg.Replication)
 	return c.readReplicas(ctx, ino, index, reps, func(ctx context.Context, s int) (replicaRead, error) {
 		var r pb.ReadChunkReply

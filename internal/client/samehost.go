@@ -151,7 +151,7 @@ func usableLocalFile(f *os.File, dst bool) bool {
 
 // sameHostAll reports whether every store in list has a same-host path.
 func (c *Client) sameHostAll(ctx context.Context, list []int) bool {
-	if c.cfg.NoSameHost {
+	if c.cfg.NoSameHost || c.ec != nil { // erasure-coded units go through readChunk and writeChunk
 		return false
 	}
 	for _, s := range list {

@@ -72,5 +72,9 @@ func (c *Client) StatFS(ctx context.Context) (StatFS, error) {
 	r := uint64(c.cfg.Replication)
 	out.Capacity /= r
 	out.Used /= r
+	if c.ec != nil { // k of every k+m bytes stored are the files'
+		k, w := uint64(c.ec.scheme.K), uint64(c.ec.scheme.Width())
+		out.Capacity, out.Used = out.Capacity/w*k, out.Used/w*k
+	}
 	return out, nil
 }

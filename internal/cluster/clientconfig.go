@@ -15,6 +15,7 @@ func ClientConfig(cfg *config.Cluster, creds core.Creds, log *slog.Logger) clien
 	cc := client.Config{
 		ChunkSize:   int64(cfg.ChunkSize),
 		Replication: cfg.Replication,
+		Erasure:     cfg.Erasure(),
 		InlineLimit: cfg.InlineLimit,
 		SyncOnClose: cfg.Durability == config.DurabilitySync,
 		Creds:       creds,

@@ -80,6 +80,10 @@ type ProcsOptions struct {
 	// Replication is how many store servers hold each chunk. It cannot
 	// change once Dir holds a cluster.
 	Replication int
+	// Redundancy, if set, is "replicas:N" or "ec:K+M" (config's
+	// redundancy key); it cannot change once Dir holds a cluster, and
+	// with Replication set it must agree with it.
+	Redundancy string
 	// Backend is every store's backend, "disk" or "mem". It cannot change
 	// once Dir holds a cluster.
 	Backend string
@@ -147,6 +151,9 @@ func (o *ProcsOptions) Validate() error {
 		bad("replication: %d is negative", o.Replication)
 	} else if o.Store > 0 && o.Replication > o.Store {
 		bad("replication: %d is more than the %d store servers", o.Replication, o.Store)
+	}
+	if o.Redundancy != "" {
+		o.validateRedundancy(bad)
 	}
 	if o.Backend != "" && o.Backend != config.BackendDisk && o.Backend != config.BackendMem {
 		bad("backend: %q is not one of disk, mem", o.Backend)
@@ -369,6 +376,9 @@ func procsConfig(file string, opts ProcsOptions) (cfg *config.Cluster, firstStar
 	case opts.Replication != 0 && opts.Replication != cfg.Replication:
 		return nil, false, errs.New(errs.Invalid, op, "%s was created with replication %d; it cannot change to %d (chunks would not be found)",
 			dir, cfg.Replication, opts.Replication)
+	case opts.Redundancy != "" && opts.Redundancy != cfg.RedundancyString():
+		return nil, false, errs.New(errs.Invalid, op, "%s was created with redundancy %s; it cannot change to %s (chunks would not be found)",
+			dir, cfg.RedundancyString(), opts.Redundancy)
 	}
 	applyProcsOptions(cfg, opts)
 	if opts.Metrics {
@@ -416,6 +426,11 @@ func newProcsConfig(opts ProcsOptions) (*config.Cluster, error) {
 	}
 	if opts.Replication != 0 {
 		cfg.Replication = opts.Replication
+	}
+	if opts.Redundancy != "" {
+		if err := cfg.SetRedundancy(opts.Redundancy); err != nil {
+			return nil, err
+		}
 	}
 	if opts.Backend != "" {
 		for i := range cfg.Store {

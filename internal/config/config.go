@@ -62,6 +62,10 @@ type Cluster struct {
 	ChunkSize ByteSize `toml:"chunk_size"`
 	// Replication is how many store servers hold each chunk.
 	Replication int `toml:"replication"`
+	// Redundancy, if set, is "replicas:N" (the same as replication = N)
+	// or "ec:K+M" (erasure coding; replication is then 1). See
+	// redundancy.go.
+	Redundancy string `toml:"redundancy,omitempty"`
 	// Durability is when a meta server acknowledges a change: DurabilitySync
 	// or DurabilityAsync.
 	Durability string `toml:"durability"`

@@ -60,6 +60,7 @@ func parse(data []byte, name string) (*Cluster, error) {
 		return nil, errs.New(errs.Invalid, "parse cluster file", "%s:%d: unknown key %s", name, line, key)
 	}
 	c.applyElementDefaults()
+	c.applyRedundancy(md.IsDefined("replication"))
 	if err := c.validate(); err != nil {
 		return nil, errs.Wrap(errs.Invalid, "invalid cluster file", name, err)
 	}

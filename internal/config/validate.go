@@ -37,6 +37,7 @@ func (c *Cluster) Validate() error {
 func (c *Cluster) validate() error {
 	v := &validator{}
 	c.validateSettings(v)
+	c.validateRedundancy(v)
 	c.validateServers(v)
 	c.validateSecurity(v)
 	if len(v.problems) == 0 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/erasure"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/internal/rpc"
@@ -205,7 +206,9 @@ func orphanCands(listed []map[core.Ino][]*weftpb.ChunkInfo, owners map[core.Ino]
 			}
 			var past []*weftpb.ChunkInfo
 			for _, ci := range infos {
-				if ci.GetChunk().GetIndex() >= from {
+				// A live file's parity units (erasure coding) sit above
+				// every data index and are not past its end.
+				if idx := ci.GetChunk().GetIndex(); idx >= from && !(live && erasure.IsParity(idx)) {
 					past = append(past, ci)
 				}
 			}

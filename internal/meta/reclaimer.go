@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/erasure"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/internal/rpc"
@@ -271,7 +272,7 @@ func (r *reclaimer) drop(ctx context.Context, ino core.Ino, rec *weftpb.ReclaimR
 	idx := rec.Size / uint64(cs)
 	req := &weftpb.TruncateChunkRequest{Chunk: &weftpb.ChunkID{Ino: uint64(ino), Index: idx}, Size: int64(rec.Size % uint64(cs)), ChangedBeforeNs: before,
 		Capability: r.s.reclaimCapability(ino)}
-	reps := core.ChunkReplicas(ino, idx, len(r.stores), int(max(rec.Replication, 1)))
+	reps := erasure.PlacedStores(ino, idx, len(r.stores), rec.Replication)
 	return r.onStores(reps, func(i int) error {
 		return r.call(ctx, i, weftpb.MethodTruncateChunk, req, &weftpb.TruncateChunkReply{})
 	})

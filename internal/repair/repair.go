@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/weftfs/weft/internal/erasure"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/proto/weftpb"
 )
@@ -15,6 +16,10 @@ type Config struct {
 	// Stores are every store server, index = store id in the cluster file.
 	Stores      []Store
 	Replication int
+	// Erasure, when enabled, says the cluster erasure-codes its data:
+	// a pass rebuilds stripe units instead of copying replicas
+	// (erasure.go).
+	Erasure erasure.Scheme
 	// Only, when >= 0, restricts the pass to copies placed on that store
 	// (a store's own background pass); -1 repairs every store.
 	Only int
@@ -106,7 +111,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		p.listers = append(p.listers, &lister{store: s, ino: cfg.Ino})
 	}
 	p.incomplete = p.incompleteStores(ctx)
-	for {
+	if cfg.Erasure.Enabled() {
+		p.runErasure(ctx)
+	}
+	for !cfg.Erasure.Enabled() {
 		if err := ctx.Err(); err != nil {
 			return &p.rep, errs.Wrap(errs.Canceled, "repair", "", err)
 		}

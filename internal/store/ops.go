@@ -221,6 +221,9 @@ func (s *Server) DeleteChunks(ctx context.Context, req *weftpb.DeleteChunksReque
 	defer done()
 	unlock := s.locks.lockIno(ino, true)
 	defer unlock()
+	if keepsParity(req.GetFrom()) {
+		return s.deleteData(ino, req.GetFrom(), req.GetChangedBeforeNs())
+	}
 	if before := req.GetChangedBeforeNs(); before != 0 {
 		return s.deleteChangedBefore(ino, req.GetFrom(), before)
 	}

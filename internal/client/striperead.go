@@ -1,0 +1,169 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/rpc"
+)
+
+// unitAnswer is a store's answer to a unit read.
+type unitAnswer struct {
+	data  []byte
+	found bool
+	err   error
+}
+
+// readStripeChunk is readChunk under erasure coding: up to n bytes at off
+// of data chunk index, nil for a hole, read from its store or, when that
+// fails, rebuilt from the rest of its stripe (stripe.go). The result is
+// the caller's (rpc.PutBuffer may take it back).
+func (c *Client) readStripeChunk(ctx context.Context, ino core.Ino, index uint64, off, n int64) ([]byte, error) {
+	return c.readDataRange(ctx, ino, index, off, n, false)
+}
+
+// readDataRange reads n bytes at off of data unit index: the unit's own
+// bytes when its store answers, else the range rebuilt from the stripe's
+// other units. locked says the caller holds the stripe's lock (a write);
+// otherwise a rebuild takes it, so it never mixes the units of two states
+// of the stripe that this client's uploads go through.
+func (c *Client) readDataRange(ctx context.Context, ino core.Ino, index uint64, off, n int64, locked bool) ([]byte, error) {
+	s := c.unitStore(ino, index)
+	dctx, dcancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer dcancel()
+	direct := make(chan unitAnswer, 1)
+	c.ec.reads.Add(1)
+	go func() {
+		d, found, err := c.readUnitOn(dctx, ino, index, s, off, n)
+		direct <- unitAnswer{d, found, err}
+	}()
+	wait := c.cfg.ReplicaTimeout
+	if c.suspects.suspect(s) {
+		wait = 0 // known slow or failed lately: rebuild at once, in parallel
+	}
+	hedge := time.NewTimer(wait)
+	defer hedge.Stop()
+	select {
+	case a := <-direct:
+		if a.err == nil {
+			c.suspects.clear(s)
+			return a.data, nil // nil when not found: a hole
+		}
+		if ctx.Err() != nil || !failoverable(a.err) {
+			return nil, a.err
+		}
+		c.log.Warn("unit read failed: rebuilding from the stripe", "ino", ino, "index", index, "store", s, "err", a.err)
+		c.suspects.mark(s)
+		direct = nil
+	case <-hedge.C:
+		if wait > 0 {
+			c.log.Warn("unit read slow: rebuilding from the stripe", "ino", ino, "index", index, "store", s, "after", wait)
+			c.suspects.mark(s)
+		}
+	case <-ctx.Done():
+		return nil, ctxError("read chunk", ctx)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	rebuilt := make(chan unitAnswer, 1)
+	go func() {
+		d, err := c.rebuildRange(rctx, ino, index, off, n, locked)
+		rebuilt <- unitAnswer{d, true, err}
+	}()
+	// The first success wins; a failed rebuild still waits for the unit's
+	// own store, which may only have been slow (or suspect from an old
+	// failure).
+	var failed error
+	for {
+		select {
+		case a := <-direct:
+			direct = nil
+			if a.err == nil {
+				c.suspects.clear(s)
+				return a.data, nil
+			}
+			if failed != nil {
+				return nil, failed
+			}
+		case r := <-rebuilt:
+			rebuilt = nil
+			if r.err == nil {
+				return r.data, nil
+			}
+			failed = errs.Wrap(errs.IO, "read chunk", chunkName(ino, index), r.err)
+			if direct == nil {
+				return nil, failed
+			}
+		case <-ctx.Done():
+			return nil, ctxError("read chunk", ctx)
+		}
+	}
+}
+
+// rebuildRange rebuilds n bytes at off of the unit at chunk index from the
+// other units of its stripe: it asks all of them at once, each bounded by
+// StoreTimeout, and decodes from the first k that answer (found = false
+// counts: zeros). Fewer than k: errs.IO. The result is from rpc.GetBuffer.
+func (c *Client) rebuildRange(ctx context.Context, ino core.Ino, index uint64, off, n int64, locked bool) ([]byte, error) {
+	sc := c.ec.scheme
+	stripe, pos := sc.Unit(index)
+	if !locked {
+		unlock, err := c.ec.lock(ctx, ino, stripe)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
+	c.ec.rebuilds.Add(1)
+	stores := sc.Stores(ino, stripe, len(c.stores))
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel() // the units still asked give up
+	type answer struct {
+		pos int
+		unitAnswer
+	}
+	answers := make(chan answer, sc.Width())
+	for p := range sc.Width() {
+		if p == pos {
+			continue
+		}
+		c.ec.reads.Add(1)
+		go func() {
+			d, found, err := c.readUnitOn(ctx, ino, sc.UnitIndex(stripe, p), stores[p], off, n)
+			answers <- answer{p, unitAnswer{d, found, err}}
+		}()
+	}
+	units := make([][]byte, sc.Width())
+	known, failed := 0, 0
+	var firstErr error
+	for known < sc.K && known+failed < sc.Width()-1 {
+		a := <-answers
+		if a.err != nil {
+			failed++
+			if firstErr == nil {
+				firstErr = a.err
+			}
+			continue
+		}
+		units[a.pos] = a.data
+		if units[a.pos] == nil {
+			units[a.pos] = []byte{} // not found: a hole, zeros
+		}
+		known++
+	}
+	if known < sc.K {
+		return nil, errs.New(errs.IO, "rebuild", "%d of the %d other units of stripe %d are readable, %s needs %d (first failure: %v)",
+			known, sc.Width()-1, stripe, sc, sc.K, firstErr)
+	}
+	if err := c.ec.codec.Reconstruct(units, int(n)); err != nil {
+		return nil, err
+	}
+	out := rpc.GetBuffer(int(n))
+	copy(out, units[pos])
+	return out, nil
+}
+
+// suspect reports whether store s was slow or failed lately.
+func (sp *suspects) suspect(s int) bool { return sp.until[s].Load() > time.Now().UnixNano() }

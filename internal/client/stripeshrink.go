@@ -1,0 +1,137 @@
+package client
+
+import (
+	"context"
+
+	"github.com/weftfs/weft/internal/auth"
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/rpc"
+	pb "github.com/weftfs/weft/proto/weftpb"
+)
+
+// shrinkParity brings the parity of ino in line with a shrink from oldSize
+// to size: the parity of the stripe holding the new end is recomputed from
+// its data cut at size (the meta server's reclaim cuts the data itself,
+// maybe later: bytes past size are read as zeros here whatever the stores
+// still hold), and the parity units of the stripes past it, up to the old
+// end, are removed (a truncate to 0, which needs only the write right the
+// file's capability carries), so that a file growing into them again never
+// meets parity of its old bytes. A shrink to 0 leaves it all to the meta
+// server's reclaim, which drops every unit of the file.
+//
+// A shrink whose parity fix fails (a store down) has still happened: the
+// error says that the stripe's parity may be stale, which `weft repair`
+// finds and rewrites (internal/repair, erasure pass).
+func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize uint64) error {
+	sc, cs := c.ec.scheme, c.cfg.ChunkSize
+	if size == 0 || size >= oldSize {
+		return nil
+	}
+	// Each store call is bounded as an upload is: the caller may hold the
+	// file's mutex (a truncate through a handle).
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel()
+	sh := sc.ShrinkTo(size, cs)
+	if sh.Rewrite {
+		if err := c.rewriteParity(ctx, ino, sh.Stripe, size); err != nil {
+			return err
+		}
+	}
+	first, _ := sc.Unit(sh.DropFrom)
+	last, _ := sc.StripeOfSize(oldSize, cs)
+	var drop []uint64
+	for st := first; st <= last; st++ {
+		for j := range sc.M {
+			drop = append(drop, sc.ParityIndex(st, j))
+		}
+	}
+	err := c.onStores(allStores(len(drop)), func(i int) error {
+		return c.truncateUnit(ctx, ino, drop[i], 0)
+	})
+	if err != nil {
+		return errs.Wrap(errs.IO, "truncate", "dropping parity past the new end", err)
+	}
+	return nil
+}
+
+// truncateUnit cuts the unit at chunk index of ino to size on its store
+// (size 0 removes it).
+func (c *Client) truncateUnit(ctx context.Context, ino core.Ino, index uint64, size int64) error {
+	s := c.unitStore(ino, index)
+	return c.withCapability(ctx, ino, auth.Write, func(tok []byte) error {
+		req := &pb.TruncateChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Size: size, Capability: tok}
+		return call(ctx, c.stores[s], pb.MethodTruncateChunk, req, &pb.TruncateChunkReply{})
+	})
+}
+
+// rewriteParity recomputes stripe's parity units from its data units, read
+// up to the file size size, and writes them whole.
+func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size uint64) error {
+	sc, cs := c.ec.scheme, c.cfg.ChunkSize
+	unlock, err := c.ec.lock(ctx, ino, stripe)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	start := stripe * uint64(sc.K) * uint64(cs)
+	n := int64(min(uint64(cs), size-start)) // the longest data unit left
+	shards := make([][]byte, sc.K)
+	defer func() {
+		for _, d := range shards {
+			rpc.PutBuffer(d)
+		}
+	}()
+	err = c.onStores(allStores(sc.K), func(q int) error {
+		ustart := start + uint64(q)*uint64(cs)
+		if ustart >= size {
+			return nil // dropped: zeros
+		}
+		d, err := c.readDataRange(ctx, ino, sc.DataIndex(stripe, q), 0, min(n, int64(size-ustart)), true)
+		shards[q] = d
+		return err
+	})
+	if err != nil {
+		return errs.Wrap(errs.IO, "truncate", "reading the stripe holding the new end", err)
+	}
+	parity, err := c.ec.codec.ParityRange(shards, int(n))
+	if err != nil {
+		return err
+	}
+	stores := sc.Stores(ino, stripe, len(c.stores))
+	err = c.onStores(allStores(sc.M), func(j int) error {
+		idx, s := sc.ParityIndex(stripe, j), stores[sc.K+j]
+		c.ec.writes.Add(1)
+		if err := c.writeUnitOn(ctx, ino, idx, s, 0, parity[j], false); err != nil {
+			return err
+		}
+		// Parity bytes past n belonged to data that is gone.
+		return c.truncateUnit(ctx, ino, idx, n)
+	})
+	if err != nil {
+		return errs.Wrap(errs.IO, "truncate", "rewriting the parity of the stripe holding the new end", err)
+	}
+	return nil
+}
+
+// shrinkStripes is shrinkChunks under erasure coding (a file with no name
+// left): data units from the new end on go, the one holding it is cut on
+// its store, and the parity follows (shrinkParity).
+func (c *Client) shrinkStripes(ctx context.Context, ino core.Ino, size, oldSize uint64, tok []byte) error {
+	cs := uint64(c.cfg.ChunkSize)
+	from := core.ChunkCount(size, c.cfg.ChunkSize)
+	err := c.onStores(allStores(len(c.stores)), func(s int) error {
+		return call(ctx, c.stores[s], pb.MethodDeleteChunks, &pb.DeleteChunksRequest{Ino: uint64(ino), From: from, Capability: tok}, &pb.DeleteChunksReply{})
+	})
+	if err != nil {
+		return err
+	}
+	if size%cs != 0 {
+		idx := size / cs
+		req := &pb.TruncateChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: idx}, Size: int64(size % cs), Capability: tok}
+		if err := call(ctx, c.stores[c.unitStore(ino, idx)], pb.MethodTruncateChunk, req, &pb.TruncateChunkReply{}); err != nil {
+			return err
+		}
+	}
+	return c.shrinkParity(ctx, ino, size, oldSize)
+}
