@@ -182,7 +182,7 @@ func (u *upstream) spareLocked(keys []lease.Key) map[lease.Holder][]lease.Key {
 // recallDownstream recalls the clients' leases on keys, except spare's,
 // and waits (at most their term) until each is released or has ended.
 func (u *upstream) recallDownstream(spare lease.Holder, keys []lease.Key) {
-	ctx, cancel := context.WithTimeout(context.Background(), u.term+recallSlack)
+	ctx, cancel := context.WithTimeout(u.edge.life, u.term+recallSlack)
 	defer cancel()
 	end, err := u.grants.BeginChange(ctx, spare, keys)
 	if err == nil {

@@ -297,7 +297,7 @@ func (u *upstream) recalled(session uint64, inos, seqs []uint64) {
 		// The clients' leases last u.term from their grant: the wait
 		// ends by then whatever they do.
 		u.recallAllDownstream(groups)
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		ctx, cancel := context.WithTimeout(u.edge.life, releaseTimeout)
 		defer cancel()
 		_ = u.cache.Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: u.session, Keys: inos, Seqs: seqs})
 	})
