@@ -41,73 +41,54 @@ func writeKeys(method uint16, msg []byte) []lease.Key {
 			}
 		}
 	}
-	node := func(n *weftpb.NodeRef) {
-		if n != nil {
-			add(n.Ino, n.Parent)
+	// inParent adds the directory a request about a name changes.
+	inParent := func(m interface {
+		proto.Message
+		GetParent() uint64
+	}) {
+		if proto.Unmarshal(msg, m) == nil {
+			add(m.GetParent())
+		}
+	}
+	// onNode adds the node a request changes, and its directory.
+	onNode := func(m interface {
+		proto.Message
+		GetNode() *weftpb.NodeRef
+	}) {
+		if proto.Unmarshal(msg, m) == nil && m.GetNode() != nil {
+			add(m.GetNode().Ino, m.GetNode().Parent)
 		}
 	}
 	switch method {
 	case weftpb.MethodCreate:
-		var r weftpb.CreateRequest
-		if proto.Unmarshal(msg, &r) == nil {
-			add(r.Parent)
-		}
+		inParent(&weftpb.CreateRequest{})
 	case weftpb.MethodMkdir:
-		var r weftpb.MkdirRequest
-		if proto.Unmarshal(msg, &r) == nil {
-			add(r.Parent)
-		}
+		inParent(&weftpb.MkdirRequest{})
 	case weftpb.MethodSymlink:
-		var r weftpb.SymlinkRequest
-		if proto.Unmarshal(msg, &r) == nil {
-			add(r.Parent)
-		}
+		inParent(&weftpb.SymlinkRequest{})
 	case weftpb.MethodUnlink:
-		var r weftpb.UnlinkRequest
-		if proto.Unmarshal(msg, &r) == nil {
-			add(r.Parent)
-		}
+		inParent(&weftpb.UnlinkRequest{})
 	case weftpb.MethodRmdir:
-		var r weftpb.RmdirRequest
-		if proto.Unmarshal(msg, &r) == nil {
-			add(r.Parent)
-		}
+		inParent(&weftpb.RmdirRequest{})
 	case weftpb.MethodRename:
 		var r weftpb.RenameRequest
 		if proto.Unmarshal(msg, &r) == nil {
 			add(r.SrcParent, r.DstParent)
 		}
 	case weftpb.MethodLink:
-		var r weftpb.LinkRequest
-		if proto.Unmarshal(msg, &r) == nil {
-			node(r.Node)
-			add(r.NewParent)
-		}
+		r := &weftpb.LinkRequest{}
+		onNode(r)
+		add(r.NewParent) // 0, and so nothing, if it did not decode
 	case weftpb.MethodSetAttr:
-		var r weftpb.SetAttrRequest
-		if proto.Unmarshal(msg, &r) == nil {
-			node(r.Node)
-		}
+		onNode(&weftpb.SetAttrRequest{})
 	case weftpb.MethodCommit:
-		var r weftpb.CommitRequest
-		if proto.Unmarshal(msg, &r) == nil {
-			node(r.Node)
-		}
+		onNode(&weftpb.CommitRequest{})
 	case weftpb.MethodOpen:
-		var r weftpb.OpenRequest
-		if proto.Unmarshal(msg, &r) == nil {
-			node(r.Node)
-		}
+		onNode(&weftpb.OpenRequest{})
 	case weftpb.MethodSetXattr:
-		var r weftpb.SetXattrRequest
-		if proto.Unmarshal(msg, &r) == nil {
-			node(r.Node)
-		}
+		onNode(&weftpb.SetXattrRequest{})
 	case weftpb.MethodRemoveXattr:
-		var r weftpb.RemoveXattrRequest
-		if proto.Unmarshal(msg, &r) == nil {
-			node(r.Node)
-		}
+		onNode(&weftpb.RemoveXattrRequest{})
 	}
 	return keys
 }
