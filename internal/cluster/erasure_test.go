@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,10 @@ type ecWorkload struct {
 	done sync.Map   // path -> []byte, acknowledged
 	n    int
 	fail int
+	// limit is how many files the writer may have acknowledged: the test
+	// raises it as it goes, so that the data (and each read-back and
+	// repair) stays small on a loaded machine.
+	limit atomic.Int64
 }
 
 func ecContent(i int) []byte {
@@ -45,6 +50,11 @@ func ecContent(i int) []byte {
 
 func (w *ecWorkload) run(ctx context.Context) {
 	for i := 0; ctx.Err() == nil; i++ {
+		if int64(w.acked()) >= w.limit.Load() {
+			i--
+			time.Sleep(10 * time.Millisecond) // a poll of the test's limit, not a synchronisation
+			continue
+		}
 		w.mu.Lock()
 		name := fmt.Sprintf("/e%04d", i)
 		data := ecContent(i)
@@ -128,6 +138,7 @@ func killEachStore(t *testing.T, redundancy string) {
 	defer func() { stopWork(); wg.Wait() }()
 	waitAcked := func(n int) {
 		t.Helper()
+		w.limit.Store(int64(n) + 2) // a few more, written during the next kill
 		for w.acked() < n {
 			if ctx.Err() != nil {
 				t.Fatalf("the workload acknowledged only %d files", w.acked())
