@@ -276,7 +276,7 @@ func (c *Client) callIdempotent(ctx context.Context, p *rpc.Peer, method uint16,
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return errs.Wrap(errs.Canceled, "retry", "", ctx.Err())
+			return ctxError("retry", ctx) // a deadline is a timeout (ETIMEDOUT), a cancel a cancel
 		case <-t.C:
 		}
 		backoff = min(backoff*2, 500*time.Millisecond)
