@@ -59,8 +59,9 @@ type LeaseKey struct {
 // heldLease is a read lease the client holds.
 type heldLease struct {
 	key      LeaseKey
-	seq      uint64    // the server's name for the grant
-	trusted  time.Time // monotonic: until when the client relies on it
+	seq      uint64        // the server's name for the grant
+	trusted  time.Time     // monotonic: until when the client relies on it
+	term     time.Duration // the grant's term, as the server said
 	recalled atomic.Bool
 	// prev is the grant of the same key this one replaced, while that
 	// may still be trusted: a reply filled under it may still be on its
@@ -169,7 +170,7 @@ func (c *Client) AttrLease(ref Ref, a core.Attr) LeaseKey {
 }
 
 // ReadLease returns read leases on keys, acquiring those the client does
-// not hold or trusts for less than half a term (so that what a reply lets
+// not hold or trusts for less than half their term (so that what a reply lets
 // the kernel cache is worth caching). It never fails: without
 // leases (an error, a server that could not grant in time, leases not
 // enabled) the Lease it returns covers nothing.
@@ -183,7 +184,10 @@ func (c *Client) ReadLease(ctx context.Context, keys ...LeaseKey) Lease {
 	now := time.Now()
 	for _, k := range keys {
 		h := c.leases.mu.held[k]
-		if h != nil && !h.recalled.Load() && h.trusted.Sub(now) > c.cfg.LeaseTerm/2 {
+		// Half the grant's own term: an edge server grants shorter
+		// terms than the cluster's (internal/edge), and a threshold of
+		// half the cluster's would renew such a lease on every use.
+		if h != nil && !h.recalled.Load() && h.trusted.Sub(now) > h.term/2 {
 			out.held = append(out.held, h)
 			continue
 		}
@@ -252,7 +256,7 @@ func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*held
 			got = append(got, old) // a later grant overtook this reply
 			continue
 		}
-		h := &heldLease{key: k, seq: reply.Seq, trusted: trusted}
+		h := &heldLease{key: k, seq: reply.Seq, trusted: trusted, term: term}
 		if old := c.leases.mu.held[k]; old != nil && now.Before(old.trusted) {
 			h.prev = old
 			for p := old; p.prev != nil; p = p.prev {

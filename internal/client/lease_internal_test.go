@@ -162,7 +162,11 @@ func TestLeaseRecallDropsOlderGrants(t *testing.T) {
 	f := startFakeLeaseServer(t, time.Second, 0)
 	c, recalled := newLeaseClient(t, f.addr)
 	old := c.ReadLease(context.Background(), LeaseKey{Ino: 7})
-	// Trusted for less than half the client's term (2 s): acquired again.
+	// Trusted for less than half its term (as it is after half a term has
+	// passed): acquired again.
+	c.leases.mu.Lock()
+	old.held[0].trusted = time.Now().Add(400 * time.Millisecond)
+	c.leases.mu.Unlock()
 	renewed := c.ReadLease(context.Background(), LeaseKey{Ino: 7})
 	if old.Remaining() == 0 || renewed.Remaining() == 0 || renewed.held[0] == old.held[0] {
 		t.Fatalf("want two grants of key 7: %v %v", old.held, renewed.held)
@@ -174,5 +178,27 @@ func TestLeaseRecallDropsOlderGrants(t *testing.T) {
 	}
 	if renewed.Remaining() != 0 {
 		t.Error("a recalled grant is still trusted")
+	}
+}
+
+// A lease is renewed below half of its own term, not of the cluster's: an
+// edge server grants 1 s terms in a cluster whose term is 2 s, and the
+// client used to ask it again on every use.
+func TestLeaseReusedForHalfItsOwnTerm(t *testing.T) {
+	f := startFakeLeaseServer(t, time.Second, 0)
+	c, _ := newLeaseClient(t, f.addr) // the cluster's term: 2 s (the default)
+	if c.cfg.LeaseTerm != 2*time.Second {
+		t.Fatalf("client term %v, want the 2 s default", c.cfg.LeaseTerm)
+	}
+	first := c.ReadLease(context.Background(), LeaseKey{Ino: 7})
+	second := c.ReadLease(context.Background(), LeaseKey{Ino: 7})
+	if first.Remaining() == 0 || second.Remaining() == 0 {
+		t.Fatal("no lease granted")
+	}
+	f.mu.Lock()
+	grants := f.seq
+	f.mu.Unlock()
+	if grants != 1 {
+		t.Fatalf("%d grants for two uses of a fresh 1 s lease, want 1", grants)
 	}
 }
