@@ -15,6 +15,7 @@ import (
 
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/waitfor"
 )
 
 // ecWorkload writes new files in the background and remembers those whose
@@ -31,6 +32,7 @@ type ecWorkload struct {
 	// raises it as it goes, so that the data (and each read-back and
 	// repair) stays small on a loaded machine.
 	limit atomic.Int64
+	more  chan struct{} // the limit was raised
 }
 
 func ecContent(i int) []byte {
@@ -52,7 +54,10 @@ func (w *ecWorkload) run(ctx context.Context) {
 	for i := 0; ctx.Err() == nil; i++ {
 		if int64(w.acked()) >= w.limit.Load() {
 			i--
-			time.Sleep(10 * time.Millisecond) // a poll of the test's limit, not a synchronisation
+			select {
+			case <-w.more:
+			case <-ctx.Done():
+			}
 			continue
 		}
 		w.mu.Lock()
@@ -130,7 +135,7 @@ func killEachStore(t *testing.T, redundancy string) {
 	p := startProcs(t, ProcsOptions{Dir: t.TempDir(), Meta: 1, Store: 5, Redundancy: redundancy, Backend: "mem", MemLimit: 512 << 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	w := &ecWorkload{c: newTestClient(t, p, true, nil)}
+	w := &ecWorkload{c: newTestClient(t, p, true, nil), more: make(chan struct{}, 1)}
 	reader := newTestClient(t, p, true, nil)
 	work, stopWork := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -139,12 +144,12 @@ func killEachStore(t *testing.T, redundancy string) {
 	waitAcked := func(n int) {
 		t.Helper()
 		w.limit.Store(int64(n) + 2) // a few more, written during the next kill
-		for w.acked() < n {
-			if ctx.Err() != nil {
-				t.Fatalf("the workload acknowledged only %d files", w.acked())
-			}
-			time.Sleep(10 * time.Millisecond) // a poll of the workload's progress, not a synchronisation
+		select {
+		case w.more <- struct{}{}:
+		default: // the writer has not yet seen an earlier raise
 		}
+		deadline, _ := ctx.Deadline()
+		waitfor.Until(t, time.Until(deadline), fmt.Sprintf("the workload acknowledging %d files", n), func() bool { return w.acked() >= n })
 	}
 	waitAcked(3)
 	for id := range 5 {

@@ -19,6 +19,7 @@ import (
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/posixtest"
+	"github.com/weftfs/weft/internal/waitfor"
 )
 
 // mountWriteBack runs weft mount -d --durability writeback on mnt and
@@ -148,10 +149,7 @@ func TestWriteBackMountKilledDuringStorm(t *testing.T) {
 	go func() { done <- storm(dir, stop, &synced) }()
 	// Kill once the storm is well under way: after some fsyncs, and in
 	// the middle of the changes that follow one.
-	deadline := time.Now().Add(30 * time.Second)
-	for synced.Load() < 8 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.Until(t, 30*time.Second, "eight fsyncs of the storm", func() bool { return synced.Load() >= 8 })
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
