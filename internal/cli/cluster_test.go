@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,43 +18,10 @@ import (
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/internal/weftbin"
 )
 
-// The weft binary that cluster start runs, built once on first use: the
-// test binary cannot serve as weft meta or weft store.
-var weftBin struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if weftBin.dir != "" {
-		os.RemoveAll(weftBin.dir)
-	}
-	os.Exit(code)
-}
-
-func buildWeft(t *testing.T) string {
-	t.Helper()
-	weftBin.once.Do(func() {
-		weftBin.dir, weftBin.err = os.MkdirTemp("", "weft-bin-")
-		if weftBin.err != nil {
-			return
-		}
-		weftBin.path = filepath.Join(weftBin.dir, "weft")
-		out, err := exec.Command("go", "build", "-o", weftBin.path, "github.com/weftfs/weft/cmd/weft").CombinedOutput()
-		if err != nil {
-			weftBin.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if weftBin.err != nil {
-		t.Fatal(weftBin.err)
-	}
-	return weftBin.path
-}
+func TestMain(m *testing.M) { weftbin.Main(m) }
 
 // stopClusterAtCleanup kills whatever cluster runs in dir when the test
 // ends, however it ends. Register it before starting.
@@ -76,7 +42,7 @@ func startCluster(t *testing.T, dir string, args ...string) string {
 	stopClusterAtCleanup(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, stderr, err := run(ctx, append([]string{"cluster", "start", "--dir", dir, "--binary", buildWeft(t)}, args...)...)
+	out, stderr, err := run(ctx, append([]string{"cluster", "start", "--dir", dir, "--binary", weftbin.Path(t)}, args...)...)
 	if err != nil {
 		t.Fatalf("cluster start: %v\n%s%s", err, out, stderr)
 	}
@@ -145,7 +111,7 @@ func statusJSON(t *testing.T, file string) (*clusterStatus, error) {
 // is the real binary, whose servers outlive it; status, stop and a second
 // start reuse the directory.
 func TestClusterStartStatusStop(t *testing.T) {
-	bin := buildWeft(t)
+	bin := weftbin.Path(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "weft.toml")
 	stopClusterAtCleanup(t, dir)
@@ -260,7 +226,7 @@ func TestClusterStartRefusesRunningCluster(t *testing.T) {
 	file := filepath.Join(dir, "weft.toml")
 	toml, _ := os.ReadFile(file)
 
-	_, _, err := run(context.Background(), "cluster", "start", "--dir", dir, "--binary", buildWeft(t))
+	_, _, err := run(context.Background(), "cluster", "start", "--dir", dir, "--binary", weftbin.Path(t))
 	if !errs.Is(err, errs.Busy) || !strings.Contains(err.Error(), "already running") || !strings.Contains(err.Error(), "cluster stop --dir") {
 		t.Errorf("start on a running cluster: %v; want Busy saying it runs and how to stop it", err)
 	}
@@ -271,7 +237,7 @@ func TestClusterStartRefusesRunningCluster(t *testing.T) {
 		t.Error("refused start changed the cluster file")
 	}
 	// A different layout of the same directory is refused too.
-	_, _, err = run(context.Background(), "cluster", "start", "--dir", dir, "--meta", "3", "--binary", buildWeft(t))
+	_, _, err = run(context.Background(), "cluster", "start", "--dir", dir, "--meta", "3", "--binary", weftbin.Path(t))
 	if err == nil || !strings.Contains(err.Error(), "holds a cluster of 1 meta and 1 store servers") {
 		t.Errorf("start with another server count: %v", err)
 	}
@@ -356,7 +322,7 @@ func TestClusterMetaCPU(t *testing.T) {
 	}
 	dir := t.TempDir()
 	stopClusterAtCleanup(t, dir)
-	_, _, err := run(context.Background(), "cluster", "start", "--dir", dir, "--binary", buildWeft(t), "--meta-cpu", "0.25")
+	_, _, err := run(context.Background(), "cluster", "start", "--dir", dir, "--binary", weftbin.Path(t), "--meta-cpu", "0.25")
 	if errs.Is(err, errs.NotSupported) || errs.Is(err, errs.NotPermitted) {
 		t.Skipf("no usable cgroup cpu controller here: %v", err)
 	}

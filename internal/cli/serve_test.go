@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/weftbin"
 )
 
 // TestMetaOnBrokenStoreExits is issue 12's item 7: a meta server whose store
@@ -19,7 +20,7 @@ import (
 // fails the same way, see meta's TestOpenOnFullDisk) exits at once with one
 // message and the storage exit code, instead of looping on pebble errors.
 func TestMetaOnBrokenStoreExits(t *testing.T) {
-	bin := buildWeft(t)
+	bin := weftbin.Path(t)
 	dir := t.TempDir()
 	notDir := filepath.Join(dir, "meta0")
 	if err := os.WriteFile(notDir, []byte("not a directory"), 0o644); err != nil {

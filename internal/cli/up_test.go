@@ -13,6 +13,7 @@ import (
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/fusefs"
 	"github.com/weftfs/weft/internal/waitfor"
+	"github.com/weftfs/weft/internal/weftbin"
 )
 
 // upBackground runs the real binary's weft up -d with args and returns its
@@ -34,7 +35,7 @@ func upBackground(t *testing.T, data string, args ...string) string {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, buildWeft(t), append([]string{"up", "-d", "--data", data, "--backend", "mem", "--mem-limit", "64MiB",
+	cmd := exec.CommandContext(ctx, weftbin.Path(t), append([]string{"up", "-d", "--data", data, "--backend", "mem", "--mem-limit", "64MiB",
 		"--log-file", filepath.Join(data, "up.log")}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

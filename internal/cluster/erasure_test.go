@@ -16,6 +16,7 @@ import (
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/waitfor"
+	"github.com/weftfs/weft/internal/weftbin"
 )
 
 // ecWorkload writes new files in the background and remembers those whose
@@ -165,12 +166,12 @@ func killEachStore(t *testing.T, redundancy string) {
 		// Repair with the writer paused (a write racing a rebuild of its
 		// stripe is a documented gap).
 		w.mu.Lock()
-		out, err := exec.CommandContext(ctx, buildWeft(t), "--cluster", p.ClusterFile(), "repair").CombinedOutput()
+		out, err := exec.CommandContext(ctx, weftbin.Path(t), "--cluster", p.ClusterFile(), "repair").CombinedOutput()
 		for try := 0; try < 5 && err != nil && redundancy != "ec:4+1" && !bytes.Contains(out, []byte(" 0 raced a write")); try++ {
 			// With replicas the restarted store's own background pass
 			// may be copying the same chunks: run again, as weft repair
 			// says.
-			out, err = exec.CommandContext(ctx, buildWeft(t), "--cluster", p.ClusterFile(), "repair").CombinedOutput()
+			out, err = exec.CommandContext(ctx, weftbin.Path(t), "--cluster", p.ClusterFile(), "repair").CombinedOutput()
 		}
 		w.mu.Unlock()
 		if err != nil && !(redundancy != "ec:4+1" && bytes.Contains(out, []byte("LOST"))) {

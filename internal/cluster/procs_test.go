@@ -5,58 +5,23 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/weftbin"
 )
 
-// The weft binary the process tests run, built once on first use.
-var weftBin struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if weftBin.dir != "" {
-		os.RemoveAll(weftBin.dir)
-	}
-	os.Exit(code)
-}
-
-// buildWeft returns the path of a weft binary built from this tree.
-func buildWeft(t *testing.T) string {
-	t.Helper()
-	weftBin.once.Do(func() {
-		weftBin.dir, weftBin.err = os.MkdirTemp("", "weft-bin-")
-		if weftBin.err != nil {
-			return
-		}
-		weftBin.path = filepath.Join(weftBin.dir, "weft")
-		out, err := exec.Command("go", "build", "-o", weftBin.path, "github.com/weftfs/weft/cmd/weft").CombinedOutput()
-		if err != nil {
-			weftBin.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if weftBin.err != nil {
-		t.Fatal(weftBin.err)
-	}
-	return weftBin.path
-}
+func TestMain(m *testing.M) { weftbin.Main(m) }
 
 // startProcs starts a local cluster and stops it when the test ends.
 func startProcs(t *testing.T, opts ProcsOptions) *Procs {
 	t.Helper()
-	opts.Binary = buildWeft(t)
+	opts.Binary = weftbin.Path(t)
 	p, err := StartProcs(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("StartProcs: %v", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/internal/waitfor"
+	"github.com/weftfs/weft/internal/weftbin"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -74,7 +75,7 @@ func TestRmKilledAfterCommitLeaksNothing(t *testing.T) {
 			signalServer(t, p, RoleStore, 0, syscall.SIGCONT)
 		}
 	}()
-	rm := exec.Command(buildWeft(t), "--cluster", p.ClusterFile(), "rm", "/victim")
+	rm := exec.Command(weftbin.Path(t), "--cluster", p.ClusterFile(), "rm", "/victim")
 	if err := rm.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/weftbin"
 )
 
 // replicaFiles writes n files of up to a few chunks each, past the inline
@@ -135,7 +136,7 @@ func TestReplicaLostReadsFromTheOther(t *testing.T) {
 	// weft get, as an operator runs it.
 	for name, want := range files {
 		local := filepath.Join(t.TempDir(), "got")
-		cmd := exec.CommandContext(ctx, buildWeft(t), "--cluster", p.ClusterFile(), "get", name, local)
+		cmd := exec.CommandContext(ctx, weftbin.Path(t), "--cluster", p.ClusterFile(), "get", name, local)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("weft get %s: %v\n%s", name, err, out)
 			continue
@@ -259,7 +260,7 @@ func TestLostOnlyReplicaFailsRead(t *testing.T) {
 	}
 	for name := range files {
 		local := filepath.Join(t.TempDir(), "got")
-		cmd := exec.CommandContext(ctx, buildWeft(t), "--cluster", p.ClusterFile(), "get", name, local)
+		cmd := exec.CommandContext(ctx, weftbin.Path(t), "--cluster", p.ClusterFile(), "get", name, local)
 		if out, err := cmd.CombinedOutput(); err == nil {
 			t.Errorf("weft get %s of lost data exited 0:\n%s", name, out)
 		}

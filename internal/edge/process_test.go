@@ -19,49 +19,17 @@ import (
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/lease"
 	"github.com/weftfs/weft/internal/waitfor"
+	"github.com/weftfs/weft/internal/weftbin"
 )
 
-// The weft binary the process tests run, built once on first use.
-var weftBin struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if weftBin.dir != "" {
-		os.RemoveAll(weftBin.dir)
-	}
-	os.Exit(code)
-}
-
-func buildWeft(t *testing.T) string {
-	t.Helper()
-	weftBin.once.Do(func() {
-		weftBin.dir, weftBin.err = os.MkdirTemp("", "weft-bin-")
-		if weftBin.err != nil {
-			return
-		}
-		weftBin.path = filepath.Join(weftBin.dir, "weft")
-		out, err := exec.Command("go", "build", "-o", weftBin.path, "github.com/weftfs/weft/cmd/weft").CombinedOutput()
-		if err != nil {
-			weftBin.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if weftBin.err != nil {
-		t.Fatal(weftBin.err)
-	}
-	return weftBin.path
-}
+func TestMain(m *testing.M) { weftbin.Main(m) }
 
 // startUpstream starts an upstream cluster of meta meta servers and one
 // store, security "none", stopped when the test ends.
 func startUpstream(t *testing.T, meta int) *cluster.Procs {
 	t.Helper()
 	p, err := cluster.StartProcs(context.Background(), cluster.ProcsOptions{
-		Binary: buildWeft(t), Dir: t.TempDir(), Meta: meta, Store: 1, Security: config.SecurityNone,
+		Binary: weftbin.Path(t), Dir: t.TempDir(), Meta: meta, Store: 1, Security: config.SecurityNone,
 		SplitThreshold: 8, // a directory of a few files spreads over the servers
 	})
 	if err != nil {
@@ -92,7 +60,7 @@ func startEdge(t *testing.T, upstream string) *edgeProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(buildWeft(t), "edge", "--upstream", upstream, "--out", out, "--listen", "127.0.0.1:0")
+	cmd := exec.Command(weftbin.Path(t), "edge", "--upstream", upstream, "--out", out, "--listen", "127.0.0.1:0")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/weftfs/weft/internal/cluster"
+	"github.com/weftfs/weft/internal/weftbin"
 )
 
 // Linearizability of the namespace across mounts, checked with porcupine
@@ -71,7 +72,7 @@ func linzSeed(t *testing.T) uint64 {
 func startLinzProcs(t *testing.T, term time.Duration, durability string) *cluster.Procs {
 	t.Helper()
 	p, err := cluster.StartProcs(context.Background(), cluster.ProcsOptions{
-		Binary: buildWeft(t), Dir: t.TempDir(), Meta: 1, Store: 1,
+		Binary: weftbin.Path(t), Dir: t.TempDir(), Meta: 1, Store: 1,
 		Durability: durability, Backend: "disk", LeaseTerm: term,
 	})
 	if err != nil {

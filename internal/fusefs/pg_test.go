@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/weftbin"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -93,7 +94,7 @@ func TestPatchgroupDependTool(t *testing.T) {
 	tc := startCluster(t) // async durability
 	syncs := &syncCounter{}
 	m := mount(t, tc.client(t, func(c *client.Config) { c.Dial.Observer = syncs }), Options{})
-	bin := buildWeft(t)
+	bin := weftbin.Path(t)
 	run := func(args ...string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

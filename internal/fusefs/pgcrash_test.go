@@ -19,6 +19,7 @@ import (
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/weftbin"
 )
 
 // TestPatchgroupCrashChecker is the crash checker of the patchgroups issue:
@@ -76,7 +77,7 @@ func pgCrashRun(t *testing.T, withPG bool, run int) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	procs, err := cluster.StartProcs(ctx, cluster.ProcsOptions{
-		Binary: buildWeft(t), Dir: t.TempDir(), Meta: 2, Store: 1, Durability: "async", SplitThreshold: 100000,
+		Binary: weftbin.Path(t), Dir: t.TempDir(), Meta: 2, Store: 1, Durability: "async", SplitThreshold: 100000,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -3,71 +3,31 @@ package fusefs
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/weftfs/weft/internal/weftbin"
 )
 
 // These tests run the weft binary (built once per test run) as users do:
 // weft mount in the foreground and in the background, weft umount, and a
 // mount process killed with SIGKILL.
 
-var weftBinary struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
-// TestMain removes the binary the tests built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if weftBinary.dir != "" {
-		os.RemoveAll(weftBinary.dir)
-	}
-	os.Exit(code)
-}
-
-// buildWeft returns the path of a weft binary built from this tree.
-func buildWeft(t *testing.T) string {
-	t.Helper()
-	weftBinary.once.Do(func() {
-		if _, err := exec.LookPath("go"); err != nil {
-			weftBinary.err = errors.New("the go command is not on PATH")
-			return
-		}
-		dir, err := os.MkdirTemp("", "weft-bin-")
-		if err != nil {
-			weftBinary.err = err
-			return
-		}
-		weftBinary.dir = dir
-		weftBinary.path = filepath.Join(dir, "weft")
-		cmd := exec.Command("go", "build", "-o", weftBinary.path, "github.com/weftfs/weft/cmd/weft")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			weftBinary.err = errors.New("go build: " + err.Error() + "\n" + string(out))
-		}
-	})
-	if weftBinary.err != nil {
-		t.Fatalf("building weft: %v", weftBinary.err)
-	}
-	return weftBinary.path
-}
+func TestMain(m *testing.M) { weftbin.Main(m) }
 
 // weft runs the weft binary to completion and returns its output.
 func weft(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, buildWeft(t), args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, weftbin.Path(t), args...).CombinedOutput()
 	return string(out), err
 }
 
@@ -181,7 +141,7 @@ func TestMountForegroundSignal(t *testing.T) {
 	requireFUSE(t)
 	tc := startCluster(t)
 	file := tc.emb.ClusterFile()
-	bin := buildWeft(t)
+	bin := weftbin.Path(t)
 	for _, busy := range []bool{false, true} {
 		mnt := newMountPoint(t)
 		cmd := exec.Command(bin, "mount", "--cluster", file, mnt)

@@ -13,6 +13,7 @@ import (
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/weftbin"
 )
 
 // procsMount starts a cluster of server processes (stores with R
@@ -22,7 +23,7 @@ func procsMount(t *testing.T, stores, r int, durability string) (*cluster.Procs,
 	t.Helper()
 	requireFUSE(t)
 	p, err := cluster.StartProcs(context.Background(), cluster.ProcsOptions{
-		Binary: buildWeft(t), Dir: t.TempDir(), Meta: 1, Store: stores, Replication: r,
+		Binary: weftbin.Path(t), Dir: t.TempDir(), Meta: 1, Store: stores, Replication: r,
 		Durability: durability,
 	})
 	if err != nil {
