@@ -94,6 +94,15 @@ func (n *openInode) flushAs(ctx context.Context, durable bool, as *core.Creds) e
 	gen := n.mu.gen
 	req := n.commitRequestLocked()
 	n.mu.Unlock()
+	committed := false
+	defer func() {
+		if req != nil && !committed && len(req.Extents) > 0 {
+			// Not recorded: the next commit carries these ranges again.
+			n.mu.Lock()
+			n.mu.uploaded = n.mu.uploaded.Union(req.Extents)
+			n.mu.Unlock()
+		}
+	}()
 	if req != nil && as != nil {
 		req.Creds = credsPB(*as)
 	}
@@ -125,6 +134,7 @@ func (n *openInode) flushAs(ctx context.Context, durable bool, as *core.Creds) e
 	if err := n.c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodCommit, req, &r, false); err != nil {
 		return err
 	}
+	committed = true
 	n.mu.Lock()
 	if n.mu.gen == gen {
 		n.mu.modified = false
@@ -176,6 +186,10 @@ func (n *openInode) commitRequestLocked() *pb.CommitRequest {
 		data := make([]byte, n.mu.size)
 		copy(data, n.mu.data)
 		req.InlineData = data
+	} else {
+		// Taken: uploads after this go into the next commit, and a failed
+		// commit gives these back (flushAs).
+		req.Extents, n.mu.uploaded = n.mu.uploaded, nil
 	}
 	return req
 }

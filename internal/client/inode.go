@@ -3,7 +3,9 @@ package client
 import (
 	"context"
 	"os"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weftfs/weft/internal/core"
@@ -27,6 +29,9 @@ type openInode struct {
 	// an older size never lands after a newer one. It is not a lock held
 	// across the calls: a waiter gives up when its context ends.
 	flushTurn chan struct{}
+	// written is what readers check a missing chunk against: a snapshot
+	// of mu.extents (publishExtentsLocked); nil when nothing is known.
+	written atomic.Pointer[writtenView]
 	// caps holds the file's capabilities (capability.go); a lock of its
 	// own, taken by store calls made while mu is held.
 	caps struct {
@@ -56,8 +61,15 @@ type openInode struct {
 		written map[int]bool      // stores written since the last sync
 		cache   map[uint64]*fetch // read-ahead, by chunk
 		drained sync.Cond         // broadcast when an upload ends
-		freed   bool              // no link left: nothing to commit; chunks go at the last release (orphan.go)
-		stale   bool              // another client may have changed the file: the next read asks (refresh.go)
+		// extents are the byte ranges of the file known written (the
+		// server's view at open, and this client's uploads): a chunk in
+		// them that no store holds is lost, not a hole (core.Extents).
+		// untracked: the server keeps no ranges for this file.
+		extents   core.Extents
+		untracked bool
+		uploaded  core.Extents // ranges uploaded since the last commit, for the next one
+		freed     bool         // no link left: nothing to commit; chunks go at the last release (orphan.go)
+		stale     bool         // another client may have changed the file: the next read asks (refresh.go)
 	}
 }
 
@@ -108,9 +120,60 @@ func (c *Client) acquireOpen(ref Ref, r *pb.OpenReply, creds core.Creds) *openIn
 		n.mu.mtime = time.Unix(0, r.Attr.GetMtimeNs())
 		n.mu.inline = r.Attr.GetInline()
 		n.mu.data = append([]byte(nil), r.InlineData...)
+		n.takeExtentsLocked(r.Attr)
 		n.dropCacheLocked()
 	}
 	return n
+}
+
+// takeExtentsLocked takes the server's written ranges of the file, when
+// this client has no write of its own pending.
+func (n *openInode) takeExtentsLocked(a *pb.Attr) {
+	n.mu.extents = slices.Clone(core.Extents(a.GetExtents()))
+	n.mu.untracked = a.GetExtentsUntracked()
+	n.publishExtentsLocked()
+}
+
+// trimExtentsLocked forgets the written ranges at and past size (a
+// truncate).
+func (n *openInode) trimExtentsLocked(size uint64) {
+	n.mu.extents = n.mu.extents.Trim(size)
+	n.mu.uploaded = n.mu.uploaded.Trim(size)
+	if size == 0 {
+		n.mu.untracked = false
+	}
+	n.publishExtentsLocked()
+}
+
+// publishExtentsLocked makes n.mu.extents what readers of the file see
+// (n.written): readers run under no lock of the file, and some under its
+// stores' calls made while n.mu is held.
+func (n *openInode) publishExtentsLocked() {
+	if n.mu.untracked || len(n.mu.extents) == 0 {
+		n.written.Store(nil)
+		return
+	}
+	n.written.Store(&writtenView{ext: slices.Clone(n.mu.extents), chunkSize: n.c.cfg.ChunkSize})
+}
+
+// writtenView is a snapshot of a file's written ranges.
+type writtenView struct {
+	ext       core.Extents
+	chunkSize int64
+}
+
+// chunkWritten reports whether chunk index of ino is known written, so that
+// no store holding it is a loss (EIO), not a hole. A file not open here, or
+// untracked, has nothing known.
+func (c *Client) chunkWritten(ino core.Ino, index uint64) bool {
+	c.mu.Lock()
+	n := c.mu.open[ino]
+	c.mu.Unlock()
+	if n == nil {
+		return false
+	}
+	v := n.written.Load()
+	return v != nil && v.ext.Overlaps(core.ChunkExtent(index, v.chunkSize))
 }
 
 // lookupOpen returns the open state of ino with a reference taken, or nil.
@@ -406,6 +469,14 @@ func (n *openInode) chainUploadsLocked(idxs []uint64, size int64, upload func(co
 		for _, s := range reps {
 			n.mu.written[s] = true
 		}
+		if err == nil {
+			for _, idx := range idxs {
+				start, end := core.ChunkExtent(idx, n.c.cfg.ChunkSize)
+				n.mu.extents = n.mu.extents.Add(start, end)
+				n.mu.uploaded = n.mu.uploaded.Add(start, end)
+			}
+			n.publishExtentsLocked()
+		}
 		n.mu.buffered -= size
 		switch {
 		case release == nil:
@@ -498,6 +569,7 @@ func (n *openInode) truncate(ctx context.Context, size uint64, byHandle bool) er
 	n.mu.size = a.Size
 	n.mu.mtime = a.Mtime
 	n.mu.mode = a.Mode
+	n.trimExtentsLocked(a.Size)
 	if n.mu.inline {
 		if uint64(len(n.mu.data)) > size {
 			n.mu.data = n.mu.data[:size]

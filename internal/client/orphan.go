@@ -171,5 +171,6 @@ func (n *openInode) truncateFreedLocked(ctx context.Context, size uint64) error 
 	}
 	n.mu.size = size
 	n.mu.mtime = time.Now()
+	n.trimExtentsLocked(size)
 	return nil
 }

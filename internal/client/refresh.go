@@ -71,5 +71,6 @@ func (n *openInode) refreshIfStale(ctx context.Context) {
 	n.mu.mtime = time.Unix(0, r.Attr.GetMtimeNs())
 	n.mu.inline = r.Attr.GetInline()
 	n.mu.data = append([]byte(nil), r.InlineData...)
+	n.takeExtentsLocked(r.Attr)
 	n.dropCacheLocked()
 }

@@ -16,7 +16,9 @@ import (
 // Reading a chunk from its replicas (issue 12: no silent zeros, no hangs).
 //
 // A replica that answers found = false does not hold the chunk: it is asked
-// no further and the read goes on to the next replica. A replica that holds
+// no further and the read goes on to the next replica. When none holds it,
+// the file's written ranges decide (core.Extents): a chunk some write
+// reached is lost (EIO), any other is a hole. A replica that holds
 // the chunk but has fewer bytes than its recorded size lost some (errs.Lost),
 // and so does one that says so itself: the read fails over too. Only when
 // every replica answered found = false is the range a hole (never written)
@@ -196,7 +198,19 @@ func (c *Client) readReplicas(ctx context.Context, ino core.Ino, index uint64, r
 	if failed != nil {
 		return nil, errs.Wrap(errs.IO, "read chunk", chunkName(ino, index), failed)
 	}
+	if err := c.lostIfWritten(ino, index); err != nil {
+		return nil, err
+	}
 	return nil, nil // no replica ever held it: a hole
+}
+
+// lostIfWritten is the error of chunk (ino, index) that no store holds: nil
+// if it was never written (a hole, zeros), EIO if it was (core.Extents).
+func (c *Client) lostIfWritten(ino core.Ino, index uint64) error {
+	if !c.chunkWritten(ino, index) {
+		return nil
+	}
+	return errs.New(errs.IO, "read chunk", "%s was written, and no store holds it: lost (weft repair restores it if a copy is left)", chunkName(ino, index))
 }
 
 // ctxError is the error of an operation whose context ended.

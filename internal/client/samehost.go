@@ -263,6 +263,9 @@ func (c *Client) readChunkTo(ctx context.Context, ino core.Ino, index uint64, of
 	}
 	switch {
 	case notFound == len(reps):
+		if err := c.lostIfWritten(ino, index); err != nil {
+			return err
+		}
 		_, err := writeZeroPadded(io.NewOffsetWriter(dst, foff), nil, n) // a hole
 		return err
 	case noPath == 0:

@@ -47,6 +47,9 @@ func (c *Client) readDataRange(ctx context.Context, ino core.Ino, index uint64, 
 	defer hedge.Stop()
 	select {
 	case a := <-direct:
+		if a.err == nil && !a.found {
+			a.err = c.lostIfWritten(ino, index) // a hole, unless it was written
+		}
 		if a.err == nil {
 			c.suspects.clear(s)
 			return a.data, nil // nil when not found: a hole
@@ -80,6 +83,9 @@ func (c *Client) readDataRange(ctx context.Context, ino core.Ino, index uint64, 
 		select {
 		case a := <-direct:
 			direct = nil
+			if a.err == nil && !a.found {
+				a.err = c.lostIfWritten(ino, index)
+			}
 			if a.err == nil {
 				c.suspects.clear(s)
 				return a.data, nil
@@ -140,6 +146,9 @@ func (c *Client) rebuildRange(ctx context.Context, ino core.Ino, index uint64, o
 	var firstErr error
 	for known < sc.K && known+failed < sc.Width()-1 {
 		a := <-answers
+		if a.err == nil && !a.found {
+			a.err = c.unitLostIfWritten(ino, stripe, a.pos)
+		}
 		if a.err != nil {
 			failed++
 			if firstErr == nil {
@@ -163,6 +172,22 @@ func (c *Client) rebuildRange(ctx context.Context, ino core.Ino, index uint64, o
 	out := rpc.GetBuffer(int(n))
 	copy(out, units[pos])
 	return out, nil
+}
+
+// unitLostIfWritten is the error of unit pos of stripe that its store does
+// not hold: a data unit is lost if it was written, a parity unit if any of
+// its stripe's data units was (core.Extents); otherwise it is a hole, zeros.
+func (c *Client) unitLostIfWritten(ino core.Ino, stripe uint64, pos int) error {
+	sc := c.ec.scheme
+	if pos < sc.K {
+		return c.lostIfWritten(ino, sc.DataIndex(stripe, pos))
+	}
+	for q := range sc.K {
+		if c.chunkWritten(ino, sc.DataIndex(stripe, q)) {
+			return errs.New(errs.IO, "read chunk", "parity unit %d of stripe %d of inode %d was written, and its store does not hold it: lost", pos, stripe, ino)
+		}
+	}
+	return nil
 }
 
 // suspect reports whether store s was slow or failed lately.

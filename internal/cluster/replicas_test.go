@@ -234,9 +234,16 @@ func TestStoppedStoreFailsWithinBound(t *testing.T) {
 }
 
 // TestLostOnlyReplicaFailsRead: with R=1, a store that lost its chunk
-// directory holds the only replica: every read fails (EIO), never zeros,
+// directory, or its whole directory (so that it cannot know it lost
+// anything), holds the only replica: every read fails (EIO), never zeros,
 // and weft get exits non-zero.
 func TestLostOnlyReplicaFailsRead(t *testing.T) {
+	for _, lost := range []string{"chunks", ""} {
+		t.Run("lost="+lost, func(t *testing.T) { testLostOnlyReplica(t, lost) })
+	}
+}
+
+func testLostOnlyReplica(t *testing.T, lost string) {
 	p := startProcs(t, ProcsOptions{Dir: t.TempDir(), Meta: 1, Store: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -244,7 +251,7 @@ func TestLostOnlyReplicaFailsRead(t *testing.T) {
 	if err := p.Kill(RoleStore, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.RemoveAll(filepath.Join(p.Config().Store[0].Dir, "chunks")); err != nil {
+	if err := os.RemoveAll(filepath.Join(p.Config().Store[0].Dir, lost)); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Restart(ctx, RoleStore, 0); err != nil {

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/weftfs/weft/internal/core"
@@ -155,6 +156,7 @@ func attrOf(ino core.Ino, r *weftpb.InodeRecord) *weftpb.Attr {
 	a := &weftpb.Attr{
 		Ino: uint64(ino), Mode: r.Mode, Nlink: r.Nlink, Uid: r.Uid, Gid: r.Gid, Rdev: r.Rdev,
 		Size: r.Size, AtimeNs: r.AtimeNs, MtimeNs: r.MtimeNs, CtimeNs: r.CtimeNs, Inline: r.Inline,
+		Extents: slices.Clone(r.Extents), ExtentsUntracked: r.ExtentsUntracked,
 	}
 	if core.IsDir(r.Mode) && r.Radix > 0 {
 		a.Nlink = 1

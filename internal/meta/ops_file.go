@@ -144,7 +144,34 @@ func truncate(op string, r *weftpb.InodeRecord, size uint64, limit int) error {
 		r.Inline, r.InlineData = false, nil
 	}
 	r.Size = size
+	trimExtents(r)
 	return nil
+}
+
+// trimExtents drops the written ranges at and past r's size, whose bytes a
+// truncate drops from the stores (core.Extents). An empty file is tracked
+// again from scratch.
+func trimExtents(r *weftpb.InodeRecord) {
+	if r.Size == 0 {
+		r.Extents, r.ExtentsUntracked = nil, false
+		return
+	}
+	r.Extents = core.Extents(r.Extents).Trim(r.Size)
+}
+
+// addExtents records that a commit's uploads wrote ext (checked by the
+// caller) in r, after r's size is set: past MaxExtents ranges the file
+// becomes untracked.
+func addExtents(r *weftpb.InodeRecord, ext core.Extents) {
+	if r.ExtentsUntracked {
+		return
+	}
+	e := core.Extents(r.Extents).Union(ext).Trim(r.Size)
+	if e.Len() > core.MaxExtents {
+		r.Extents, r.ExtentsUntracked = nil, true
+		return
+	}
+	r.Extents = e
 }
 
 // Commit records what a client wrote to a regular file: size, mtime and, for
@@ -163,6 +190,10 @@ func (s *Server) Commit(ctx context.Context, req *weftpb.CommitRequest) (*weftpb
 	}
 	if !req.Inline && len(req.InlineData) != 0 {
 		return nil, errs.New(errs.Invalid, op, "inline content for a chunked file")
+	}
+	ext := core.Extents(req.Extents)
+	if err := ext.Check(); err != nil || ext.Len() > core.MaxExtentsPerCommit || req.Inline && len(ext) > 0 {
+		return nil, errs.New(errs.Invalid, op, "written ranges: %d numbers (inline %v): %v", len(ext), req.Inline, err)
 	}
 	reply := &weftpb.CommitReply{}
 	err = s.update(ctx, op, refLock(req.Node), func(t *txn) error {
@@ -192,6 +223,8 @@ func (s *Server) Commit(ctx context.Context, req *weftpb.CommitRequest) (*weftpb
 		} else {
 			r.Inline, r.InlineData = false, nil
 		}
+		trimExtents(r)
+		addExtents(r, ext)
 		r.MtimeNs = req.MtimeNs
 		if r.MtimeNs == 0 {
 			r.MtimeNs = t.now

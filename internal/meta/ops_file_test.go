@@ -2,6 +2,7 @@ package meta
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/weftfs/weft/internal/core"
@@ -136,4 +137,54 @@ func TestCommitDropsPrivileges(t *testing.T) {
 	if c.Attr.Mode&core.ModeBits != 0o2666 {
 		t.Fatalf("mode %#o, want 02666", c.Attr.Mode)
 	}
+}
+
+// TestCommitExtents: a commit's written ranges join the file's record in
+// its batch, a truncate trims them, bad ranges are refused and change
+// nothing, and a file written in too many runs becomes untracked until it
+// is truncated to 0 (core.Extents).
+func TestCommitExtents(t *testing.T) {
+	e := newEnv(t)
+	f := aliceFile(t, e, 0o644)
+	commit := func(size uint64, ext ...uint64) (*weftpb.CommitReply, error) {
+		return e.Commit(ctx, &weftpb.CommitRequest{Creds: alice, Node: f, Size: size, Extents: ext})
+	}
+	wantExtents := func(what string, a *weftpb.Attr, untracked bool, want ...uint64) {
+		t.Helper()
+		if a.ExtentsUntracked != untracked || !slices.Equal(a.Extents, want) {
+			t.Fatalf("%s: extents %v (untracked %v), want %v (untracked %v)", what, a.Extents, a.ExtentsUntracked, want, untracked)
+		}
+	}
+	r := must[*weftpb.CommitReply](t)(commit(300, 0, 100))
+	wantExtents("first commit", r.Attr, false, 0, 100)
+	r = must[*weftpb.CommitReply](t)(commit(300, 200, 400)) // past the size: trimmed
+	wantExtents("second commit", r.Attr, false, 0, 100, 200, 300)
+	r = must[*weftpb.CommitReply](t)(commit(300, 100, 200))
+	wantExtents("joining commit", r.Attr, false, 0, 300)
+
+	for _, bad := range [][]uint64{{5}, {10, 10}, {20, 10}, {0, 10, 5, 20}} {
+		_, err := commit(300, bad...)
+		wantKind(t, err, errs.Invalid)
+	}
+	_, err := e.Commit(ctx, &weftpb.CommitRequest{Creds: alice, Node: f, Size: 3, Inline: true, InlineData: []byte("abc"), Extents: []uint64{0, 3}})
+	wantKind(t, err, errs.Invalid)
+	o := must[*weftpb.OpenReply](t)(e.openFile(alice, f, oRdOnly))
+	wantExtents("after refused commits", o.Attr, false, 0, 300)
+
+	sz := uint64(150)
+	a := must[*weftpb.SetAttrReply](t)(e.SetAttr(ctx, &weftpb.SetAttrRequest{Creds: alice, Node: f, Valid: uint32(weftpb.SetAttrBits_SETATTR_SIZE), Size: sz}))
+	wantExtents("truncate", a.Attr, false, 0, 150)
+
+	// Another file: a truncate's pending drop fences f's growth here.
+	f = fileRef(root, "g", e.create(alice, root, "g", 0o644).Ino)
+	var many []uint64
+	for i := range uint64(core.MaxExtents + 1) {
+		many = append(many, 1000+i*10, 1000+i*10+5)
+	}
+	r = must[*weftpb.CommitReply](t)(commit(1<<20, many...))
+	wantExtents("too many runs", r.Attr, true)
+	r = must[*weftpb.CommitReply](t)(commit(1<<20, 0, 10))
+	wantExtents("untracked stays", r.Attr, true)
+	o = must[*weftpb.OpenReply](t)(e.openFile(alice, f, oRdWr|oTrunc))
+	wantExtents("O_TRUNC: tracked again, from none", o.Attr, false)
 }

@@ -169,6 +169,14 @@ func (p *pass) rebuildStripe(ctx context.Context, ino, st uint64, stores, target
 			return
 		}
 	}
+	// A unit rebuilt as zeros is a hole only if the whole stripe is: a
+	// parity unit of written data can be all zeros, and so can written
+	// data, and a reader counts a unit that some write reached and no store
+	// holds as lost (core.Extents).
+	holes := true
+	for _, r := range reads {
+		holes = holes && r.version == 0
+	}
 	for _, pos := range targets {
 		s := stores[pos]
 		var expect uint64
@@ -176,9 +184,12 @@ func (p *pass) rebuildStripe(ctx context.Context, ino, st uint64, stores, target
 			expect = h[s].GetVersion()
 		}
 		data := bytes.TrimRight(shards[pos], "\x00")
-		if len(data) == 0 && expect == 0 {
-			p.rep.Missing-- // a hole: nothing was lost
-			continue
+		if len(data) == 0 {
+			if expect == 0 && holes {
+				p.rep.Missing-- // a hole: nothing was lost
+				continue
+			}
+			data = shards[pos] // zeros, written: the unit must exist
 		}
 		p.copyTo(ctx, id(pos), target{store: s, expect: expect}, data, expect+1)
 	}

@@ -87,20 +87,27 @@ func (x *Creds) GetGroups() []uint32 {
 
 // Attr is what stat(2) reports. Times are nanoseconds since the Unix epoch.
 type Attr struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
-	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"` // S_IFMT type bits and permission bits, Linux values
-	Nlink         uint32                 `protobuf:"varint,3,opt,name=nlink,proto3" json:"nlink,omitempty"`
-	Uid           uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
-	Rdev          uint32                 `protobuf:"varint,6,opt,name=rdev,proto3" json:"rdev,omitempty"`
-	Size          uint64                 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
-	AtimeNs       int64                  `protobuf:"varint,8,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
-	MtimeNs       int64                  `protobuf:"varint,9,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
-	CtimeNs       int64                  `protobuf:"varint,10,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
-	Inline        bool                   `protobuf:"varint,11,opt,name=inline,proto3" json:"inline,omitempty"` // the content (size <= inline limit) lives in the meta record
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Ino     uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Mode    uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"` // S_IFMT type bits and permission bits, Linux values
+	Nlink   uint32                 `protobuf:"varint,3,opt,name=nlink,proto3" json:"nlink,omitempty"`
+	Uid     uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid     uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	Rdev    uint32                 `protobuf:"varint,6,opt,name=rdev,proto3" json:"rdev,omitempty"`
+	Size    uint64                 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
+	AtimeNs int64                  `protobuf:"varint,8,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
+	MtimeNs int64                  `protobuf:"varint,9,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	CtimeNs int64                  `protobuf:"varint,10,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
+	Inline  bool                   `protobuf:"varint,11,opt,name=inline,proto3" json:"inline,omitempty"` // the content (size <= inline limit) lives in the meta record
+	// Regular chunked files: the byte ranges some write reached, as sorted
+	// start, end pairs (core.Extents). A chunk overlapping them was written,
+	// so no store holding it is a loss (EIO), never a hole. Empty with
+	// extents_untracked: the file has more ranges than the record keeps, and
+	// a chunk no store holds reads as a hole (docs/design.md, "Holes").
+	Extents          []uint64 `protobuf:"varint,12,rep,packed,name=extents,proto3" json:"extents,omitempty"`
+	ExtentsUntracked bool     `protobuf:"varint,13,opt,name=extents_untracked,json=extentsUntracked,proto3" json:"extents_untracked,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Attr) Reset() {
@@ -210,6 +217,20 @@ func (x *Attr) GetInline() bool {
 	return false
 }
 
+func (x *Attr) GetExtents() []uint64 {
+	if x != nil {
+		return x.Extents
+	}
+	return nil
+}
+
+func (x *Attr) GetExtentsUntracked() bool {
+	if x != nil {
+		return x.ExtentsUntracked
+	}
+	return false
+}
+
 // NodeRef names a file or directory. Attributes of a file with one link live
 // in its directory entry (DESIGN: namespace), so the server locates them by
 // parent and name and checks that the entry still holds ino; directories and
@@ -315,13 +336,14 @@ var File_common_proto protoreflect.FileDescriptor
 
 const file_common_proto_rawDesc = "" +
 	"\n\fcommon.proto\x12\aweft.v1\"C\n\x05Creds\x12\x10\n\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n\x03gid\x18\x02 \x01(\rR" +
-	"\x03gid\x12\x16\n\x06groups\x18\x03 \x03(\rR\x06groups\"\xf7\x01\n\x04Attr\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18" +
+	"\x03gid\x12\x16\n\x06groups\x18\x03 \x03(\rR\x06groups\"\xbe\x02\n\x04Attr\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18" +
 	"\x02 \x01(\rR\x04mode\x12\x14\n\x05nlink\x18\x03 \x01(\rR\x05nlink\x12\x10\n\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n\x03gid\x18\x05 \x01(\r" +
 	"R\x03gid\x12\x12\n\x04rdev\x18\x06 \x01(\rR\x04rdev\x12\x12\n\x04size\x18\a \x01(\x04R\x04size\x12\x19\n\batime_ns\x18\b \x01(\x03R" +
 	"\aatimeNs\x12\x19\n\bmtime_ns\x18\t \x01(\x03R\amtimeNs\x12\x19\n\bctime_ns\x18\n \x01(\x03R\actimeNs\x12\x16" +
-	"\n\x06inline\x18\v \x01(\bR\x06inline\"N\n\aNodeRef\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x16\n\x06parent\x18\x02 " +
-	"\x01(\x04R\x06parent\x12\x19\n\x04name\x18\x03 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\"\a\n\x05EmptyB4Z#github.com/we" +
-	"ftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
+	"\n\x06inline\x18\v \x01(\bR\x06inline\x12\x18\n\aextents\x18\f \x03(\x04R\aextents\x12+\n\x11extents_untr" +
+	"acked\x18\r \x01(\bR\x10extentsUntracked\"N\n\aNodeRef\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x16\n\x06pa" +
+	"rent\x18\x02 \x01(\x04R\x06parent\x12\x19\n\x04name\x18\x03 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\"\a\n\x05EmptyB4Z#github" +
+	".com/weftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
 
 var (
 	file_common_proto_rawDescOnce sync.Once

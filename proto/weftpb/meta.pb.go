@@ -1937,13 +1937,16 @@ func (x *OpenReply) GetCapability() []byte {
 // inline = false and a previously inline file turns it into a chunked one
 // (the client has written the bytes to the stores first).
 type CommitRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Creds         *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
-	Node          *NodeRef               `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
-	MtimeNs       int64                  `protobuf:"varint,4,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
-	Inline        bool                   `protobuf:"varint,5,opt,name=inline,proto3" json:"inline,omitempty"`
-	InlineData    []byte                 `protobuf:"bytes,6,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Creds      *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
+	Node       *NodeRef               `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Size       uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	MtimeNs    int64                  `protobuf:"varint,4,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	Inline     bool                   `protobuf:"varint,5,opt,name=inline,proto3" json:"inline,omitempty"`
+	InlineData []byte                 `protobuf:"bytes,6,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"`
+	// The byte ranges this commit's uploads wrote, as in Attr.extents: the
+	// meta server adds them to the file's record.
+	Extents       []uint64 `protobuf:"varint,7,rep,packed,name=extents,proto3" json:"extents,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2016,6 +2019,13 @@ func (x *CommitRequest) GetInline() bool {
 func (x *CommitRequest) GetInlineData() []byte {
 	if x != nil {
 		return x.InlineData
+	}
+	return nil
+}
+
+func (x *CommitRequest) GetExtents() []uint64 {
+	if x != nil {
+		return x.Extents
 	}
 	return nil
 }
@@ -4147,72 +4157,73 @@ const file_meta_proto_rawDesc = "" +
 	"lags\x18\x03 \x01(\rR\x05flags\x12\x1d\n\nchunk_size\x18\x04 \x01(\x03R\tchunkSize\x12 \n\vreplication\x18" +
 	"\x05 \x01(\rR\vreplication\"\x8a\x01\n\tOpenReply\x12!\n\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04a" +
 	"ttr\x12\x1f\n\vinline_data\x18\x02 \x01(\fR\ninlineData\x12\x19\n\bold_size\x18\x03 \x01(\x04R\aoldSize\x12" +
-	"\x1e\n\ncapability\x18\x04 \x01(\fR\ncapability\"\xc3\x01\n\rCommitRequest\x12$\n\x05creds\x18\x01 \x01(\v" +
+	"\x1e\n\ncapability\x18\x04 \x01(\fR\ncapability\"\xdd\x01\n\rCommitRequest\x12$\n\x05creds\x18\x01 \x01(\v" +
 	"2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x19\n\bmtime_ns\x18\x04 \x01(\x03R\amtimeNs\x12\x16\n\x06inline\x18\x05 \x01(\bR\x06in" +
-	"line\x12\x1f\n\vinline_data\x18\x06 \x01(\fR\ninlineData\"0\n\vCommitReply\x12!\n\x04attr\x18\x01 \x01" +
-	"(\v2\r.weft.v1.AttrR\x04attr\"o\n\rAccessRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v" +
-	"1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n\x04mask\x18\x03 \x01" +
-	"(\rR\x04mask\"\x0f\n\rStatFSRequest\"|\n\vStatFSReply\x12\x14\n\x05files\x18\x01 \x01(\x04R\x05files\x12\x1d" +
-	"\n\nfiles_free\x18\x02 \x01(\x04R\tfilesFree\x12\x1d\n\nbytes_used\x18\x03 \x01(\x04R\tbytesUsed\x12\x19\n\b" +
-	"name_max\x18\x04 \x01(\rR\anameMax\"q\n\x0fGetXattrRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft" +
-	".v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n\x04name\x18\x03" +
-	" \x01(\tR\x04name\"%\n\rGetXattrReply\x12\x14\n\x05value\x18\x01 \x01(\fR\x05value\"\x9d\x01\n\x0fSetXattrRe" +
-	"quest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft" +
-	".v1.NodeRefR\x04node\x12\x12\n\x04name\x18\x03 \x01(\tR\x04name\x12\x14\n\x05value\x18\x04 \x01(\fR\x05value\x12\x14\n\x05f" +
-	"lags\x18\x05 \x01(\rR\x05flags\"^\n\x10ListXattrRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.C" +
-	"redsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\"&\n\x0eListXattrRe" +
-	"ply\x12\x14\n\x05names\x18\x01 \x03(\tR\x05names\"t\n\x12RemoveXattrRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e" +
-	".weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n\x04n" +
-	"ame\x18\x03 \x01(\tR\x04name\"6\n\rStatusRequest\x12%\n\x0etop_partitions\x18\x01 \x01(\rR\rtopPar" +
-	"titions\"\xf8\x02\n\vStatusReply\x12\x1b\n\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x18\n\aservers\x18" +
-	"\x02 \x01(\rR\aservers\x12\x16\n\x06inodes\x18\x03 \x01(\x03R\x06inodes\x12\x12\n\x04dirs\x18\x04 \x01(\x03R\x04dirs\x12\x1e\n\npa" +
-	"rtitions\x18\x05 \x01(\x04R\npartitions\x12\x18\n\aentries\x18\x06 \x01(\x04R\aentries\x12\x16\n\x06splits\x18\a" +
-	" \x01(\x04R\x06splits\x12\x1c\n\tredirects\x18\b \x01(\x04R\tredirects\x12*\n\x03top\x18\t \x03(\v2\x18.weft.v" +
-	"1.PartitionStatusR\x03top\x12\x1e\n\ndurability\x18\n \x01(\tR\ndurability\x12&\n\x0finodes" +
-	"_by_owner\x18\v \x03(\x03R\rinodesByOwner\x12\"\n\rdirs_by_owner\x18\f \x03(\x03R\vdirsByOwn" +
-	"er\"i\n\x0fPartitionStatus\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\x14\n\x05index\x18\x02 \x01(\rR\x05index\x12\x14\n" +
-	"\x05radix\x18\x03 \x01(\rR\x05radix\x12\x18\n\aentries\x18\x04 \x01(\x04R\aentries\")\n\x15ReleaseReclaimR" +
-	"equest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"\x96\x01\n\x14GetCapabilityRequest\x12$\n\x05creds\x18\x01 \x01(\v" +
-	"2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x16\n" +
-	"\x06rights\x18\x03 \x01(\rR\x06rights\x12\x1a\n\bprevious\x18\x04 \x01(\fR\bprevious\"4\n\x12GetCapabili" +
-	"tyReply\x12\x1e\n\ncapability\x18\x01 \x01(\fR\ncapability\"\x11\n\x0fSyncMetaRequest\"\xe1\x01\n\vF" +
-	"indRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x120\n\x05phase\x18\x02 \x01(\x0e2" +
-	"\x1a.weft.v1.FindRequest.PhaseR\x05phase\x12(\n\x05query\x18\x03 \x01(\v2\x12.weft.v1.Find" +
-	"QueryR\x05query\x12\x16\n\x06cursor\x18\x04 \x01(\fR\x06cursor\x12\x14\n\x05limit\x18\x05 \x01(\rR\x05limit\"\"\n\x05Ph" +
-	"ase\x12\f\n\bPOINTERS\x10\x00\x12\v\n\aMATCHES\x10\x01\"\x89\x02\n\tFindQuery\x12'\n\x05names\x18\x01 \x03(\v2\x11.we" +
-	"ft.v1.FindGlobR\x05names\x12\x14\n\x05types\x18\x02 \x03(\rR\x05types\x12(\n\x05sizes\x18\x03 \x03(\v2\x12.wef" +
-	"t.v1.FindRangeR\x05sizes\x12*\n\x06mtimes\x18\x04 \x03(\v2\x12.weft.v1.FindRangeR\x06mtime" +
-	"s\x12\x12\n\x04uids\x18\x05 \x03(\rR\x04uids\x12\x12\n\x04gids\x18\x06 \x03(\rR\x04gids\x12'\n\x05perms\x18\a \x03(\v2\x11.weft." +
-	"v1.FindPermR\x05perms\x12\x16\n\x06xattrs\x18\b \x03(\fR\x06xattrs\"8\n\bFindGlob\x12\x18\n\apatter" +
-	"n\x18\x01 \x01(\fR\apattern\x12\x12\n\x04fold\x18\x02 \x01(\bR\x04fold\"+\n\tFindRange\x12\x0e\n\x02lo\x18\x01 \x01(\x03R\x02l" +
-	"o\x12\x0e\n\x02hi\x18\x02 \x01(\x03R\x02hi\"2\n\bFindPerm\x12\x12\n\x04kind\x18\x01 \x01(\rR\x04kind\x12\x12\n\x04bits\x18\x02 \x01(\rR" +
-	"\x04bits\"[\n\tFindReply\x12$\n\x04hits\x18\x01 \x03(\v2\x10.weft.v1.FindHitR\x04hits\x12\x16\n\x06curs" +
-	"or\x18\x02 \x01(\fR\x06cursor\x12\x10\n\x03eof\x18\x03 \x01(\bR\x03eof\"\xb5\x01\n\aFindHit\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir" +
-	"\x12\x12\n\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12!\n\x04attr\x18\x04 \x01(\v2\r.weft.v1.A" +
-	"ttrR\x04attr\x12\x1d\n\nentry_mode\x18\x05 \x01(\rR\tentryMode\x12\x16\n\x06parent\x18\x06 \x01(\x04R\x06parent" +
-	"\x12\x18\n\arecheck\x18\a \x01(\bR\arecheck\"(\n\x10AllocInosRequest\x12\x14\n\x05count\x18\x01 \x01(\rR\x05c" +
-	"ount\"<\n\x0eAllocInosReply\x12\x14\n\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n\x05count\x18\x02 \x01(\rR\x05cou" +
-	"nt\"\xea\x01\n\aBatchOp\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12,\n\x06create\x18\x02" +
-	" \x01(\v2\x14.weft.v1.BatchCreateR\x06create\x12,\n\x06unlink\x18\x03 \x01(\v2\x14.weft.v1.Bat" +
-	"chUnlinkR\x06unlink\x12/\n\asetattr\x18\x04 \x01(\v2\x15.weft.v1.BatchSetAttrR\asetatt" +
-	"r\x12,\n\x06rename\x18\x05 \x01(\v2\x14.weft.v1.BatchRenameR\x06rename\"g\n\vBatchCreate\x12\x19" +
-	"\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12" +
-	"\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"g\n\vBatchUnlink\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04na" +
-	"me\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04open\x18\x03 \x03(\x04R\x04open\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeN" +
-	"s\"\xb4\x01\n\fBatchSetAttr\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12" +
-	"\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x19\n\batime_ns\x18\x05 \x01(\x03R\aati" +
-	"meNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18\a \x01(\x03R\x06timeNs\"j\n\vBatc" +
-	"hRename\x12\x17\n\x03src\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x03src\x12\x17\n\x03dst\x18\x02 \x01(\tB\x05\xaa\x01\x02 \x03R\x03dst\x12\x10\n\x03ino" +
-	"\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"I\n\x11ApplyBatchRequest\x12\x10\n\x03dir" +
-	"\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v2\x10.weft.v1.BatchOpR\x03ops\"+\n\x0fApplyBatchRep" +
-	"ly\x12\x18\n\aapplied\x18\x01 \x01(\rR\aapplied*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10" +
-	"\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SI" +
-	"ZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10" +
-	"@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10REN" +
-	"AME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NONE" +
-	"\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftfs/wef" +
-	"t/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
+	"line\x12\x1f\n\vinline_data\x18\x06 \x01(\fR\ninlineData\x12\x18\n\aextents\x18\a \x03(\x04R\aextents\"" +
+	"0\n\vCommitReply\x12!\n\x04attr\x18\x01 \x01(\v2\r.weft.v1.AttrR\x04attr\"o\n\rAccessReque" +
+	"st\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1" +
+	".NodeRefR\x04node\x12\x12\n\x04mask\x18\x03 \x01(\rR\x04mask\"\x0f\n\rStatFSRequest\"|\n\vStatFSRep" +
+	"ly\x12\x14\n\x05files\x18\x01 \x01(\x04R\x05files\x12\x1d\n\nfiles_free\x18\x02 \x01(\x04R\tfilesFree\x12\x1d\n\nbytes" +
+	"_used\x18\x03 \x01(\x04R\tbytesUsed\x12\x19\n\bname_max\x18\x04 \x01(\rR\anameMax\"q\n\x0fGetXattrReq" +
+	"uest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft." +
+	"v1.NodeRefR\x04node\x12\x12\n\x04name\x18\x03 \x01(\tR\x04name\"%\n\rGetXattrReply\x12\x14\n\x05value\x18\x01" +
+	" \x01(\fR\x05value\"\x9d\x01\n\x0fSetXattrRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05" +
+	"creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node\x12\x12\n\x04name\x18\x03 \x01(\tR\x04name\x12" +
+	"\x14\n\x05value\x18\x04 \x01(\fR\x05value\x12\x14\n\x05flags\x18\x05 \x01(\rR\x05flags\"^\n\x10ListXattrRequest\x12" +
+	"$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.No" +
+	"deRefR\x04node\"&\n\x0eListXattrReply\x12\x14\n\x05names\x18\x01 \x03(\tR\x05names\"t\n\x12RemoveXat" +
+	"trRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10." +
+	"weft.v1.NodeRefR\x04node\x12\x12\n\x04name\x18\x03 \x01(\tR\x04name\"6\n\rStatusRequest\x12%\n\x0eto" +
+	"p_partitions\x18\x01 \x01(\rR\rtopPartitions\"\xf8\x02\n\vStatusReply\x12\x1b\n\tserver_id\x18\x01" +
+	" \x01(\rR\bserverId\x12\x18\n\aservers\x18\x02 \x01(\rR\aservers\x12\x16\n\x06inodes\x18\x03 \x01(\x03R\x06inodes" +
+	"\x12\x12\n\x04dirs\x18\x04 \x01(\x03R\x04dirs\x12\x1e\n\npartitions\x18\x05 \x01(\x04R\npartitions\x12\x18\n\aentries\x18" +
+	"\x06 \x01(\x04R\aentries\x12\x16\n\x06splits\x18\a \x01(\x04R\x06splits\x12\x1c\n\tredirects\x18\b \x01(\x04R\tredir" +
+	"ects\x12*\n\x03top\x18\t \x03(\v2\x18.weft.v1.PartitionStatusR\x03top\x12\x1e\n\ndurability\x18\n" +
+	" \x01(\tR\ndurability\x12&\n\x0finodes_by_owner\x18\v \x03(\x03R\rinodesByOwner\x12\"\n\rdirs" +
+	"_by_owner\x18\f \x03(\x03R\vdirsByOwner\"i\n\x0fPartitionStatus\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03di" +
+	"r\x12\x14\n\x05index\x18\x02 \x01(\rR\x05index\x12\x14\n\x05radix\x18\x03 \x01(\rR\x05radix\x12\x18\n\aentries\x18\x04 \x01(\x04R\a" +
+	"entries\")\n\x15ReleaseReclaimRequest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"\x96\x01\n\x14GetCapabi" +
+	"lityRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2" +
+	"\x10.weft.v1.NodeRefR\x04node\x12\x16\n\x06rights\x18\x03 \x01(\rR\x06rights\x12\x1a\n\bprevious\x18\x04 \x01(" +
+	"\fR\bprevious\"4\n\x12GetCapabilityReply\x12\x1e\n\ncapability\x18\x01 \x01(\fR\ncapabilit" +
+	"y\"\x11\n\x0fSyncMetaRequest\"\xe1\x01\n\vFindRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.Cr" +
+	"edsR\x05creds\x120\n\x05phase\x18\x02 \x01(\x0e2\x1a.weft.v1.FindRequest.PhaseR\x05phase\x12(\n\x05" +
+	"query\x18\x03 \x01(\v2\x12.weft.v1.FindQueryR\x05query\x12\x16\n\x06cursor\x18\x04 \x01(\fR\x06cursor\x12\x14" +
+	"\n\x05limit\x18\x05 \x01(\rR\x05limit\"\"\n\x05Phase\x12\f\n\bPOINTERS\x10\x00\x12\v\n\aMATCHES\x10\x01\"\x89\x02\n\tFin" +
+	"dQuery\x12'\n\x05names\x18\x01 \x03(\v2\x11.weft.v1.FindGlobR\x05names\x12\x14\n\x05types\x18\x02 \x03(\rR\x05" +
+	"types\x12(\n\x05sizes\x18\x03 \x03(\v2\x12.weft.v1.FindRangeR\x05sizes\x12*\n\x06mtimes\x18\x04 \x03(\v2" +
+	"\x12.weft.v1.FindRangeR\x06mtimes\x12\x12\n\x04uids\x18\x05 \x03(\rR\x04uids\x12\x12\n\x04gids\x18\x06 \x03(\rR\x04g" +
+	"ids\x12'\n\x05perms\x18\a \x03(\v2\x11.weft.v1.FindPermR\x05perms\x12\x16\n\x06xattrs\x18\b \x03(\fR\x06xa" +
+	"ttrs\"8\n\bFindGlob\x12\x18\n\apattern\x18\x01 \x01(\fR\apattern\x12\x12\n\x04fold\x18\x02 \x01(\bR\x04fold\"+" +
+	"\n\tFindRange\x12\x0e\n\x02lo\x18\x01 \x01(\x03R\x02lo\x12\x0e\n\x02hi\x18\x02 \x01(\x03R\x02hi\"2\n\bFindPerm\x12\x12\n\x04kind\x18" +
+	"\x01 \x01(\rR\x04kind\x12\x12\n\x04bits\x18\x02 \x01(\rR\x04bits\"[\n\tFindReply\x12$\n\x04hits\x18\x01 \x03(\v2\x10.wef" +
+	"t.v1.FindHitR\x04hits\x12\x16\n\x06cursor\x18\x02 \x01(\fR\x06cursor\x12\x10\n\x03eof\x18\x03 \x01(\bR\x03eof\"\xb5\x01\n" +
+	"\aFindHit\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\x12\n\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino" +
+	"\x12!\n\x04attr\x18\x04 \x01(\v2\r.weft.v1.AttrR\x04attr\x12\x1d\n\nentry_mode\x18\x05 \x01(\rR\tentryMo" +
+	"de\x12\x16\n\x06parent\x18\x06 \x01(\x04R\x06parent\x12\x18\n\arecheck\x18\a \x01(\bR\arecheck\"(\n\x10AllocIno" +
+	"sRequest\x12\x14\n\x05count\x18\x01 \x01(\rR\x05count\"<\n\x0eAllocInosReply\x12\x14\n\x05first\x18\x01 \x01(\x04R" +
+	"\x05first\x12\x14\n\x05count\x18\x02 \x01(\rR\x05count\"\xea\x01\n\aBatchOp\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v" +
+	"1.CredsR\x05creds\x12,\n\x06create\x18\x02 \x01(\v2\x14.weft.v1.BatchCreateR\x06create\x12,\n\x06" +
+	"unlink\x18\x03 \x01(\v2\x14.weft.v1.BatchUnlinkR\x06unlink\x12/\n\asetattr\x18\x04 \x01(\v2\x15.we" +
+	"ft.v1.BatchSetAttrR\asetattr\x12,\n\x06rename\x18\x05 \x01(\v2\x14.weft.v1.BatchRenam" +
+	"eR\x06rename\"g\n\vBatchCreate\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04" +
+	"R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"g\n\vBatchUnlin" +
+	"k\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04open\x18\x03 \x03(\x04R\x04op" +
+	"en\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"\xb4\x01\n\fBatchSetAttr\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 " +
+	"\x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04m" +
+	"ode\x12\x19\n\batime_ns\x18\x05 \x01(\x03R\aatimeNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17\n\atim" +
+	"e_ns\x18\a \x01(\x03R\x06timeNs\"j\n\vBatchRename\x12\x17\n\x03src\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x03src\x12\x17\n\x03ds" +
+	"t\x18\x02 \x01(\tB\x05\xaa\x01\x02 \x03R\x03dst\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"I" +
+	"\n\x11ApplyBatchRequest\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v2\x10.weft.v1.Bat" +
+	"chOpR\x03ops\"+\n\x0fApplyBatchReply\x12\x18\n\aapplied\x18\x01 \x01(\rR\aapplied*\xba\x01\n\vSetAt" +
+	"trBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vS" +
+	"ETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTI" +
+	"ME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFla" +
+	"gs\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A" +
+	"\n\nXattrFlags\x12\x0e\n\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10" +
+	"\x02B4Z#github.com/weftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\bedition" +
+	"sp\xe8\a"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once

@@ -62,8 +62,13 @@ type InodeRecord struct {
 	// takes a permission away, chown, truncate and ACL changes raise it in
 	// their own batch, and capabilities minted before are revoked.
 	CapGeneration uint64 `protobuf:"varint,20,opt,name=cap_generation,json=capGeneration,proto3" json:"cap_generation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Regular chunked files: the byte ranges written, as in Attr.extents.
+	// Kept in the same batch as the commit that wrote them, and trimmed by
+	// the truncate that drops their bytes.
+	Extents          []uint64 `protobuf:"varint,21,rep,packed,name=extents,proto3" json:"extents,omitempty"`
+	ExtentsUntracked bool     `protobuf:"varint,22,opt,name=extents_untracked,json=extentsUntracked,proto3" json:"extents_untracked,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *InodeRecord) Reset() {
@@ -234,6 +239,20 @@ func (x *InodeRecord) GetCapGeneration() uint64 {
 		return x.CapGeneration
 	}
 	return 0
+}
+
+func (x *InodeRecord) GetExtents() []uint64 {
+	if x != nil {
+		return x.Extents
+	}
+	return nil
+}
+
+func (x *InodeRecord) GetExtentsUntracked() bool {
+	if x != nil {
+		return x.ExtentsUntracked
+	}
+	return false
 }
 
 // LinkRef is one directory entry that names a hard-linked file.
@@ -722,7 +741,7 @@ var File_record_proto protoreflect.FileDescriptor
 
 const file_record_proto_rawDesc = "" +
 	"\n" +
-	"\frecord.proto\x12\aweft.v1\"\x88\x04\n" +
+	"\frecord.proto\x12\aweft.v1\"\xcf\x04\n" +
 	"\vInodeRecord\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\rR\x04mode\x12\x14\n" +
 	"\x05nlink\x18\x02 \x01(\rR\x05nlink\x12\x10\n" +
@@ -745,7 +764,9 @@ const file_record_proto_rawDesc = "" +
 	"\x05links\x18\x11 \x03(\v2\x10.weft.v1.LinkRefR\x05links\x12\x1c\n" +
 	"\tpartition\x18\x12 \x01(\rR\tpartition\x12\x12\n" +
 	"\x04stub\x18\x13 \x01(\bR\x04stub\x12%\n" +
-	"\x0ecap_generation\x18\x14 \x01(\x04R\rcapGeneration\"5\n" +
+	"\x0ecap_generation\x18\x14 \x01(\x04R\rcapGeneration\x12\x18\n" +
+	"\aextents\x18\x15 \x03(\x04R\aextents\x12+\n" +
+	"\x11extents_untracked\x18\x16 \x01(\bR\x10extentsUntracked\"5\n" +
 	"\aLinkRef\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\"]\n" +
