@@ -77,7 +77,7 @@ func runFusePostmark(ctx context.Context, env *Env) ([]Result, error) {
 		files, transactions = 100, 250
 	}
 	reps := env.repeats()
-	targets := env.peerTargets()
+	targets := env.leaseTargets()
 	env.progress(len(targets) * (1 + reps))
 	var out []Result
 	err = env.eachTarget(ctx, targets, nil, func(m *Mount) error {
@@ -244,7 +244,7 @@ func runFuseUntar(ctx context.Context, env *Env) ([]Result, error) {
 		return nil, err
 	}
 	reps := env.repeats()
-	targets := env.peerTargets()
+	targets := env.leaseTargets()
 	env.progress(len(targets) * (1 + 2*reps))
 	var out []Result
 	err = env.eachTarget(ctx, targets, nil, func(m *Mount) error {

@@ -66,11 +66,9 @@ func runFusemeta(ctx context.Context, env *Env) ([]Result, error) {
 		return nil, err
 	}
 	reps := env.repeats()
-	targets := env.peerTargets()
-	// The mount's writeback mode next to sync, both as separate processes
-	// over TCP (weft (none) is sync there), as leases need.
-	for _, t := range env.targets(weftNone, weftWriteback) {
-		if t.Kind == kindWeft {
+	targets := env.leaseTargets()
+	for _, t := range env.targets(weftWritebackLong) {
+		if t.Kind == kindWeft && !env.Quick {
 			targets = append(targets, t)
 		}
 	}
@@ -238,6 +236,19 @@ func (e *Env) peerTargets() []Target {
 		return e.targets(weftSync)
 	}
 	return e.targets(weftSync, weftAsync)
+}
+
+// leaseTargets are peerTargets and the mount's writeback mode next to sync,
+// both as separate processes over TCP (weft (none) is sync there), as
+// leases need.
+func (e *Env) leaseTargets() []Target {
+	targets := e.peerTargets()
+	for _, t := range e.targets(weftNone, weftWriteback) {
+		if t.Kind == kindWeft {
+			targets = append(targets, t)
+		}
+	}
+	return targets
 }
 
 // caseRows are the results of one target, one per case, filled a sample of

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/linksim"
@@ -82,28 +83,36 @@ type Target struct {
 	// every call crosses a real connection in that mode: in weft up's one
 	// process the mount calls its servers in-process, past TLS.
 	Security string
+	// LeaseTerm, if set, is the cluster's lease term (separate processes).
+	LeaseTerm time.Duration
 }
 
 // weftVariant is a weft configuration a benchmark compares.
-type weftVariant struct{ name, durability, backend, security string }
+type weftVariant struct {
+	name, durability, backend, security string
+	leaseTerm                           time.Duration // 0: the cluster's default
+}
 
 var (
-	weftDefault = weftVariant{"weft", "sync", "disk", ""}
-	weftSync    = weftVariant{"weft (sync)", "sync", "disk", ""}
-	weftAsync   = weftVariant{"weft (async)", "async", "disk", ""}
-	weftDisk    = weftVariant{"weft (disk)", "sync", "disk", ""}
-	weftMem     = weftVariant{"weft (mem)", "sync", "mem", ""}
+	weftDefault = weftVariant{"weft", "sync", "disk", "", 0}
+	weftSync    = weftVariant{"weft (sync)", "sync", "disk", "", 0}
+	weftAsync   = weftVariant{"weft (async)", "async", "disk", "", 0}
+	weftDisk    = weftVariant{"weft (disk)", "sync", "disk", "", 0}
+	weftMem     = weftVariant{"weft (mem)", "sync", "mem", "", 0}
 
 	// The security modes (seed 001's secure vs non-secure), each as
 	// separate processes.
-	weftNone    = weftVariant{"weft (none)", "sync", "disk", "none"}
-	weftSecure  = weftVariant{"weft (secure)", "sync", "disk", "secure"}
-	weftPrivate = weftVariant{"weft (private)", "sync", "disk", "private"}
+	weftNone    = weftVariant{"weft (none)", "sync", "disk", "none", 0}
+	weftSecure  = weftVariant{"weft (secure)", "sync", "disk", "secure", 0}
+	weftPrivate = weftVariant{"weft (private)", "sync", "disk", "private", 0}
 
 	// A mount in writeback mode (metadata write-back under directory
 	// write leases) of sync servers, as separate processes: leases need
 	// the mount's own connection to be recalled over.
-	weftWriteback = weftVariant{"weft (writeback)", "writeback", "disk", "none"}
+	weftWriteback = weftVariant{"weft (writeback)", "writeback", "disk", "none", 0}
+	// The same with 30 s leases: the kernel keeps what a lease covers for
+	// as long as the lease lasts, and a dead holder blocks others as long.
+	weftWritebackLong = weftVariant{"weft (writeback, 30 s leases)", "writeback", "disk", "none", 30 * time.Second}
 )
 
 // targets returns the run's targets for this benchmark: weft once per
@@ -120,7 +129,7 @@ func (e *Env) targets(variants ...weftVariant) []Target {
 		case kindNFS:
 		case kindWeft:
 			for _, v := range variants {
-				out = append(out, Target{Name: v.name, Kind: k, Durability: v.durability, Backend: v.backend, Security: v.security})
+				out = append(out, Target{Name: v.name, Kind: k, Durability: v.durability, Backend: v.backend, Security: v.security, LeaseTerm: v.leaseTerm})
 				if e.BaseWeft != "" && v.security == "" {
 					out = append(out, Target{Name: baseName(v.name), Kind: k, Durability: v.durability, Backend: v.backend, Binary: e.BaseWeft})
 				}

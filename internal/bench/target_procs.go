@@ -37,6 +37,9 @@ func (e *Env) mountWeftProcs(ctx context.Context, m *Mount, base, bin string) er
 	if t.Backend != "" {
 		args = append(args, "--backend", t.Backend)
 	}
+	if t.LeaseTerm > 0 {
+		args = append(args, "--lease-term", t.LeaseTerm.String())
+	}
 	// Teardown runs even when the run was canceled (its context's values,
 	// not its cancel), each step bounded by unmountTimeout.
 	teardown := context.WithoutCancel(ctx)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -40,6 +41,7 @@ type clusterStartFlags struct {
 	meta, store    int
 	durability     string
 	splitThreshold int
+	leaseTerm      time.Duration
 	replication    int
 	redundancy     string
 	backend        string
@@ -72,6 +74,7 @@ func newClusterStartCommand(a *app) *cobra.Command {
 	fl.IntVar(&f.store, "store", 0, "store servers (default: as before, else 1)")
 	fl.StringVar(&f.durability, "durability", "", "when metadata changes are acknowledged: sync or async (default: as before, else sync)")
 	fl.IntVar(&f.splitThreshold, "split-threshold", 0, fmt.Sprintf("entries of a directory partition before it splits (default: as before, else %d)", config.DefaultSplitThreshold))
+	fl.DurationVar(&f.leaseTerm, "lease-term", 0, fmt.Sprintf("how long a client's lease lasts, between %v and %v: longer lets mounts cache longer, and a dead holder blocks others longer (default: as before, else %v)", config.MinLeaseTerm, config.MaxLeaseTerm, config.DefaultLeaseTerm))
 	fl.IntVar(&f.replication, "replication", 0, "store servers holding each chunk (default: as before, else 1); cannot change later")
 	fl.StringVar(&f.redundancy, "redundancy", "", "how chunks survive a lost store: replicas:N or ec:K+M, such as ec:4+1 (default: as before, else replicas:1 or --replication); cannot change later")
 	fl.StringVar(&f.backend, "backend", "", "where stores keep file data: disk or mem (default: as before, else disk); cannot change later")
@@ -118,6 +121,9 @@ func (f clusterStartFlags) options(cmd *cobra.Command) (cluster.ProcsOptions, er
 			return cluster.ProcsOptions{}, usageErrorf(cmd, "--%s %d: want at least 1", c.flag, c.v)
 		}
 	}
+	if cmd.Flags().Changed("lease-term") && (f.leaseTerm < config.MinLeaseTerm || f.leaseTerm > config.MaxLeaseTerm) {
+		return cluster.ProcsOptions{}, usageErrorf(cmd, "--lease-term %v: want between %v and %v", f.leaseTerm, config.MinLeaseTerm, config.MaxLeaseTerm)
+	}
 	if cmd.Flags().Changed("meta-cpu") && f.metaCPU <= 0 {
 		return cluster.ProcsOptions{}, usageErrorf(cmd, "--meta-cpu %g: want a share of cores above 0, such as 0.5", f.metaCPU)
 	}
@@ -134,6 +140,7 @@ func (f clusterStartFlags) options(cmd *cobra.Command) (cluster.ProcsOptions, er
 		Store:          f.store,
 		Durability:     f.durability,
 		SplitThreshold: f.splitThreshold,
+		LeaseTerm:      f.leaseTerm,
 		Replication:    f.replication,
 		Redundancy:     f.redundancy,
 		Backend:        f.backend,

@@ -291,6 +291,7 @@ func TestClusterStartBadFlags(t *testing.T) {
 		{"mem limit", []string{"--mem-limit", "lots"}, "--mem-limit"},
 		{"replication above stores", []string{"--store", "2", "--replication", "3"}, "replication: 3 is more than the 2 store servers"},
 		{"meta cpu", []string{"--meta-cpu", "-1"}, "--meta-cpu -1"},
+		{"lease term", []string{"--lease-term", "2h"}, "--lease-term 2h0m0s: want between 200ms and 1m0s"},
 		{"no dir", nil, "--dir is required"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
