@@ -64,3 +64,37 @@ func TestWholeDiskLostIsEIONotZeros(t *testing.T) {
 		t.Errorf("sparse file's holes: %d bytes, %v; want %d zeros", len(got), err, 3*reclaimChunk)
 	}
 }
+
+// TestManyRunsBecomeUntracked: a file written in more separate runs than a
+// record keeps is committed (untracked), not refused, and its holes still
+// read as zeros.
+func TestManyRunsBecomeUntracked(t *testing.T) {
+	rc := newReclaimCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f, err := rc.c.Create(ctx, "/runs", 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const runs = 300
+	for i := range int64(runs) {
+		if _, err := f.WriteAt([]byte{'r'}, 2*i*reclaimChunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("close after %d runs: %v", runs, err)
+	}
+	g, err := rc.c.Open(ctx, "/runs", os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	p := make([]byte, 2*reclaimChunk)
+	if _, err := g.ReadAt(p, 2*(runs-2)*reclaimChunk); err != nil {
+		t.Fatal(err)
+	}
+	if p[0] != 'r' || !bytes.Equal(p[1:], make([]byte, len(p)-1)) {
+		t.Fatalf("a run and the hole after it read %q...", p[:8])
+	}
+}

@@ -96,10 +96,11 @@ func (n *openInode) flushAs(ctx context.Context, durable bool, as *core.Creds) e
 	n.mu.Unlock()
 	committed := false
 	defer func() {
-		if req != nil && !committed && len(req.Extents) > 0 {
+		if req != nil && !committed && (len(req.Extents) > 0 || req.ExtentsOverflow) {
 			// Not recorded: the next commit carries these ranges again.
 			n.mu.Lock()
 			n.mu.uploaded = n.mu.uploaded.Union(req.Extents)
+			n.mu.overflow = n.mu.overflow || req.ExtentsOverflow
 			n.mu.Unlock()
 		}
 	}()
@@ -190,6 +191,7 @@ func (n *openInode) commitRequestLocked() *pb.CommitRequest {
 		// Taken: uploads after this go into the next commit, and a failed
 		// commit gives these back (flushAs).
 		req.Extents, n.mu.uploaded = n.mu.uploaded, nil
+		req.ExtentsOverflow, n.mu.overflow = n.mu.overflow, false
 	}
 	return req
 }

@@ -68,6 +68,7 @@ type openInode struct {
 		extents   core.Extents
 		untracked bool
 		uploaded  core.Extents // ranges uploaded since the last commit, for the next one
+		overflow  bool         // more runs written than a record keeps: the next commit says so
 		freed     bool         // no link left: nothing to commit; chunks go at the last release (orphan.go)
 		stale     bool         // another client may have changed the file: the next read asks (refresh.go)
 	}
@@ -140,7 +141,26 @@ func (n *openInode) trimExtentsLocked(size uint64) {
 	n.mu.extents = n.mu.extents.Trim(size)
 	n.mu.uploaded = n.mu.uploaded.Trim(size)
 	if size == 0 {
-		n.mu.untracked = false
+		n.mu.untracked = false // the server starts the file over; overflow stays for the commit to say
+	}
+	n.publishExtentsLocked()
+}
+
+// addExtentsLocked records that chunks idxs were uploaded. Past
+// core.MaxExtents separate runs the file is untracked, as its record will
+// be, and this client stops keeping ranges for it.
+func (n *openInode) addExtentsLocked(idxs []uint64) {
+	if n.mu.overflow {
+		return
+	}
+	for _, idx := range idxs {
+		start, end := core.ChunkExtent(idx, n.c.cfg.ChunkSize)
+		n.mu.extents = n.mu.extents.Add(start, end)
+		n.mu.uploaded = n.mu.uploaded.Add(start, end)
+	}
+	if n.mu.extents.Len() > core.MaxExtents || n.mu.uploaded.Len() > core.MaxExtents {
+		n.mu.overflow, n.mu.untracked = true, true
+		n.mu.extents, n.mu.uploaded = nil, nil
 	}
 	n.publishExtentsLocked()
 }
@@ -470,12 +490,7 @@ func (n *openInode) chainUploadsLocked(idxs []uint64, size int64, upload func(co
 			n.mu.written[s] = true
 		}
 		if err == nil {
-			for _, idx := range idxs {
-				start, end := core.ChunkExtent(idx, n.c.cfg.ChunkSize)
-				n.mu.extents = n.mu.extents.Add(start, end)
-				n.mu.uploaded = n.mu.uploaded.Add(start, end)
-			}
-			n.publishExtentsLocked()
+			n.addExtentsLocked(idxs)
 		}
 		n.mu.buffered -= size
 		switch {

@@ -225,6 +225,9 @@ func (s *Server) Commit(ctx context.Context, req *weftpb.CommitRequest) (*weftpb
 		}
 		trimExtents(r)
 		addExtents(r, ext)
+		if req.ExtentsOverflow {
+			r.Extents, r.ExtentsUntracked = nil, true
+		}
 		r.MtimeNs = req.MtimeNs
 		if r.MtimeNs == 0 {
 			r.MtimeNs = t.now

@@ -187,4 +187,9 @@ func TestCommitExtents(t *testing.T) {
 	wantExtents("untracked stays", r.Attr, true)
 	o = must[*weftpb.OpenReply](t)(e.openFile(alice, f, oRdWr|oTrunc))
 	wantExtents("O_TRUNC: tracked again, from none", o.Attr, false)
+
+	// A writer that wrote more runs than it sends says so.
+	f = fileRef(root, "h", e.create(alice, root, "h", 0o644).Ino)
+	r = must[*weftpb.CommitReply](t)(e.Commit(ctx, &weftpb.CommitRequest{Creds: alice, Node: f, Size: 100, Extents: []uint64{0, 10}, ExtentsOverflow: true}))
+	wantExtents("overflow", r.Attr, true)
 }

@@ -177,3 +177,23 @@ func TestDiskLostChunkRewritable(t *testing.T) {
 	mustWrite(t, s, 6, 0, 0, data)
 	wantBytes(t, "rewritten chunk", mustRead(t, s, 6, 0, 0, 1<<20), data)
 }
+
+// TestTruncateOfMissingChunkCreatesNothing: a truncate of a chunk this
+// store does not hold (lost, or never written) leaves it missing. Making a
+// zero-filled chunk would answer a lost chunk's reads with zeros.
+func TestTruncateOfMissingChunkCreatesNothing(t *testing.T) {
+	for _, bc := range backendCases {
+		t.Run(bc.name, func(t *testing.T) {
+			s := openStore(t, bc.cfg(t))
+			for _, size := range []int64{0, 100} {
+				if _, err := s.TruncateChunk(context.Background(), &weftpb.TruncateChunkRequest{Chunk: cid(7, 3), Size: size}); err != nil {
+					t.Fatalf("truncate of a missing chunk to %d: %v", size, err)
+				}
+				r, _, err := readReply(s, 7, 3, 0, 200)
+				if err != nil || r.Found {
+					t.Fatalf("after a truncate to %d, the missing chunk reads %v, %v; want not found", size, r, err)
+				}
+			}
+		})
+	}
+}

@@ -128,10 +128,12 @@ func (m *storeModel) truncate(t *rapid.T) {
 	k := genKey(t)
 	size := rapid.Int64Range(0, modelMaxChunk+5).Draw(t, "size")
 	_, err := m.s.TruncateChunk(context.Background(), &weftpb.TruncateChunkRequest{Chunk: cid(k.Ino, k.Index), Size: size})
-	old := m.chunks[k]
+	old, had := m.chunks[k]
 	switch {
 	case size > modelMaxChunk:
 		wantKindT(t, "truncate beyond max", err, errs.Invalid)
+	case !had:
+		noErr(t, "truncate of a missing chunk", err) // and it stays missing
 	case !m.admits(k, size):
 		wantKindT(t, "truncate over the mem limit", err, errs.NoSpace)
 	case size == 0:

@@ -196,10 +196,16 @@ func (s *Server) TruncateChunk(ctx context.Context, req *weftpb.TruncateChunkReq
 	defer done()
 	unlock := s.locks.lockChunk(k, true)
 	defer unlock()
-	if before := req.GetChangedBeforeNs(); before != 0 {
-		if info, ok, err := s.backend.Stat(k); err == nil && ok && info.Mtime.UnixNano() >= before {
-			return &weftpb.TruncateChunkReply{}, nil // written since: not this truncate's to cut
-		}
+	info, ok, err := s.backend.Stat(k)
+	switch {
+	case err != nil:
+		return nil, s.failed(op, k, err)
+	case !ok:
+		// Nothing to cut. A zero-filled chunk made here would answer a
+		// lost chunk's reads with zeros (core.Extents).
+		return &weftpb.TruncateChunkReply{}, nil
+	case req.GetChangedBeforeNs() != 0 && info.Mtime.UnixNano() >= req.GetChangedBeforeNs():
+		return &weftpb.TruncateChunkReply{}, nil // written since: not this truncate's to cut
 	}
 	if err := s.backend.Truncate(k, size); err != nil {
 		return nil, s.failed(op, k, err)
