@@ -129,6 +129,13 @@ func (s pgSyncer) SyncChanges(ctx context.Context, ch patchgroup.Changes) error 
 	c := s.c
 	// What this sends (flushes, commits) belongs to no group.
 	ctx = WithPatchgroups(ctx, nil)
+	// Queued metadata first: a queued create must reach its server before
+	// its file's commit, and the meta sync below covers both.
+	for _, dir := range ch.Dirs {
+		if err := c.SyncDir(ctx, dir); err != nil {
+			return err
+		}
+	}
 	// Data first: a file's flush commits its size, which the meta sync
 	// below then makes durable too. A file still open here is flushed and
 	// synced; one closed was flushed at its close and, unless that close
@@ -159,8 +166,8 @@ func (s pgSyncer) SyncChanges(ctx context.Context, ch patchgroup.Changes) error 
 	for _, i := range ch.Metas {
 		metas = append(metas, c.metas[i])
 	}
-	if len(ch.Inos) > 0 {
-		metas = c.metas // where each flush committed is the route's business
+	if len(ch.Inos) > 0 || len(ch.Dirs) > 0 {
+		metas = c.metas // where each flush or batch went is the route's business
 	}
 	return c.syncMetas(ctx, metas)
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,11 +44,16 @@ func TestPatchgroupPowerCut(t *testing.T) {
 		runs = v
 	}
 	for run := range runs {
-		if v := powerCutRun(t, true); v != "" {
+		if v := powerCutRun(t, true, false); v != "" {
 			t.Errorf("run %d with patchgroups: %s", run, v)
 		}
+		// A write-back client queues the changes and sends them in
+		// batches: the groups order the batches.
+		if v := powerCutRun(t, true, true); v != "" {
+			t.Errorf("run %d with patchgroups and a write-back client: %s", run, v)
+		}
 	}
-	if v := powerCutRun(t, false); v == "" {
+	if v := powerCutRun(t, false, false); v == "" {
 		t.Errorf("without patchgroups the power cut lost nothing: the checker cannot tell")
 	} else {
 		t.Logf("without patchgroups: %s", v)
@@ -67,6 +73,17 @@ type cutCluster struct {
 	split  int             // the split threshold
 	store  *cluster.Server
 	client *client.Client
+	wb     bool // the client writes back (client.Config.WriteBack)
+	// batches counts the write-back batches the clients sent.
+	batches batchCounter
+}
+
+type batchCounter struct{ n atomic.Int64 }
+
+func (b *batchCounter) Observe(method uint16, _ time.Duration, _, _ int, err error) {
+	if method == weftpb.MethodApplyBatch && err == nil {
+		b.n.Add(1)
+	}
 }
 
 func newCutCluster(t *testing.T) *cutCluster {
@@ -143,7 +160,10 @@ func (cc *cutCluster) stop() {
 }
 
 func (cc *cutCluster) newClient() *client.Client {
-	c, err := client.New(cluster.ClientConfig(cc.cfg, core.Root, nil))
+	cfg := cluster.ClientConfig(cc.cfg, core.Root, nil)
+	cfg.WriteBack = cc.wb
+	cfg.Dial.Observer = &cc.batches
+	c, err := client.New(cfg)
 	if err != nil {
 		cc.t.Fatal(err)
 	}
@@ -194,10 +214,11 @@ func cutBody(i int) []byte {
 	return bytes.Repeat(line, 2048/len(line)+1)[:2048]
 }
 
-func powerCutRun(t *testing.T, withPG bool) string {
+func powerCutRun(t *testing.T, withPG, writeBack bool) string {
 	ctx := context.Background()
 	cc := newCutCluster(t)
 	c := cc.newClient()
+	cc.wb = writeBack // from the move on: the set-up is synced anyway
 	dirOn(ctx, t, c, "/INBOX", 0)
 	dirOn(ctx, t, c, "/Saved", 1)
 	for _, d := range []string{"/Saved/tmp", "/Saved/cur"} {
@@ -222,10 +243,14 @@ func powerCutRun(t *testing.T, withPG bool) string {
 	if err := c.SyncNamespace(ctx); err != nil {
 		t.Fatal(err)
 	}
+	cc.batches.n.Store(0)
 	// The cut comes at a random operation of the move, after the first
 	// EXPUNGE (3 operations a message: create, rename, unlink).
 	if err := moveMail(ctx, c, withPG, 3*cutBatch+rand.IntN(3*(cutMessages-cutBatch))); err != nil {
 		t.Fatal(err)
+	}
+	if writeBack && cc.batches.n.Load() == 0 {
+		t.Fatalf("the write-back client sent no batch: the changes did not go through its queues")
 	}
 	// The INBOX server's latest sync came just before the cut (as its
 	// 5 ms timer makes likely anyway): without it the control run could

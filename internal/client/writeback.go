@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/patchgroup"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -210,12 +211,32 @@ func (c *Client) wbLookupDir(dir core.Ino) *wbDir {
 // wbAcquire returns dir's write-back state with a lease trusted long
 // enough to queue a change, taking or renewing the lease as needed; nil
 // when the change must go to the server now (write-back off, a server in
-// this process, a recent recall, a refused lease, or a change made under
-// patchgroups, which goes through their barrier: patchgroup.go).
+// this process, a recent recall, a refused lease).
+//
+// A change made under patchgroups is queued too: the groups' barrier runs
+// first (what they depend on is durable before the change is made), and
+// the groups note the queue, so that making them durable sends it
+// (patchgroup.go). The queue is sent in order, so a group's queued change
+// never becomes durable before an earlier change of the queue.
 func (c *Client) wbAcquire(ctx context.Context, dir core.Ino) *wbDir {
-	if !c.cfg.WriteBack || len(c.groupsFor(ctx)) > 0 {
+	if !c.cfg.WriteBack {
 		return nil
 	}
+	w := c.wbAcquireLease(ctx, dir)
+	if w == nil {
+		return nil
+	}
+	if groups := c.groupsFor(ctx); len(groups) > 0 {
+		if patchgroup.Barrier(ctx, groups) != nil {
+			return nil // the server path runs the barrier again and reports it
+		}
+		patchgroup.NoteDir(groups, dir)
+	}
+	return w
+}
+
+// wbAcquireLease is wbAcquire without the patchgroups.
+func (c *Client) wbAcquireLease(ctx context.Context, dir core.Ino) *wbDir {
 	for _, a := range c.cfg.MetaAddrs {
 		if c.cfg.Local[a] != nil {
 			return nil // no connection to recall the lease over

@@ -23,11 +23,13 @@ import (
 	"github.com/weftfs/weft/internal/errs"
 )
 
-// Changes is what a group must make durable: data written to files, and
-// metadata changed on meta servers (by index).
+// Changes is what a group must make durable: data written to files,
+// metadata changed on meta servers (by index), and metadata changes queued
+// in the client's write-back queues of directories (sent, then synced).
 type Changes struct {
 	Inos  []core.Ino
 	Metas []int
+	Dirs  []core.Ino
 }
 
 // Syncer makes changes durable.
@@ -49,6 +51,7 @@ type Group struct {
 		synced     uint64 // changes covered by the last Sync
 		metas      map[int]bool
 		inos       map[core.Ino]bool
+		dirs       map[core.Ino]bool
 	}
 }
 
@@ -184,6 +187,20 @@ func NoteMeta(groups []*Group, srv int) {
 	}
 }
 
+// NoteDir records a metadata change queued in the client's write-back
+// queue of dir: making it durable sends the queue first.
+func NoteDir(groups []*Group, dir core.Ino) {
+	for _, g := range groups {
+		g.mu.Lock()
+		if g.mu.dirs == nil {
+			g.mu.dirs = map[core.Ino]bool{}
+		}
+		g.mu.dirs[dir] = true
+		g.mu.changes++
+		g.mu.Unlock()
+	}
+}
+
 // NoteData records data written to ino.
 func NoteData(groups []*Group, ino core.Ino) {
 	for _, g := range groups {
@@ -216,6 +233,9 @@ func (g *Group) Sync(ctx context.Context) error {
 	for srv := range g.mu.metas {
 		ch.Metas = append(ch.Metas, srv)
 	}
+	for dir := range g.mu.dirs {
+		ch.Dirs = append(ch.Dirs, dir)
+	}
 	g.mu.Unlock()
 	if err := g.s.SyncChanges(ctx, ch); err != nil {
 		return err
@@ -224,7 +244,7 @@ func (g *Group) Sync(ctx context.Context) error {
 	defer g.mu.Unlock()
 	g.mu.synced = max(g.mu.synced, changes)
 	if g.mu.synced == g.mu.changes {
-		g.mu.inos, g.mu.metas = nil, nil
+		g.mu.inos, g.mu.metas, g.mu.dirs = nil, nil, nil
 	}
 	return nil
 }
