@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/weftfs/weft/internal/waitfor"
 )
 
 // File locks between two mounts of one cluster: the meta server arbitrates
@@ -310,15 +312,16 @@ time.sleep(60)
 	t.Log(wantLine(t, lines, "interrupted", 5*time.Second))
 
 	// The interrupted wait is gone from the server: when A unlocks, a third
-	// descriptor gets the lock, not the interrupted process.
+	// descriptor gets the lock, not the interrupted process. (Its wait may
+	// still be on its way out when A unlocks, on a loaded machine: what
+	// must not happen is that it keeps the lock.)
 	if err := fcntlLock(fa, syscall.F_SETLK, syscall.F_UNLCK, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
 	fb := openRW(t, b+"/f")
-	if err := fcntlLock(fb, syscall.F_SETLK, syscall.F_WRLCK, 0, 0); err != nil {
-		t.Fatalf("lock after the interrupted waiter gave up: %v", err)
-	}
+	waitfor.NoError(t, 10*time.Second, "the lock after the interrupted waiter gave up", func() error {
+		return fcntlLock(fb, syscall.F_SETLK, syscall.F_WRLCK, 0, 0)
+	})
 }
 
 // The kernel releases the locks of a process that dies (its descriptors are
