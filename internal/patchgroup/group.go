@@ -176,42 +176,38 @@ func Barrier(ctx context.Context, groups []*Group) error {
 // whether or not the request succeeded: a failed one may still have been
 // applied.
 func NoteMeta(groups []*Group, srv int) {
-	for _, g := range groups {
-		g.mu.Lock()
-		if g.mu.metas == nil {
-			g.mu.metas = map[int]bool{}
-		}
-		g.mu.metas[srv] = true
-		g.mu.changes++
-		g.mu.Unlock()
-	}
+	note(groups, func(g *Group) { g.mu.metas = addTo(g.mu.metas, srv) })
 }
 
 // NoteDir records a metadata change queued in the client's write-back
 // queue of dir: making it durable sends the queue first.
 func NoteDir(groups []*Group, dir core.Ino) {
+	note(groups, func(g *Group) { g.mu.dirs = addTo(g.mu.dirs, dir) })
+}
+
+// NoteData records data written to ino.
+func NoteData(groups []*Group, ino core.Ino) {
+	note(groups, func(g *Group) { g.mu.inos = addTo(g.mu.inos, ino) })
+}
+
+// note counts a change in each of groups, recorded by add under the
+// group's lock.
+func note(groups []*Group, add func(*Group)) {
 	for _, g := range groups {
 		g.mu.Lock()
-		if g.mu.dirs == nil {
-			g.mu.dirs = map[core.Ino]bool{}
-		}
-		g.mu.dirs[dir] = true
+		add(g)
 		g.mu.changes++
 		g.mu.Unlock()
 	}
 }
 
-// NoteData records data written to ino.
-func NoteData(groups []*Group, ino core.Ino) {
-	for _, g := range groups {
-		g.mu.Lock()
-		if g.mu.inos == nil {
-			g.mu.inos = map[core.Ino]bool{}
-		}
-		g.mu.inos[ino] = true
-		g.mu.changes++
-		g.mu.Unlock()
+// addTo adds k to the set m, making it if needed.
+func addTo[K comparable](m map[K]bool, k K) map[K]bool {
+	if m == nil {
+		m = map[K]bool{}
 	}
+	m[k] = true
+	return m
 }
 
 // Sync waits until every change of g, and of every group it depends on,
