@@ -65,6 +65,9 @@ type Options struct {
 	// MdtestFiles is mdtest's K, the files of one run (0: 20,000; 2,000
 	// with Quick).
 	MdtestFiles int
+	// UntarEntries is how many entries of the kernel tree fuseuntar
+	// unpacks (0: the whole tree, 300 with Quick).
+	UntarEntries int
 	// MdtestServers lists the meta server counts mdtest runs (empty: 1, 2,
 	// 4, 8; 1, 2 with Quick).
 	MdtestServers []int

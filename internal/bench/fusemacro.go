@@ -233,7 +233,10 @@ const (
 
 func runFuseUntar(ctx context.Context, env *Env) ([]Result, error) {
 	entries := untarWhole
-	if env.Quick {
+	switch {
+	case env.UntarEntries > 0:
+		entries = env.UntarEntries
+	case env.Quick:
 		entries = 300
 	}
 	tarball, err := untarInput(ctx, env, entries)

@@ -58,6 +58,7 @@ func newBenchCommand(a *app) *cobra.Command {
 	f.IntVar(&opts.Repeats, "repeats", 3, "samples per measurement")
 	f.BoolVar(&opts.Quick, "quick", false, "small sizes (CI)")
 	f.IntVar(&opts.MdtestFiles, "mdtest-files", 0, "files per mdtest run (default 20000, 2000 with --quick)")
+	f.IntVar(&opts.UntarEntries, "untar-entries", 0, "entries of the kernel tree fuseuntar unpacks (default the whole tree, 300 with --quick)")
 	f.IntSliceVar(&opts.MdtestServers, "mdtest-servers", nil, "meta server counts mdtest runs (default 1,2,4,8)")
 	f.StringSliceVar(&opts.Targets, "targets", []string{"weft", "local"},
 		"file systems to measure: "+strings.Join(bench.TargetNames, ", "))
