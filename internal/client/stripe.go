@@ -48,6 +48,7 @@ import (
 type stripes struct {
 	scheme erasure.Scheme
 	codec  *erasure.Codec
+	cache  *parityCache // nil: no parity cache (stripecache.go)
 	erasureCounters
 	mu struct {
 		sync.Mutex
@@ -71,6 +72,12 @@ func (c *Config) checkErasure() error {
 	if c.Replication != 1 {
 		return errs.New(errs.Invalid, "client config", "replication %d with %s: erasure coding keeps one copy of each unit", c.Replication, c.Erasure)
 	}
+	if c.ParityFrames == 0 {
+		c.ParityFrames = defaultParityFrames
+	}
+	if c.ParityFrameAge <= 0 {
+		c.ParityFrameAge = defaultParityFrameAge
+	}
 	if c.WriteBuffer == 0 && c.ChunkSize > 0 {
 		c.WriteBuffer = 2 * int64(c.Erasure.K) * c.ChunkSize // two stripes (stripefull.go)
 	}
@@ -88,6 +95,9 @@ func newStripes(cfg Config) (*stripes, error) {
 	}
 	sp := &stripes{scheme: cfg.Erasure, codec: codec}
 	sp.mu.held = map[stripeKey]chan struct{}{}
+	if cfg.ParityFrames > 0 {
+		sp.cache = newParityCache(cfg)
+	}
 	return sp, nil
 }
 

@@ -48,6 +48,15 @@ func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64
 		return nil, err
 	}
 	defer unlock()
+	if c.ec.cache != nil {
+		if !durable {
+			if written, done, err := c.writeCached(ctx, ino, stripe, pos, off, data); done {
+				return written, err
+			}
+		} else {
+			c.flushFrameLocked(ctx, stripeKey{ino, stripe})
+		}
+	}
 	n := int64(len(data))
 	old, err := c.readStripeRange(ctx, ino, stripe, off, n)
 	if err != nil {

@@ -52,6 +52,10 @@ type Report struct {
 	Copied          int64 // copies written
 	CopiedBytes     int64
 	Raced           int64 // copies skipped because a writer changed the chunk meanwhile
+	// Marked counts stripes whose parity a client's parity cache marked
+	// stale (erasuremark.go); those with old marks get their parity
+	// rewritten (counted in Stale).
+	Marked int64
 	Failed          int64 // copies that failed; the next pass tries again
 	// Unrecoverable counts copies that could not be made because no store
 	// holds a readable copy of the chunk's newest version: data lost, which
@@ -75,8 +79,8 @@ func (r *Report) Clean() bool {
 }
 
 func (r *Report) String() string {
-	return fmt.Sprintf("%d chunks, %d under-replicated (%d missing, %d stale, %d bad copies); copied %d (%d bytes), %d raced, %d failed, %d unrecoverable, unreachable stores %v, completed stores %v",
-		r.Chunks, r.UnderReplicated, r.Missing, r.Stale, r.Bad, r.Copied, r.CopiedBytes, r.Raced, r.Failed, r.Unrecoverable, r.Unreachable, r.Completed)
+	return fmt.Sprintf("%d chunks, %d under-replicated (%d missing, %d stale, %d bad copies), %d stripes with stale parity marks; copied %d (%d bytes), %d raced, %d failed, %d unrecoverable, unreachable stores %v, completed stores %v",
+		r.Chunks, r.UnderReplicated, r.Missing, r.Stale, r.Bad, r.Marked, r.Copied, r.CopiedBytes, r.Raced, r.Failed, r.Unrecoverable, r.Unreachable, r.Completed)
 }
 
 type pass struct {
