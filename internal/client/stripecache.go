@@ -88,13 +88,13 @@ type parityFrame struct {
 }
 
 type parityCache struct {
-	frames int
-	age    time.Duration
+	frames                      int
+	age                         time.Duration
 	hits, fills, flushes, marks atomic.Int64
-	kick   chan struct{} // wakes the flusher: a frame to evict
-	stop   chan struct{}
-	done   chan struct{}
-	mu     struct {
+	kick                        chan struct{} // wakes the flusher: a frame to evict
+	stop                        chan struct{}
+	done                        chan struct{}
+	mu                          struct {
 		sync.Mutex
 		frames map[stripeKey]*parityFrame
 		ghost  map[stripeKey]uint64 // stripe -> tick of its last write

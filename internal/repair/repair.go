@@ -56,7 +56,7 @@ type Report struct {
 	// stale (erasuremark.go); those with old marks get their parity
 	// rewritten (counted in Stale).
 	Marked int64
-	Failed          int64 // copies that failed; the next pass tries again
+	Failed int64 // copies that failed; the next pass tries again
 	// Unrecoverable counts copies that could not be made because no store
 	// holds a readable copy of the chunk's newest version: data lost, which
 	// reads report as EIO. Lost lists some of those chunks.
