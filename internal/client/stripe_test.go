@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -113,16 +112,19 @@ func (ec *ecCluster) stopStore(i int) {
 
 func (ec *ecCluster) client(chunkSize int64) *client.Client {
 	ec.t.Helper()
+	return ec.clientWith(chunkSize, nil)
+}
+
+// clientWith is client with adjust applied to its config.
+func (ec *ecCluster) clientWith(chunkSize int64, adjust func(*client.Config)) *client.Client {
+	ec.t.Helper()
 	cc := cluster.ClientConfig(ec.cfg, core.Root, nil)
 	cc.ChunkSize = chunkSize
 	cc.InlineLimit = -1
 	cc.ReplicaTimeout = 200 * time.Millisecond
 	cc.StoreTimeout = 5 * time.Second
-	if os.Getenv("PCLOG") != "" {
-		cc.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	}
-	if os.Getenv("NOPC") != "" {
-		cc.ParityFrames = -1
+	if adjust != nil {
+		adjust(&cc)
 	}
 	c, err := client.New(cc)
 	if err != nil {
@@ -148,7 +150,7 @@ func (ec *ecCluster) repairVerify(t testing.TB, verify bool) *repair.Report {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rep, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: 1, Erasure: ec.cfg.Erasure(), Only: -1, Verify: verify, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	rep, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: 1, Erasure: ec.cfg.Erasure(), Only: -1, Verify: verify})
 	if err != nil {
 		t.Fatalf("repair: %v", err)
 	}

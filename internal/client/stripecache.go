@@ -93,6 +93,7 @@ type parityCache struct {
 	hits, fills, flushes, marks atomic.Int64
 	kick                        chan struct{} // wakes the flusher: a frame to evict
 	stop                        chan struct{}
+	closed                      sync.Once
 	done                        chan struct{}
 	mu                          struct {
 		sync.Mutex
@@ -282,8 +283,10 @@ func (c *Client) closeParityCache() {
 		return
 	}
 	pc := c.ec.cache
-	close(pc.stop)
-	<-pc.done
+	pc.closed.Do(func() {
+		close(pc.stop)
+		<-pc.done
+	})
 	c.flushFrames(pc.all(0))
 }
 

@@ -17,15 +17,15 @@ import (
 // pass rewrites the stripe's parity from its data and then clears the
 // marks, each write conditional on the version it listed.
 
-// MarkGrace is how old a stale mark must be before a pass treats its
-// client as gone: far beyond the clients' frame age bound (1 s) and a
-// store call's bound (20 s).
-const MarkGrace = time.Minute
+// DefaultMarkGrace is how old a stale mark must be before a pass treats
+// its client as gone (Config.MarkGrace): far beyond the clients' frame
+// age bound (1 s) and a store call's bound (20 s).
+const DefaultMarkGrace = time.Minute
 
 // stripeMarks is what the listings say of a stripe's stale marks.
 type stripeMarks struct {
 	stale []int // positions of the marked parity units
-	young bool  // some mark is younger than MarkGrace
+	young bool  // some mark is younger than Config.MarkGrace
 }
 
 // marksOf reads stripe st's stale marks from the listings.
@@ -39,7 +39,7 @@ func (p *pass) marksOf(st uint64, stores []int, units fileUnits) stripeMarks {
 			continue
 		}
 		m.stale = append(m.stale, pos)
-		if time.Since(time.Unix(0, h[stores[pos]].GetMtimeUnixNano())) < MarkGrace {
+		if time.Since(time.Unix(0, h[stores[pos]].GetMtimeUnixNano())) < p.cfg.MarkGrace {
 			m.young = true
 		}
 	}

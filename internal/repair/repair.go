@@ -31,6 +31,10 @@ type Config struct {
 	// corrupt or cut copy is rewritten too. Without it a pass only
 	// compares listings.
 	Verify bool
+	// MarkGrace is how old a stale parity mark must be before the pass
+	// rewrites the stripe's parity (erasuremark.go); default
+	// DefaultMarkGrace, < 0: any age.
+	MarkGrace time.Duration
 	// RateBytes bounds the bytes copied per second; 0: no bound.
 	RateBytes int64
 	// CallTimeout bounds each call to a store; default 30 s.
@@ -109,6 +113,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case cfg.MarkGrace == 0:
+		cfg.MarkGrace = DefaultMarkGrace
+	case cfg.MarkGrace < 0:
+		cfg.MarkGrace = 0
 	}
 	p := &pass{cfg: cfg, log: cfg.Logger, start: time.Now()}
 	for _, s := range cfg.Stores {
