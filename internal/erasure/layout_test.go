@@ -56,6 +56,17 @@ func TestLayoutProperties(t *testing.T) {
 		if s.ParityIndex(stripe+1, 0) <= s.ParityIndex(stripe, s.M-1) {
 			t.Fatalf("parity indexes do not grow with the stripe")
 		}
+		// A stale mark sits between its stripe's parity and the next
+		// stripe's, on its parity unit's store, and is no unit.
+		for j := range s.M {
+			m := s.MarkIndex(stripe, j)
+			if !s.IsMark(m) || s.IsMark(s.ParityIndex(stripe, j)) || m <= s.ParityIndex(stripe, s.M-1) || m >= s.ParityIndex(stripe+1, 0) {
+				t.Fatalf("mark %d of stripe %d at index %d: out of place", j, stripe, m)
+			}
+			if st, pp := s.Unit(m); st != stripe || pp != s.K+j {
+				t.Fatalf("mark index %d maps to (%d, %d), want (%d, %d)", m, st, pp, stripe, s.K+j)
+			}
+		}
 	})
 }
 
