@@ -138,8 +138,9 @@ func (pc *parityCache) admit(k stripeKey) bool {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	pc.mu.tick++
-	_, seen := pc.mu.ghost[k]
+	last, seen := pc.mu.ghost[k]
 	pc.mu.ghost[k] = pc.mu.tick
+	seen = seen && pc.mu.tick-last <= uint64(pc.frames)
 	if len(pc.mu.ghost) > ghostStripes {
 		for g, t := range pc.mu.ghost {
 			if t+ghostStripes < pc.mu.tick {
@@ -444,7 +445,7 @@ func (c *Client) writeCached(ctx context.Context, ino core.Ino, stripe uint64, p
 func (c *Client) fillFrame(ctx context.Context, ino core.Ino, stripe uint64, win int64) (*parityFrame, error) {
 	sc := c.ec.scheme
 	n := min(int64(parityWindow), c.cfg.ChunkSize-win)
-	got, err := c.readStripeRange(ctx, ino, stripe, win, n)
+	got, err := c.readStripeRange(ctx, ino, stripe, win, n, -1)
 	if err != nil {
 		return nil, err
 	}
