@@ -227,4 +227,3 @@ func (ec *ecCluster) storeOf(t *testing.T, c *client.Client, path string, index 
 	stripe, pos := sc.Stripe(index)
 	return sc.Stores(a.Ino, stripe, len(ec.cfg.Store))[pos]
 }
-
