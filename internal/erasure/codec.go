@@ -36,14 +36,34 @@ func (c *Codec) ParityRange(data [][]byte, n int) ([][]byte, error) {
 		return nil, errs.New(errs.Invalid, "erasure parity", "%d data units for %s", len(data), c.s)
 	}
 	shards := make([][]byte, c.s.Width())
-	for p, d := range data {
-		shards[p] = padded(d, n)
-	}
 	for j := c.s.K; j < len(shards); j++ {
 		shards[j] = make([]byte, n)
 	}
 	if n == 0 {
 		return shards[c.s.K:], nil
+	}
+	holes := 0
+	for _, d := range data {
+		if len(d) == 0 {
+			holes++
+		}
+	}
+	if holes > 0 {
+		// Parity is linear: the sum of each data unit's share. A hole's
+		// share is zero, so a stripe with holes (a file shorter than a
+		// stripe) costs neither zero-filled copies nor their coding.
+		for p, d := range data {
+			if len(d) == 0 {
+				continue
+			}
+			if err := c.enc.EncodeIdx(padded(d, n), p, shards[c.s.K:]); err != nil {
+				return nil, errs.Wrap(errs.Invalid, "erasure parity", c.s.String(), err)
+			}
+		}
+		return shards[c.s.K:], nil
+	}
+	for p, d := range data {
+		shards[p] = padded(d, n)
 	}
 	if err := c.enc.Encode(shards); err != nil {
 		return nil, errs.Wrap(errs.Invalid, "erasure parity", c.s.String(), err)

@@ -107,3 +107,37 @@ func TestPlacedStores(t *testing.T) {
 		}
 	})
 }
+
+// TestParityRangeHoles: parity computed with holes (nil or empty units,
+// coded unit by unit) equals parity computed with the holes as zeros.
+func TestParityRangeHoles(t *testing.T) {
+	for _, s := range []erasure.Scheme{{K: 4, M: 1}, {K: 3, M: 2}} {
+		codec, err := erasure.NewCodec(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 1000
+		with, without := make([][]byte, s.K), make([][]byte, s.K)
+		for p := range s.K {
+			without[p] = make([]byte, n)
+			if p%2 == 1 {
+				continue // a hole
+			}
+			with[p] = make([]byte, n-p*10) // short: zeros past its end
+			for i := range with[p] {
+				with[p][i] = byte(i*p + 7)
+			}
+			copy(without[p], with[p])
+		}
+		a, err1 := codec.ParityRange(with, n)
+		b, err2 := codec.ParityRange(without, n)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		for j := range a {
+			if string(a[j]) != string(b[j]) {
+				t.Fatalf("%s: parity %d differs with holes", s, j)
+			}
+		}
+	}
+}
