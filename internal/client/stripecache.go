@@ -63,6 +63,10 @@ const (
 	// parityWindow is how many bytes of each unit a frame holds: its
 	// memory is (k+m) windows.
 	parityWindow = 1 << 20
+	// cachedWriteMax is the largest write the cache takes: a larger one
+	// carries enough bytes per transfer that k-1 reads and 1+m writes
+	// cost less than a frame's fill, mark and flush.
+	cachedWriteMax = 128 << 10
 	// ghostStripes is how many stripes written lately the cache remembers
 	// without a frame, to admit one on its second write.
 	ghostStripes = 64
@@ -374,11 +378,12 @@ func (c *Client) writeCached(ctx context.Context, ino core.Ino, stripe uint64, p
 			healthy = false
 		}
 	}
-	if f != nil && (f.off != win || !healthy) || off+n > win+parityWindow {
+	fits := off+n <= win+parityWindow && n <= cachedWriteMax
+	if f != nil && (f.off != win || !healthy || !fits) {
 		c.flushFrameLocked(ctx, k)
 		f = nil
 	}
-	if !healthy || off+n > win+parityWindow {
+	if !healthy || !fits {
 		return nil, false, nil
 	}
 	if f == nil {

@@ -18,7 +18,9 @@ func NewCodec(s Scheme) (*Codec, error) {
 	if err := s.Validate(0); err != nil {
 		return nil, err
 	}
-	enc, err := reedsolomon.New(s.K, s.M)
+	// With one parity unit the parity is the XOR of the data units (the
+	// cheapest code there is: a stripe with holes costs a copy).
+	enc, err := reedsolomon.New(s.K, s.M, reedsolomon.WithFastOneParityMatrix())
 	if err != nil {
 		return nil, errs.Wrap(errs.Invalid, "erasure codec", s.String(), err)
 	}
