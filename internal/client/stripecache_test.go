@@ -227,3 +227,41 @@ func (ec *ecCluster) storeOf(t *testing.T, c *client.Client, path string, index 
 	stripe, pos := sc.Stripe(index)
 	return sc.Stores(a.Ino, stripe, len(ec.cfg.Store))[pos]
 }
+
+// TestParityCacheDegradedReadWaitsForFlush: another client's degraded
+// read of a stripe whose parity a live client caches waits for that
+// client's flush (bounded by its frame age) and reads every byte.
+func TestParityCacheDegradedReadWaitsForFlush(t *testing.T) {
+	ec := newECCluster(t, "ec:4+1", 5)
+	writer := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = 300 * time.Millisecond })
+	reader := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = 300 * time.Millisecond })
+	ctx := context.Background()
+	model := bytes.Repeat([]byte("old!"), 4*ecChunk/4)
+	writeFile(t, writer, "/f", model)
+	f, err := writer.Open(ctx, "/f", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := range 3 { // chunk 0 of the stripe: two writes admit a frame
+		p := bytes.Repeat([]byte{byte('a' + i)}, 500)
+		off := int64(i) * 600
+		if _, err := f.WriteAt(p, off); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[off:], p)
+		if err := f.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := writer.ParityCacheStats(); st.Frames != 1 {
+		t.Fatalf("want a dirty frame: %+v", st)
+	}
+	// Lose chunk 0's store: the reader must rebuild it from parity that
+	// is marked until the writer's frame goes out.
+	ec.stopStore(ec.storeOf(t, reader, "/f", 0))
+	got, err := readAll(t, reader, "/f")
+	if err != nil || !bytes.Equal(got, model) {
+		t.Fatalf("degraded read while the writer caches parity: err %v, bytes equal %v", err, bytes.Equal(got, model))
+	}
+}
