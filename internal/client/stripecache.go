@@ -80,7 +80,8 @@ type ParityCacheStats struct {
 }
 
 // parityFrame is one stripe's window in the cache. Its fields are read and
-// changed only by a holder of the stripe's lock.
+// changed only by a holder of the stripe's lock; dirty, since and used are
+// changed under parityCache.mu too, for the flusher.
 type parityFrame struct {
 	off    int64    // the window's offset in each unit
 	data   [][]byte // the k data units' bytes in the window
@@ -176,6 +177,14 @@ func (pc *parityCache) touch(f *parityFrame) {
 	pc.mu.Lock()
 	pc.mu.tick++
 	f.used = pc.mu.tick
+	pc.mu.Unlock()
+}
+
+// setDirty notes that f's parity lags from now on (the flusher reads it
+// under pc.mu).
+func (pc *parityCache) setDirty(f *parityFrame) {
+	pc.mu.Lock()
+	f.dirty, f.since = true, time.Now()
 	pc.mu.Unlock()
 }
 
@@ -403,7 +412,8 @@ func (c *Client) writeCached(ctx context.Context, ino core.Ino, stripe uint64, p
 			pc.drop(k) // clean: nothing to flush; marks set by halves stay
 			return nil, false, nil
 		}
-		f.dirty, f.lo, f.hi, f.since = true, off-win, off-win+n, time.Now()
+		f.lo, f.hi = off-win, off-win+n
+		pc.setDirty(f)
 	}
 	a, b := off-win, off-win+n
 	old := rpc.GetBuffer(int(n))
