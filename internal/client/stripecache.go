@@ -12,7 +12,7 @@ import (
 )
 
 // The parity cache: the Network RamDisk's parity caching (seed 004), for
-// weft's fixed stripes. A partial-stripe write without it costs k range
+// weft's fixed stripes. A partial-stripe write without it costs k-1 range
 // reads and 1+m writes (stripewrite.go). With it, the client keeps a
 // frame for a few stripes it writes often: one window of the stripe's k
 // data units and their m parity units, as the stores hold them plus this
@@ -20,11 +20,12 @@ import (
 // from the frame alone and sends only the data unit's range (one
 // transfer); the frame's parity goes to the parity units later, once for
 // all the writes it covers: when the frame is evicted, when it has lagged
-// ParityFrameAge, before a rebuild of its stripe, and when the client
-// closes. A frame is filled by reading the window of the k data units (k
-// transfers) and only for a stripe written twice within the last
-// ghostStripes stripes written, so a scattered writer pays what it paid
-// without the cache, not k reads more per write.
+// ParityFrameAge, before a rebuild of its stripe, before a truncate or a
+// full-stripe write of the file, and when the client closes. A frame is
+// filled by reading the window of the k data units (k transfers), only
+// for a write of at most cachedWriteMax into a stripe written again within
+// about as many writes as there are frames, so a scattered or large writer
+// pays about what it paid without the cache.
 //
 // Recoverability. Between a data write and its frame's flush the stores'
 // parity does not match the data. Before the first data write under a
@@ -55,7 +56,8 @@ import (
 // stripe at a time: another client's write to a stripe under a frame is
 // not seen by the frame, whose flush then writes parity of the data it
 // knew (stale, and unmarked once cleared). weft repair --verify finds it.
-// A frame lives at most ParityFrameAge, which bounds that window.
+// A dirty frame is flushed and dropped within about ParityFrameAge, which
+// bounds that window.
 
 const (
 	defaultParityFrames   = 8
