@@ -37,7 +37,9 @@ import (
 // write writes parity, so a parity unit a store lacks is one whose stripe
 // was never written. Fewer than k answers: EIO, never a guess. Each unit's
 // bytes are checked against their CRCs by its store as they are read, so a
-// rebuilt range is made from checked bytes only.
+// rebuilt range is made from checked bytes only. A parity unit whose stale
+// mark is set (a parity cache's frame in flight, stripecache.go) counts as
+// unreadable; a rebuild left short by marks waits a little for them.
 //
 // Shrinks. After a truncate to a smaller size the client recomputes the
 // parity of the stripe holding the new end (the meta server cuts the data)
