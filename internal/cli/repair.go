@@ -96,6 +96,9 @@ func storePeers(cfg *config.Cluster, dial rpc.DialOptions) (stores []repair.Stor
 func printRepair(w io.Writer, r *repair.Report, dryRun bool) {
 	fmt.Fprintf(w, "chunks:           %d\n", r.Chunks)
 	fmt.Fprintf(w, "under-replicated: %d (copies missing %d, stale %d, bad %d)\n", r.UnderReplicated, r.Missing, r.Stale, r.Bad)
+	if r.Marked > 0 {
+		fmt.Fprintf(w, "stale parity:     %d stripes marked by a client's parity cache (rewritten once older than %v)\n", r.Marked, repair.DefaultMarkGrace)
+	}
 	if !dryRun {
 		fmt.Fprintf(w, "copied:           %d (%d bytes)\n", r.Copied, r.CopiedBytes)
 		fmt.Fprintf(w, "left:             %d raced a write, %d failed\n", r.Raced, r.Failed)

@@ -64,7 +64,8 @@ type replicaStatus struct {
 	UnderReplicated int64  `json:"under_replicated"`
 	Missing         int64  `json:"missing_copies"`
 	Stale           int64  `json:"stale_copies"`
-	Error           string `json:"error,omitempty"` // the pass could not list every store
+	Marked          int64  `json:"stale_parity_stripes,omitempty"` // erasure: stripes whose parity a client's cache marked stale
+	Error           string `json:"error,omitempty"`                // the pass could not list every store
 }
 
 // serverState is what every server's row has.
@@ -255,7 +256,7 @@ func gatherReplicas(ctx context.Context, cfg *config.Cluster, dial rpc.DialOptio
 		rs.Error = fmt.Sprintf("stores %v could not be listed", r.Unreachable)
 	}
 	if r != nil {
-		rs.Chunks, rs.UnderReplicated, rs.Missing, rs.Stale = r.Chunks, r.UnderReplicated, r.Missing, r.Stale
+		rs.Chunks, rs.UnderReplicated, rs.Missing, rs.Stale, rs.Marked = r.Chunks, r.UnderReplicated, r.Missing, r.Stale, r.Marked
 	}
 	return rs
 }

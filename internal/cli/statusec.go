@@ -13,6 +13,11 @@ func printStripes(w io.Writer, r *replicaStatus) {
 	if r.UnderReplicated > 0 {
 		fmt.Fprintf(w, " (%d units to rebuild): run weft repair", r.Missing)
 	}
+	if r.Marked > 0 {
+		// A client's parity cache marked their parity stale: in flight,
+		// or left by a client that died (repair rewrites those).
+		fmt.Fprintf(w, "; %d with parity marked stale", r.Marked)
+	}
 	if r.Error != "" {
 		fmt.Fprintf(w, "; incomplete count: %s", r.Error)
 	}

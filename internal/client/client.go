@@ -86,6 +86,13 @@ type Config struct {
 	// Erasure, when enabled, erasure-codes file data (stripe.go);
 	// Replication is then 1.
 	Erasure erasure.Scheme
+	// ParityFrames is how many stripes' parity the client caches for
+	// partial-stripe writes under erasure coding (stripecache.go; default
+	// 8, < 0: no cache).
+	ParityFrames int
+	// ParityFrameAge bounds how long a cached frame's parity may lag the
+	// data written under it (default 1 s).
+	ParityFrameAge time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -215,6 +222,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.suspects = newSuspects(len(c.stores))
 	c.mu.open = make(map[core.Ino]*openInode)
+	c.startParityFlusher()
 	return c, nil
 }
 
@@ -224,6 +232,7 @@ func (c *Client) Close() error {
 	c.wbClose()
 	c.endLocks()
 	c.bg.Wait()
+	c.closeParityCache()
 	c.stop()
 	c.wbWait()
 	for _, h := range c.same {

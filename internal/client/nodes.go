@@ -154,6 +154,11 @@ func (c *Client) setAttr(ctx context.Context, ref Ref, s SetAttr, byHandle bool)
 	req.Node = ref.pb()
 	req.ByHandle = byHandle
 	req.ChunkSize, req.Replication = c.cfg.ChunkSize, c.layoutReplication()
+	if c.ec != nil && s.Size != nil {
+		// Cached parity goes out before the truncate cuts the data it
+		// was computed from (stripecache.go); Ino 0 (a name): every file's.
+		c.FlushParity(ref.Ino)
+	}
 	var r pb.SetAttrReply
 	if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodSetAttr, req, &r, false); err != nil {
 		return core.Attr{}, err

@@ -14,19 +14,20 @@ import (
 // Erasure-coded data (Config.Erasure; the layout is internal/erasure's).
 //
 // Writes. An upload of bytes [a, b) of chunk i (a data unit) takes stripe
-// i/k's lock in this client, reads bytes [a, b) of the stripe's k data
-// units, computes bytes [a, b) of the m parity units from the k-1 others
-// and the new bytes, and writes the data range and the m parity ranges in
-// parallel: k range reads and 1+m range writes (reconstruct-write, not
+// i/k's lock in this client, reads bytes [a, b) of the stripe's k-1 other
+// data units, computes bytes [a, b) of the m parity units from them and
+// the new bytes, and writes the data range and the m parity ranges in
+// parallel: k-1 range reads and 1+m range writes (reconstruct-write, not
 // read-modify-write of the old data and parity: it never depends on the
 // old parity being right, so a stale parity is made whole again by the
-// next write of its range). The old bytes of unit i are read only to roll
-// a failed write back (stripewrite.go). An upload succeeds only when all
-// 1+m writes did; otherwise the file's sticky error is EIO, as with
-// replicas (docs/design.md "Guarantees"), and the units that took the
-// write get their old bytes back. A data unit whose store is down does not
-// stop a write to another unit of its stripe: the range it is read for is
-// rebuilt from the others.
+// next write of its range). The data unit's write returns the bytes it
+// replaced, to roll a failed write back (stripewrite.go). An upload
+// succeeds only when all 1+m writes did; otherwise the file's sticky error
+// is EIO, as with replicas (docs/design.md "Guarantees"), and the units
+// that took the write get their old bytes back. A data unit whose store
+// is down does not stop a write to another unit of its stripe: the range
+// it is read for is rebuilt from the others. Small writes into stripes
+// written often go through the parity cache instead (stripecache.go).
 //
 // Reads. A data unit is read from its store. When the store fails, is
 // incomplete (a restarted mem store), answers short (errs.Lost) or does not
@@ -36,7 +37,9 @@ import (
 // write writes parity, so a parity unit a store lacks is one whose stripe
 // was never written. Fewer than k answers: EIO, never a guess. Each unit's
 // bytes are checked against their CRCs by its store as they are read, so a
-// rebuilt range is made from checked bytes only.
+// rebuilt range is made from checked bytes only. A parity unit whose stale
+// mark is set (a parity cache's frame in flight, stripecache.go) counts as
+// unreadable; a rebuild left short by marks waits a little for them.
 //
 // Shrinks. After a truncate to a smaller size the client recomputes the
 // parity of the stripe holding the new end (the meta server cuts the data)
@@ -48,6 +51,7 @@ import (
 type stripes struct {
 	scheme erasure.Scheme
 	codec  *erasure.Codec
+	cache  *parityCache // nil: no parity cache (stripecache.go)
 	erasureCounters
 	mu struct {
 		sync.Mutex
@@ -71,6 +75,12 @@ func (c *Config) checkErasure() error {
 	if c.Replication != 1 {
 		return errs.New(errs.Invalid, "client config", "replication %d with %s: erasure coding keeps one copy of each unit", c.Replication, c.Erasure)
 	}
+	if c.ParityFrames == 0 {
+		c.ParityFrames = defaultParityFrames
+	}
+	if c.ParityFrameAge <= 0 {
+		c.ParityFrameAge = defaultParityFrameAge
+	}
 	if c.WriteBuffer == 0 && c.ChunkSize > 0 {
 		c.WriteBuffer = 2 * int64(c.Erasure.K) * c.ChunkSize // two stripes (stripefull.go)
 	}
@@ -88,6 +98,9 @@ func newStripes(cfg Config) (*stripes, error) {
 	}
 	sp := &stripes{scheme: cfg.Erasure, codec: codec}
 	sp.mu.held = map[stripeKey]chan struct{}{}
+	if cfg.ParityFrames > 0 {
+		sp.cache = newParityCache(cfg)
+	}
 	return sp, nil
 }
 

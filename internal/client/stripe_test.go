@@ -20,6 +20,7 @@ import (
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/repair"
 	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/internal/waitfor"
 	pb "github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -111,11 +112,20 @@ func (ec *ecCluster) stopStore(i int) {
 
 func (ec *ecCluster) client(chunkSize int64) *client.Client {
 	ec.t.Helper()
+	return ec.clientWith(chunkSize, nil)
+}
+
+// clientWith is client with adjust applied to its config.
+func (ec *ecCluster) clientWith(chunkSize int64, adjust func(*client.Config)) *client.Client {
+	ec.t.Helper()
 	cc := cluster.ClientConfig(ec.cfg, core.Root, nil)
 	cc.ChunkSize = chunkSize
 	cc.InlineLimit = -1
 	cc.ReplicaTimeout = 200 * time.Millisecond
 	cc.StoreTimeout = 5 * time.Second
+	if adjust != nil {
+		adjust(&cc)
+	}
 	c, err := client.New(cc)
 	if err != nil {
 		ec.t.Fatalf("client: %v", err)
@@ -224,7 +234,11 @@ func TestErasureModel(t *testing.T) {
 	ec.startStore(3)
 	check("stores 0 and 3 back empty")
 
-	// Repair rebuilds the two empty stores; then two others may go.
+	// Repair rebuilds the two empty stores; then two others may go. A
+	// stripe whose parity this live client still caches (marked stale)
+	// is left to the next pass: the frames reach the stores within
+	// ParityFrameAge, or at once when the stripe is read degraded.
+	waitfor.Until(t, 10*time.Second, "the client's parity frames flushed", func() bool { return c.ParityCacheStats().Frames == 0 })
 	rep := ec.repair(t)
 	if !rep.Clean() || len(rep.Completed) != 2 || rep.Copied == 0 {
 		t.Fatalf("repair: %v", rep)
@@ -404,9 +418,9 @@ func TestErasureRepairVerifyFixesStaleParity(t *testing.T) {
 // TestErasureTransfersPerSmallWrite pins the cost of writes: a whole
 // stripe written in order goes out as one full-stripe write (k+m unit
 // writes, no reads; stripefull.go), and a small write into a written
-// stripe (reconstruct-write, stripe.go) costs k range reads (the k-1 other
-// data units and the unit's own old bytes, for a rollback) and 1+m range
-// writes.
+// stripe (reconstruct-write, stripe.go) costs k-1 range reads (the other
+// data units; the unit's own old bytes come back with its write, for a
+// rollback) and 1+m range writes.
 func TestErasureTransfersPerSmallWrite(t *testing.T) {
 	ec := newECCluster(t, "ec:4+1", 5)
 	c := ec.client(ecChunk)
@@ -434,7 +448,7 @@ func TestErasureTransfersPerSmallWrite(t *testing.T) {
 	after := c.ErasureStats()
 	reads, writes := after.Reads-before.Reads, after.Writes-before.Writes
 	t.Logf("a 4 KiB write into a written ec:4+1 stripe: %d unit reads, %d unit writes", reads, writes)
-	if reads != 4 || writes != 2 || after.Rebuilds != before.Rebuilds {
-		t.Fatalf("a small write cost %d reads and %d writes (%d rebuilds); want 4 and 2", reads, writes, after.Rebuilds-before.Rebuilds)
+	if reads != 3 || writes != 2 || after.Rebuilds != before.Rebuilds {
+		t.Fatalf("a small write cost %d reads and %d writes (%d rebuilds); want 3 and 2", reads, writes, after.Rebuilds-before.Rebuilds)
 	}
 }

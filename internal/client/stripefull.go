@@ -65,6 +65,10 @@ func (c *Client) writeFullStripe(ctx context.Context, ino core.Ino, stripe uint6
 		return nil, err
 	}
 	defer unlock()
+	if c.ec.cache != nil {
+		// The stripe is written whole: a frame of it would be stale.
+		c.flushFrameLocked(ctx, stripeKey{ino, stripe})
+	}
 	parity, err := c.ec.codec.ParityRange(data, int(c.cfg.ChunkSize))
 	if err != nil {
 		return nil, err

@@ -114,7 +114,7 @@ func (c *Client) readDataRange(ctx context.Context, ino core.Ino, index uint64, 
 // counts: zeros). Fewer than k: errs.IO. The result is from rpc.GetBuffer.
 func (c *Client) rebuildRange(ctx context.Context, ino core.Ino, index uint64, off, n int64, locked bool) ([]byte, error) {
 	sc := c.ec.scheme
-	stripe, pos := sc.Unit(index)
+	stripe, _ := sc.Unit(index)
 	if !locked {
 		unlock, err := c.ec.lock(ctx, ino, stripe)
 		if err != nil {
@@ -123,8 +123,39 @@ func (c *Client) rebuildRange(ctx context.Context, ino core.Ino, index uint64, o
 		defer unlock()
 	}
 	c.ec.rebuilds.Add(1)
-	stores := sc.Stores(ino, stripe, len(c.stores))
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel() // the units still asked give up
+	if c.ec.cache != nil {
+		// This client's cached parity of the stripe goes out first, so
+		// that the rebuild can use it.
+		c.flushFrameLocked(ctx, stripeKey{ino, stripe})
+	}
+	// A parity unit marked stale is some client's frame in flight (or
+	// that of a client that died: then only repair clears it). Wait for
+	// a live one's flush, bounded by its age bound, before giving up.
+	deadline := time.Now().Add(2 * c.cfg.ParityFrameAge)
+	for {
+		out, stale, err := c.rebuildOnce(ctx, ino, index, off, n)
+		if !stale || time.Now().After(deadline) {
+			return out, err
+		}
+		t := time.NewTimer(c.cfg.ParityFrameAge / 4)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+// rebuildOnce is one try of rebuildRange; stale says it failed with parity
+// units marked stale among the unreadable ones.
+func (c *Client) rebuildOnce(ctx context.Context, ino core.Ino, index uint64, off, n int64) ([]byte, bool, error) {
+	sc := c.ec.scheme
+	stripe, pos := sc.Unit(index)
+	stores := sc.Stores(ino, stripe, len(c.stores))
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // the units still asked give up
 	type answer struct {
 		pos int
@@ -137,6 +168,18 @@ func (c *Client) rebuildRange(ctx context.Context, ino core.Ino, index uint64, o
 		}
 		c.ec.reads.Add(1)
 		go func() {
+			if p >= sc.K {
+				// The mark is read before the parity: a parity unit that a
+				// frame's data writes may have overtaken is marked first.
+				stale, err := c.markedStale(ctx, ino, stripe, p-sc.K, stores[p])
+				if err == nil && stale {
+					err = errStaleParity
+				}
+				if err != nil {
+					answers <- answer{p, unitAnswer{err: err}}
+					return
+				}
+			}
 			d, found, err := c.readUnitOn(ctx, ino, sc.UnitIndex(stripe, p), stores[p], off, n)
 			answers <- answer{p, unitAnswer{d, found, err}}
 		}()
@@ -144,6 +187,7 @@ func (c *Client) rebuildRange(ctx context.Context, ino core.Ino, index uint64, o
 	units := make([][]byte, sc.Width())
 	known, failed := 0, 0
 	var firstErr error
+	stale := false
 	for known < sc.K && known+failed < sc.Width()-1 {
 		a := <-answers
 		if a.err == nil && !a.found {
@@ -151,7 +195,8 @@ func (c *Client) rebuildRange(ctx context.Context, ino core.Ino, index uint64, o
 		}
 		if a.err != nil {
 			failed++
-			if firstErr == nil {
+			stale = stale || a.err == errStaleParity
+			if firstErr == nil || a.err == errStaleParity {
 				firstErr = a.err
 			}
 			continue
@@ -163,15 +208,15 @@ func (c *Client) rebuildRange(ctx context.Context, ino core.Ino, index uint64, o
 		known++
 	}
 	if known < sc.K {
-		return nil, errs.New(errs.IO, "rebuild", "%d of the %d other units of stripe %d are readable, %s needs %d (first failure: %v)",
+		return nil, stale, errs.New(errs.IO, "rebuild", "%d of the %d other units of stripe %d are readable, %s needs %d (failure: %v)",
 			known, sc.Width()-1, stripe, sc, sc.K, firstErr)
 	}
 	if err := c.ec.codec.Reconstruct(units, int(n)); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	out := rpc.GetBuffer(int(n))
 	copy(out, units[pos])
-	return out, nil
+	return out, false, nil
 }
 
 // unitLostIfWritten is the error of unit pos of stripe that its store does

@@ -25,7 +25,7 @@ import (
 // finds and rewrites (internal/repair, erasure pass).
 func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize uint64) error {
 	sc, cs := c.ec.scheme, c.cfg.ChunkSize
-	if size == 0 || size >= oldSize {
+	if size >= oldSize {
 		return nil
 	}
 	// Each store call is bounded as an upload is: the caller may hold the
@@ -33,6 +33,16 @@ func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize u
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 	defer cancel()
 	sh := sc.ShrinkTo(size, cs)
+	// Frames of the stripes the cut reached (made by uploads that raced
+	// the truncate) know bytes that are gone: dropped, never written.
+	firstCut, _ := sc.Unit(sh.DropFrom)
+	if sh.Rewrite {
+		firstCut = sh.Stripe
+	}
+	c.discardFrames(ctx, ino, firstCut)
+	if size == 0 {
+		return nil
+	}
 	if sh.Rewrite {
 		if err := c.rewriteParity(ctx, ino, sh.Stripe, size); err != nil {
 			return err
@@ -43,7 +53,7 @@ func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize u
 	var drop []uint64
 	for st := first; st <= last; st++ {
 		for j := range sc.M {
-			drop = append(drop, sc.ParityIndex(st, j))
+			drop = append(drop, sc.ParityIndex(st, j), sc.MarkIndex(st, j))
 		}
 	}
 	err := c.onStores(allStores(len(drop)), func(i int) error {
@@ -106,7 +116,12 @@ func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size u
 			return err
 		}
 		// Parity bytes past n belonged to data that is gone.
-		return c.truncateUnit(ctx, ino, idx, n)
+		if err := c.truncateUnit(ctx, ino, idx, n); err != nil {
+			return err
+		}
+		// The parity is whole again: a stale mark (a frame the shrink
+		// discarded) goes.
+		return c.truncateUnit(ctx, ino, sc.MarkIndex(stripe, j), 0)
 	})
 	if err != nil {
 		return errs.Wrap(errs.IO, "truncate", "rewriting the parity of the stripe holding the new end", err)
@@ -118,6 +133,7 @@ func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size u
 // left): data units from the new end on go, the one holding it is cut on
 // its store, and the parity follows (shrinkParity).
 func (c *Client) shrinkStripes(ctx context.Context, ino core.Ino, size, oldSize uint64, tok []byte) error {
+	c.FlushParity(ino) // before the cut: frames know the bytes it removes
 	cs := uint64(c.cfg.ChunkSize)
 	from := core.ChunkCount(size, c.cfg.ChunkSize)
 	err := c.onStores(allStores(len(c.stores)), func(s int) error {

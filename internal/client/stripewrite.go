@@ -6,8 +6,11 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
+	pb "github.com/weftfs/weft/proto/weftpb"
 )
 
 // ErasureStats counts the unit transfers of erasure-coded data since the
@@ -35,11 +38,13 @@ func (c *Client) ErasureStats() ErasureStats {
 // of data chunk index and the matching range of its stripe's parity units
 // (reconstruct-write, stripe.go), and returns the stores written.
 //
-// It reads the range of all k data units, its own included, so that a
-// write that fails on some of its 1+m stores can be rolled back on the
-// others: a data range written without its parity (or the reverse) would
-// make every later rebuild of that range of the stripe's other units
-// wrong. One read more than reconstruct-write needs buys that.
+// It reads the range of the k-1 other data units, computes the parity, and
+// writes the data unit and the m parity units in parallel. The data unit's
+// write returns the bytes it replaced (return_old), so that a write that
+// fails on some of its 1+m stores can be rolled back on the others without
+// a read of its own unit first: a data range written without its parity
+// (or the reverse) would make every later rebuild of that range of the
+// stripe's other units wrong.
 func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64, off int64, data []byte, durable bool) ([]int, error) {
 	sc := c.ec.scheme
 	stripe, pos := sc.Stripe(index)
@@ -48,17 +53,26 @@ func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64
 		return nil, err
 	}
 	defer unlock()
+	if c.ec.cache != nil {
+		if !durable {
+			if written, done, err := c.writeCached(ctx, ino, stripe, pos, off, data); done {
+				return written, err
+			}
+		} else {
+			c.flushFrameLocked(ctx, stripeKey{ino, stripe})
+		}
+	}
 	n := int64(len(data))
-	old, err := c.readStripeRange(ctx, ino, stripe, off, n)
+	others, err := c.readStripeRange(ctx, ino, stripe, off, n, pos)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		for _, d := range old {
+		for _, d := range others {
 			rpc.PutBuffer(d)
 		}
 	}()
-	shards := slices.Clone(old)
+	shards := slices.Clone(others)
 	shards[pos] = data
 	parity, err := c.ec.codec.ParityRange(shards, int(n))
 	if err != nil {
@@ -72,11 +86,12 @@ func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64
 	units := make([][]byte, 1+sc.M) // what goes to unit i: the data unit, then the parity units
 	units[0] = data
 	copy(units[1:], parity)
-	failed := c.writeUnits(ctx, ino, stripe, pos, off, units, durable)
+	old, known, failed := c.writeUnits(ctx, ino, stripe, pos, off, units, durable)
+	defer rpc.PutBuffer(old)
 	if failed == nil {
 		return written, nil
 	}
-	c.rollBack(ctx, ino, stripe, pos, off, n, old, failed)
+	c.rollBack(ctx, ino, stripe, pos, off, n, others, old, known, failed)
 	for _, err := range failed {
 		if err != nil {
 			return written, err
@@ -86,23 +101,55 @@ func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64
 }
 
 // writeUnits writes units[0] to data unit pos and units[1+j] to parity unit
-// j of stripe, at off, in parallel. It returns nil when all succeeded, else
-// each unit's error (nil for those written).
-func (c *Client) writeUnits(ctx context.Context, ino core.Ino, stripe uint64, pos int, off int64, units [][]byte, durable bool) []error {
+// j of stripe, at off, in parallel. It returns the bytes the data unit's
+// range held before (shorter than the range where the unit ended) and
+// whether they are known (swapUnitOn), and nil when all writes succeeded,
+// else each unit's error (nil for those written).
+func (c *Client) writeUnits(ctx context.Context, ino core.Ino, stripe uint64, pos int, off int64, units [][]byte, durable bool) (old []byte, known bool, _ []error) {
 	errs := make([]error, len(units))
 	var wg sync.WaitGroup
 	for i := range units {
 		wg.Go(func() {
 			c.ec.writes.Add(1)
 			idx, s := c.writtenUnit(ino, stripe, pos, i)
+			if i == 0 {
+				old, known, errs[i] = c.swapUnitOn(ctx, ino, idx, s, off, units[i], durable)
+				return
+			}
 			errs[i] = c.writeUnitOn(ctx, ino, idx, s, off, units[i], durable)
 		})
 	}
 	wg.Wait()
 	if slices.IndexFunc(errs, func(err error) bool { return err != nil }) < 0 {
-		return nil
+		return old, known, nil
 	}
-	return errs
+	return old, known, errs
+}
+
+// errSwapRefused is a data unit's write refused before it wrote anything:
+// its store lost chunks and cannot say what the range held.
+var errSwapRefused = errs.New(errs.Lost, "write unit", "the store cannot return the bytes it replaces")
+
+// swapUnitOn writes data at off of unit index on store s and returns the
+// bytes the range held before (known). A store that lost chunks
+// (incomplete) refuses to return them: then the bytes are written without
+// (known false), and a failure of that write is errSwapRefused's.
+func (c *Client) swapUnitOn(ctx context.Context, ino core.Ino, index uint64, s int, off int64, data []byte, durable bool) (old []byte, known bool, _ error) {
+	err := c.withCapability(ctx, ino, auth.Write, func(tok []byte) (err error) {
+		req := &pb.WriteChunkRequest{
+			Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off,
+			Sync: durable, WriteBehind: !durable && c.cfg.SyncOnClose, Capability: tok, ReturnOld: true,
+		}
+		old, err = c.stores[s].CallData(ctx, pb.MethodWriteChunk, req, data, &pb.WriteChunkReply{})
+		return err
+	})
+	if errs.Is(err, errs.Lost) {
+		if err := c.writeUnitOn(ctx, ino, index, s, off, data, durable); err != nil {
+			return nil, false, errSwapRefused
+		}
+		return nil, false, nil
+	}
+	return old, err == nil, err
 }
 
 // writtenUnit is the chunk index and store of the i-th unit a write of data
@@ -117,42 +164,78 @@ func (c *Client) writtenUnit(ino core.Ino, stripe uint64, pos, i int) (uint64, i
 	return sc.ParityIndex(stripe, i-1), stores[sc.K+i-1]
 }
 
-// rollBack puts the old bytes of the range back on the units of a failed
-// write that did take it, so that the stripe's data and parity agree
-// again. A unit whose write failed is left alone: its store did not take
-// the write or is gone (a store that comes back empty is rebuilt). If the
-// rollback fails too, the range's parity may be stale until the next write
-// of the range or weft repair --verify.
-func (c *Client) rollBack(ctx context.Context, ino core.Ino, stripe uint64, pos int, off, n int64, old [][]byte, failed []error) {
-	oldParity, err := c.ec.codec.ParityRange(old, int(n))
+// rollBack makes the stripe's data and parity agree again after a failed
+// write (failed[i]: unit i's error, as writeUnits). When the data unit took
+// the write, it gets its old bytes back (old) and the parity units that
+// took theirs get the parity of the old bytes. When the data unit's write
+// failed, the parity units that took the write get the parity of whatever
+// the data unit holds now, if its store answers a read; if it does not,
+// they keep the new parity, so a rebuild of the unit gives the failed
+// write's bytes (a failed write's range is undefined) and every other
+// range as before. A unit whose own write failed is left alone: its store
+// did not take the write or is gone (a store that comes back empty is
+// rebuilt). If the rollback fails too, or the data unit's old bytes are
+// unknown (its store had lost chunks), the range's parity may be stale
+// until the next write of the range or weft repair --verify.
+func (c *Client) rollBack(ctx context.Context, ino core.Ino, stripe uint64, pos int, off, n int64, others [][]byte, old []byte, known bool, failed []error) {
+	sc := c.ec.scheme
+	dataIdx, dataStore := c.writtenUnit(ino, stripe, pos, 0)
+	var cur []byte // what the data unit holds once rolled back
+	switch {
+	case failed[0] == nil && !known:
+		// The data unit took the write but could not say what it had
+		// (a store that lost chunks): its new bytes stay.
+		c.log.Error("a failed stripe write could not be rolled back: the range's parity may be stale until weft repair --verify",
+			"ino", ino, "stripe", stripe, "off", off)
+		return
+	case failed[0] == nil:
+		cur = make([]byte, n) // zeros where the unit had no bytes
+		copy(cur, old)
+		c.ec.writes.Add(1)
+		if err := c.writeUnitOn(ctx, ino, dataIdx, dataStore, off, cur, false); err != nil {
+			c.log.Error("a failed stripe write could not be rolled back: the range's parity may be stale until weft repair --verify",
+				"ino", ino, "stripe", stripe, "unit", dataIdx, "off", off, "err", err)
+			return
+		}
+	default:
+		c.ec.reads.Add(1)
+		d, _, err := c.readUnitOn(ctx, ino, dataIdx, dataStore, off, n)
+		if err != nil {
+			return // the parity of the new bytes stays (see above)
+		}
+		defer rpc.PutBuffer(d)
+		cur = d
+	}
+	shards := slices.Clone(others)
+	shards[pos] = cur
+	parity, err := c.ec.codec.ParityRange(shards, int(n))
 	if err != nil {
 		return
 	}
-	units := make([][]byte, len(failed))
-	units[0] = make([]byte, n) // zeros where the unit had no bytes
-	copy(units[0], old[pos])
-	copy(units[1:], oldParity)
-	for i, err := range failed {
-		if err != nil {
+	for j := range sc.M {
+		if failed[1+j] != nil {
 			continue
 		}
-		idx, s := c.writtenUnit(ino, stripe, pos, i)
+		idx, s := c.writtenUnit(ino, stripe, pos, 1+j)
 		c.ec.writes.Add(1)
-		if rerr := c.writeUnitOn(ctx, ino, idx, s, off, units[i], false); rerr != nil {
+		if rerr := c.writeUnitOn(ctx, ino, idx, s, off, parity[j], false); rerr != nil {
 			c.log.Error("a failed stripe write could not be rolled back: the range's parity may be stale until weft repair --verify",
 				"ino", ino, "stripe", stripe, "unit", idx, "off", off, "err", rerr)
 		}
 	}
 }
 
-// readStripeRange reads n bytes at off of every data unit of stripe, in
-// parallel, each rebuilt from the stripe if its store fails. The caller
-// holds the stripe's lock. Slots are nil for holes, shorter than n where a
-// unit ends.
-func (c *Client) readStripeRange(ctx context.Context, ino core.Ino, stripe uint64, off, n int64) ([][]byte, error) {
+// readStripeRange reads n bytes at off of every data unit of stripe but
+// position skip (-1: none), in parallel, each rebuilt from the stripe if
+// its store fails. The caller holds the stripe's lock. Slots are nil for
+// holes and skip, shorter than n where a unit ends.
+func (c *Client) readStripeRange(ctx context.Context, ino core.Ino, stripe uint64, off, n int64, skip int) ([][]byte, error) {
 	sc := c.ec.scheme
 	shards := make([][]byte, sc.K)
 	err := c.onStores(allStores(sc.K), func(q int) error {
+		if q == skip {
+			return nil
+		}
 		d, err := c.readDataRange(ctx, ino, sc.DataIndex(stripe, q), off, n, true)
 		shards[q] = d
 		return err

@@ -18,7 +18,9 @@ func NewCodec(s Scheme) (*Codec, error) {
 	if err := s.Validate(0); err != nil {
 		return nil, err
 	}
-	enc, err := reedsolomon.New(s.K, s.M)
+	// With one parity unit the parity is the XOR of the data units (the
+	// cheapest code there is: a stripe with holes costs a copy).
+	enc, err := reedsolomon.New(s.K, s.M, reedsolomon.WithFastOneParityMatrix())
 	if err != nil {
 		return nil, errs.Wrap(errs.Invalid, "erasure codec", s.String(), err)
 	}
@@ -36,14 +38,34 @@ func (c *Codec) ParityRange(data [][]byte, n int) ([][]byte, error) {
 		return nil, errs.New(errs.Invalid, "erasure parity", "%d data units for %s", len(data), c.s)
 	}
 	shards := make([][]byte, c.s.Width())
-	for p, d := range data {
-		shards[p] = padded(d, n)
-	}
 	for j := c.s.K; j < len(shards); j++ {
 		shards[j] = make([]byte, n)
 	}
 	if n == 0 {
 		return shards[c.s.K:], nil
+	}
+	holes := 0
+	for _, d := range data {
+		if len(d) == 0 {
+			holes++
+		}
+	}
+	if holes > 0 {
+		// Parity is linear: the sum of each data unit's share. A hole's
+		// share is zero, so a stripe with holes (a file shorter than a
+		// stripe) costs neither zero-filled copies nor their coding.
+		for p, d := range data {
+			if len(d) == 0 {
+				continue
+			}
+			if err := c.enc.EncodeIdx(padded(d, n), p, shards[c.s.K:]); err != nil {
+				return nil, errs.Wrap(errs.Invalid, "erasure parity", c.s.String(), err)
+			}
+		}
+		return shards[c.s.K:], nil
+	}
+	for p, d := range data {
+		shards[p] = padded(d, n)
 	}
 	if err := c.enc.Encode(shards); err != nil {
 		return nil, errs.Wrap(errs.Invalid, "erasure parity", c.s.String(), err)

@@ -13,7 +13,8 @@
 // p-th store it names. Data unit p is the file's chunk k·s+p, stored under
 // its own chunk index, so the meta server's reclaim (drop the chunks from
 // index i, cut the chunk holding the new end) works on data units as it
-// does for replicas. Parity unit j is stored under index ParityBase+s·m+j,
+// does for replicas. Parity unit j is stored under index ParityBase+2s·m+j (its
+// stale mark under ParityBase+2s·m+m+j, MarkIndex),
 // above every data index: a store's "delete from index i" with 0 < i <
 // ParityBase leaves parity units alone, and a client that shrinks a file
 // rewrites the parity of the stripe holding the new end and drops the

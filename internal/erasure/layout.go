@@ -74,9 +74,27 @@ func (s Scheme) DataIndex(stripe uint64, pos int) uint64 {
 	return stripe*uint64(s.K) + uint64(pos)
 }
 
-// ParityIndex is the chunk index of parity unit j (< M) of stripe.
+// ParityIndex is the chunk index of parity unit j (< M) of stripe. A
+// stripe's parity space holds its m parity units and then their m stale
+// marks (MarkIndex), so that a deletion from ParityIndex(s, 0) drops the
+// marks of the stripes it drops and no others.
 func (s Scheme) ParityIndex(stripe uint64, j int) uint64 {
-	return ParityBase + stripe*uint64(s.M) + uint64(j)
+	return ParityBase + stripe*uint64(2*s.M) + uint64(j)
+}
+
+// MarkIndex is the chunk index of the stale mark of parity unit j of
+// stripe, kept on the parity unit's store. A mark that holds bytes says
+// the parity unit may not match the stripe's data: a client's parity cache
+// wrote data it has not yet covered with parity (client/stripecache.go).
+// Readers do not rebuild from a marked parity unit, and repair rewrites
+// the parity from the data and clears the mark.
+func (s Scheme) MarkIndex(stripe uint64, j int) uint64 {
+	return s.ParityIndex(stripe, j) + uint64(s.M)
+}
+
+// IsMark reports whether chunk index holds a stale mark.
+func (s Scheme) IsMark(index uint64) bool {
+	return IsParity(index) && (index-ParityBase)%uint64(2*s.M) >= uint64(s.M)
 }
 
 // UnitIndex is the chunk index of position pos (< Width) of stripe: data
@@ -88,13 +106,14 @@ func (s Scheme) UnitIndex(stripe uint64, pos int) uint64 {
 	return s.ParityIndex(stripe, pos-s.K)
 }
 
-// Unit returns the stripe and position of any unit's chunk index.
+// Unit returns the stripe and position of any unit's chunk index. A stale
+// mark's is its parity unit's (it lives on the same store).
 func (s Scheme) Unit(index uint64) (stripe uint64, pos int) {
 	if !IsParity(index) {
 		return s.Stripe(index)
 	}
 	p := index - ParityBase
-	return p / uint64(s.M), s.K + int(p%uint64(s.M))
+	return p / uint64(2*s.M), s.K + int(p%uint64(2*s.M))%s.M
 }
 
 // Stores returns the Width distinct stores (of 0..stores-1) of a stripe of

@@ -56,6 +56,17 @@ func TestLayoutProperties(t *testing.T) {
 		if s.ParityIndex(stripe+1, 0) <= s.ParityIndex(stripe, s.M-1) {
 			t.Fatalf("parity indexes do not grow with the stripe")
 		}
+		// A stale mark sits between its stripe's parity and the next
+		// stripe's, on its parity unit's store, and is no unit.
+		for j := range s.M {
+			m := s.MarkIndex(stripe, j)
+			if !s.IsMark(m) || s.IsMark(s.ParityIndex(stripe, j)) || m <= s.ParityIndex(stripe, s.M-1) || m >= s.ParityIndex(stripe+1, 0) {
+				t.Fatalf("mark %d of stripe %d at index %d: out of place", j, stripe, m)
+			}
+			if st, pp := s.Unit(m); st != stripe || pp != s.K+j {
+				t.Fatalf("mark index %d maps to (%d, %d), want (%d, %d)", m, st, pp, stripe, s.K+j)
+			}
+		}
 	})
 }
 
@@ -95,4 +106,38 @@ func TestPlacedStores(t *testing.T) {
 			t.Fatalf("PlacedStores(replicas %d) = %v, want %v", r, got, want)
 		}
 	})
+}
+
+// TestParityRangeHoles: parity computed with holes (nil or empty units,
+// coded unit by unit) equals parity computed with the holes as zeros.
+func TestParityRangeHoles(t *testing.T) {
+	for _, s := range []erasure.Scheme{{K: 4, M: 1}, {K: 3, M: 2}} {
+		codec, err := erasure.NewCodec(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 1000
+		with, without := make([][]byte, s.K), make([][]byte, s.K)
+		for p := range s.K {
+			without[p] = make([]byte, n)
+			if p%2 == 1 {
+				continue // a hole
+			}
+			with[p] = make([]byte, n-p*10) // short: zeros past its end
+			for i := range with[p] {
+				with[p][i] = byte(i*p + 7)
+			}
+			copy(without[p], with[p])
+		}
+		a, err1 := codec.ParityRange(with, n)
+		b, err2 := codec.ParityRange(without, n)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		for j := range a {
+			if string(a[j]) != string(b[j]) {
+				t.Fatalf("%s: parity %d differs with holes", s, j)
+			}
+		}
+	}
 }

@@ -68,7 +68,7 @@ func (p *pass) repairFile(ctx context.Context, ino uint64, units fileUnits) {
 	sc := p.cfg.Erasure
 	var stripes []uint64
 	for idx := range units {
-		st, _ := sc.Unit(idx)
+		st, _ := sc.Unit(idx) // a stale mark's is its parity unit's
 		if !slices.Contains(stripes, st) {
 			stripes = append(stripes, st)
 		}
@@ -88,8 +88,12 @@ func (p *pass) repairFile(ctx context.Context, ino uint64, units fileUnits) {
 				targets = append(targets, pos)
 			}
 		}
+		marks := p.marksOf(st, stores, units)
 		if len(targets) == 0 {
-			if p.cfg.Verify {
+			switch {
+			case len(marks.stale) > 0:
+				p.fixMarked(ctx, ino, st, stores, units, marks)
+			case p.cfg.Verify:
 				p.verifyStripe(ctx, ino, st, stores, units)
 			}
 			continue
@@ -99,7 +103,7 @@ func (p *pass) repairFile(ctx context.Context, ino uint64, units fileUnits) {
 		if p.cfg.DryRun {
 			continue
 		}
-		p.rebuildStripe(ctx, ino, st, stores, targets, units)
+		p.rebuildStripe(ctx, ino, st, stores, targets, units, marks)
 		p.throttle(ctx)
 	}
 }
@@ -111,7 +115,11 @@ type unitRead struct {
 }
 
 // rebuildStripe rebuilds the units at positions targets of stripe st.
-func (p *pass) rebuildStripe(ctx context.Context, ino, st uint64, stores, targets []int, units fileUnits) {
+// Marked parity units are no sources: their parity may not match. A
+// stripe left with too few sources by young marks waits for the next pass
+// (Raced): the client that set them is likely alive and flushing.
+func (p *pass) rebuildStripe(ctx context.Context, ino, st uint64, stores, targets []int, units fileUnits, marks stripeMarks) {
+	stale := marks.stale
 	sc := p.cfg.Erasure
 	id := func(pos int) *weftpb.ChunkID { return &weftpb.ChunkID{Ino: ino, Index: sc.UnitIndex(st, pos)} }
 	// The longest unit decides the range: parity is as long as the
@@ -133,7 +141,7 @@ func (p *pass) rebuildStripe(ctx context.Context, ino, st uint64, stores, target
 	shards := make([][]byte, sc.Width())
 	reads := map[int]unitRead{}
 	for pos, s := range stores {
-		if slices.Contains(targets, pos) || p.listers[s].err != nil || len(reads) == sc.K {
+		if slices.Contains(targets, pos) || slices.Contains(stale, pos) || p.listers[s].err != nil || len(reads) == sc.K {
 			continue
 		}
 		r, err := p.readUnit(ctx, s, id(pos), n)
@@ -143,6 +151,11 @@ func (p *pass) rebuildStripe(ctx context.Context, ino, st uint64, stores, target
 		}
 		reads[pos] = r
 		shards[pos] = r.data
+	}
+	if len(reads) < sc.K && marks.young {
+		p.rep.Raced += int64(len(targets))
+		p.log.Warn("repair: a stripe's parity is marked stale by a client's parity cache: left to the next pass", "ino", ino, "stripe", st)
+		return
 	}
 	if len(reads) < sc.K {
 		p.rep.Unrecoverable += int64(len(targets))

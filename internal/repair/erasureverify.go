@@ -42,7 +42,7 @@ func (p *pass) verifyStripe(ctx context.Context, ino, st uint64, stores []int, u
 	if len(bad) > 0 {
 		p.rep.UnderReplicated++
 		p.rep.Bad += int64(len(bad))
-		p.rebuildStripe(ctx, ino, st, stores, bad, units)
+		p.rebuildStripe(ctx, ino, st, stores, bad, units, p.marksOf(st, stores, units))
 		return
 	}
 	codec, err := erasure.NewCodec(sc)

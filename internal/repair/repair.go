@@ -31,6 +31,10 @@ type Config struct {
 	// corrupt or cut copy is rewritten too. Without it a pass only
 	// compares listings.
 	Verify bool
+	// MarkGrace is how old a stale parity mark must be before the pass
+	// rewrites the stripe's parity (erasuremark.go); default
+	// DefaultMarkGrace, < 0: any age.
+	MarkGrace time.Duration
 	// RateBytes bounds the bytes copied per second; 0: no bound.
 	RateBytes int64
 	// CallTimeout bounds each call to a store; default 30 s.
@@ -52,7 +56,11 @@ type Report struct {
 	Copied          int64 // copies written
 	CopiedBytes     int64
 	Raced           int64 // copies skipped because a writer changed the chunk meanwhile
-	Failed          int64 // copies that failed; the next pass tries again
+	// Marked counts stripes whose parity a client's parity cache marked
+	// stale (erasuremark.go); those with old marks get their parity
+	// rewritten (counted in Stale).
+	Marked int64
+	Failed int64 // copies that failed; the next pass tries again
 	// Unrecoverable counts copies that could not be made because no store
 	// holds a readable copy of the chunk's newest version: data lost, which
 	// reads report as EIO. Lost lists some of those chunks.
@@ -75,8 +83,8 @@ func (r *Report) Clean() bool {
 }
 
 func (r *Report) String() string {
-	return fmt.Sprintf("%d chunks, %d under-replicated (%d missing, %d stale, %d bad copies); copied %d (%d bytes), %d raced, %d failed, %d unrecoverable, unreachable stores %v, completed stores %v",
-		r.Chunks, r.UnderReplicated, r.Missing, r.Stale, r.Bad, r.Copied, r.CopiedBytes, r.Raced, r.Failed, r.Unrecoverable, r.Unreachable, r.Completed)
+	return fmt.Sprintf("%d chunks, %d under-replicated (%d missing, %d stale, %d bad copies), %d stripes with stale parity marks; copied %d (%d bytes), %d raced, %d failed, %d unrecoverable, unreachable stores %v, completed stores %v",
+		r.Chunks, r.UnderReplicated, r.Missing, r.Stale, r.Bad, r.Marked, r.Copied, r.CopiedBytes, r.Raced, r.Failed, r.Unrecoverable, r.Unreachable, r.Completed)
 }
 
 type pass struct {
@@ -105,6 +113,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case cfg.MarkGrace == 0:
+		cfg.MarkGrace = DefaultMarkGrace
+	case cfg.MarkGrace < 0:
+		cfg.MarkGrace = 0
 	}
 	p := &pass{cfg: cfg, log: cfg.Logger, start: time.Now()}
 	for _, s := range cfg.Stores {

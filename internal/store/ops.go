@@ -28,11 +28,51 @@ func (s *Server) WriteChunkData(ctx context.Context, req *weftpb.WriteChunkReque
 		}
 		data = req.GetData()
 	}
+	if req.GetReturnOld() && !req.GetReplace() {
+		return s.swapChunk(ctx, req, data)
+	}
 	r, err := s.writeChunk(ctx, req, data)
 	return r, rpc.Attachment{}, err
 }
 
 func (s *Server) writeChunk(ctx context.Context, req *weftpb.WriteChunkRequest, data []byte) (*weftpb.WriteChunkReply, error) {
+	return s.writeChunkThen(ctx, req, data, nil)
+}
+
+// swapChunk is a write with return_old: the range's bytes before the write
+// come back as the attachment.
+func (s *Server) swapChunk(ctx context.Context, req *weftpb.WriteChunkRequest, data []byte) (*weftpb.WriteChunkReply, rpc.Attachment, error) {
+	const op = "write chunk"
+	var buf, old []byte
+	var found bool
+	release := func() { rpc.PutBuffer(buf) }
+	r, err := s.writeChunkThen(ctx, req, data, func(k ChunkKey) error {
+		if err := s.lostIfIncomplete(op, k); err != nil {
+			return err // its old bytes may be gone: nothing is written
+		}
+		var err error
+		old, _, found, err = s.backend.Read(k, req.GetOffset(), int64(len(data)), func(n int) []byte {
+			buf = rpc.GetBuffer(n)
+			return buf
+		})
+		if err != nil {
+			return s.failed(op, k, err)
+		}
+		return nil
+	})
+	if err != nil {
+		release()
+		return nil, rpc.Attachment{}, err
+	}
+	r.OldFound = found
+	s.m.bytesRead.Add(float64(len(old)))
+	return r, rpc.Attachment{Data: old, Release: release}, nil
+}
+
+// writeChunkThen is writeChunk, with before (if not nil) run under the
+// chunk's lock just before the bytes are written; its error stops the
+// write.
+func (s *Server) writeChunkThen(ctx context.Context, req *weftpb.WriteChunkRequest, data []byte, before func(ChunkKey) error) (*weftpb.WriteChunkReply, error) {
 	const op = "write chunk"
 	k, err := chunkKey(op, req.GetChunk())
 	if err != nil {
@@ -54,6 +94,11 @@ func (s *Server) writeChunk(ctx context.Context, req *weftpb.WriteChunkRequest, 
 	defer unlock()
 	if req.GetReplace() {
 		return s.replaceChunkLocked(k, req, data)
+	}
+	if before != nil {
+		if err := before(k); err != nil {
+			return nil, err
+		}
 	}
 	mode := WriteBack
 	switch {

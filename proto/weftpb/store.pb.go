@@ -102,7 +102,13 @@ type WriteChunkRequest struct {
 	// capability (internal/auth, docs/wire.md "Capabilities") grants the
 	// request; a store with capability checks on refuses a request without
 	// a valid one with errs.CapabilityRefused.
-	Capability    []byte `protobuf:"bytes,9,opt,name=capability,proto3" json:"capability,omitempty"`
+	Capability []byte `protobuf:"bytes,9,opt,name=capability,proto3" json:"capability,omitempty"`
+	// return_old (erasure-coded writes): the reply's attachment carries the
+	// bytes the range held before the write (short: the chunk ended), read
+	// under the same lock, so that the writer can put them back if the
+	// stripe's other writes fail without reading them first. A store that
+	// lost chunks (incomplete) refuses it with errs.Lost and writes nothing.
+	ReturnOld     bool `protobuf:"varint,60,opt,name=return_old,json=returnOld,proto3" json:"return_old,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -200,8 +206,17 @@ func (x *WriteChunkRequest) GetCapability() []byte {
 	return nil
 }
 
+func (x *WriteChunkRequest) GetReturnOld() bool {
+	if x != nil {
+		return x.ReturnOld
+	}
+	return false
+}
+
 type WriteChunkReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// old_found: with return_old, the chunk existed before the write.
+	OldFound      bool `protobuf:"varint,60,opt,name=old_found,json=oldFound,proto3" json:"old_found,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -234,6 +249,13 @@ func (x *WriteChunkReply) ProtoReflect() protoreflect.Message {
 // Deprecated: Use WriteChunkReply.ProtoReflect.Descriptor instead.
 func (*WriteChunkReply) Descriptor() ([]byte, []int) {
 	return file_store_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WriteChunkReply) GetOldFound() bool {
+	if x != nil {
+		return x.OldFound
+	}
+	return false
 }
 
 // ReadChunkRequest reads up to length bytes at offset. The reply says
@@ -1501,7 +1523,7 @@ const file_store_proto_rawDesc = "" +
 	"\vstore.proto\x12\aweft.v1\"1\n" +
 	"\aChunkID\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\xa0\x02\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\xbf\x02\n" +
 	"\x11WriteChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
@@ -1514,8 +1536,11 @@ const file_store_proto_rawDesc = "" +
 	"\x0eexpect_version\x18\b \x01(\x04R\rexpectVersion\x12\x1e\n" +
 	"\n" +
 	"capability\x18\t \x01(\fR\n" +
-	"capability\"\x11\n" +
-	"\x0fWriteChunkReply\"\x8a\x01\n" +
+	"capability\x12\x1d\n" +
+	"\n" +
+	"return_old\x18< \x01(\bR\treturnOld\".\n" +
+	"\x0fWriteChunkReply\x12\x1b\n" +
+	"\told_found\x18< \x01(\bR\boldFound\"\x8a\x01\n" +
 	"\x10ReadChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +

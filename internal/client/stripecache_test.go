@@ -1,0 +1,267 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/repair"
+	"github.com/weftfs/weft/internal/rpc"
+)
+
+// writeFile creates path with data, written whole and closed.
+func writeFile(t *testing.T, c *client.Client, path string, data []byte) {
+	t.Helper()
+	f, err := c.Create(context.Background(), path, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// smallWrites makes n writes of 4 KiB into path at offsets from next, each
+// pushed to the stores by a flush (as a small synchronous writer does), and
+// returns the unit transfers they cost per write.
+func smallWrites(t *testing.T, c *client.Client, path string, model []byte, n int, next func() int64) float64 {
+	t.Helper()
+	f, err := c.Open(context.Background(), path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.ErasureStats()
+	p := make([]byte, 4096)
+	for i := range n {
+		off := next()
+		for j := range p {
+			p[j] = byte(i + j)
+		}
+		if _, err := f.WriteAt(p, off); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[off:], p)
+		if err := f.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.FlushParity(0) // the cache's deferred parity writes count too
+	after := c.ErasureStats()
+	return float64(after.Reads-before.Reads+after.Writes-before.Writes) / float64(n)
+}
+
+// TestParityCacheTransfers measures the unit transfers of a small (4 KiB)
+// write on ec:4+1 with and without the parity cache, for writers with
+// locality and without, and checks every byte afterwards. Without the
+// cache a small write costs k-1 reads and 1+m writes (5); the seed's goal is
+// at most 5% more transfers than no redundancy at all (1 per write) with 8
+// cached frames, for a writer with locality.
+func TestParityCacheTransfers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 2 × 3 workloads of 256 flushed writes")
+	}
+	const chunk = 1 << 20
+	const writes = 256
+	ec := newECCluster(t, "ec:4+1", 5)
+	cached := ec.client(chunk)
+	plain := ec.clientWith(chunk, func(cc *client.Config) { cc.ParityFrames = -1 })
+	type workload struct {
+		name string
+		size int64
+		next func(r *rand.Rand, i int) int64
+	}
+	workloads := []workload{
+		{"one stripe, random offsets", 4 * chunk, func(r *rand.Rand, _ int) int64 { return r.Int64N(4*chunk/4096) * 4096 }},
+		{"sequential (a log)", 4 * chunk, func(_ *rand.Rand, i int) int64 { return int64(i) * 4096 }},
+		{"16 stripes, random offsets", 64 * chunk, func(r *rand.Rand, _ int) int64 { return r.Int64N(64*chunk/4096) * 4096 }},
+	}
+	for wi, w := range workloads {
+		var per [2]float64
+		for ci, c := range []*client.Client{plain, cached} {
+			path := "/t" + string(rune('a'+2*wi+ci))
+			model := bytes.Repeat([]byte{byte(wi + 1)}, int(w.size))
+			writeFile(t, c, path, model)
+			r := rand.New(rand.NewPCG(uint64(wi), 1))
+			i := 0
+			per[ci] = smallWrites(t, c, path, model, writes, func() int64 { i++; return w.next(r, i-1) })
+			got, err := readAll(t, plain, path)
+			if err != nil || !bytes.Equal(got, model) {
+				t.Fatalf("%s: file differs after the writes (err %v)", w.name, err)
+			}
+		}
+		t.Logf("%-28s transfers per 4 KiB write: %.3f without the cache, %.3f with 8 frames", w.name, per[0], per[1])
+		if per[0] < 4.9 {
+			t.Errorf("%s: %.3f transfers per write without the cache; want k-1 reads + 1+m writes = 5", w.name, per[0])
+		}
+		if wi < 2 && per[1] > 1.05 {
+			t.Errorf("%s: %.3f transfers per write with the cache; the seed's goal is ≤ 1.05", w.name, per[1])
+		}
+		if per[1] > per[0] {
+			t.Errorf("%s: the cache costs more transfers (%.3f) than no cache (%.3f)", w.name, per[1], per[0])
+		}
+	}
+	t.Logf("cache: %+v", cached.ParityCacheStats())
+}
+
+// repairMarks runs a repair pass that takes every stale mark as left by a
+// dead client.
+func repairMarks(t *testing.T, ec *ecCluster) *repair.Report {
+	t.Helper()
+	var stores []repair.Store
+	for _, s := range ec.cfg.Store {
+		p := rpc.NewPeer(s.Addr, rpc.DialOptions{})
+		defer p.Close()
+		stores = append(stores, p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: 1, Erasure: ec.cfg.Erasure(), Only: -1, MarkGrace: -1})
+	if err != nil {
+		t.Fatalf("repair: %v", err)
+	}
+	return rep
+}
+
+// TestParityCacheClientCrash: a client dies with parity in its cache (the
+// data on the stores, the parity behind it). Its marks keep every reader
+// from rebuilding with that parity: a store lost before repair gives EIO,
+// never the old bytes; repair rewrites the parity from the data, after
+// which a store lost reads back every byte.
+func TestParityCacheClientCrash(t *testing.T) {
+	ec := newECCluster(t, "ec:4+1", 5)
+	writer := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = time.Hour })
+	reader := ec.client(ecChunk)
+	ctx := context.Background()
+	old := bytes.Repeat([]byte("old!"), 4*ecChunk/4) // one whole stripe
+	writeFile(t, writer, "/f", old)
+	model := bytes.Clone(old)
+	f, err := writer.Open(ctx, "/f", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 { // two writes per stripe admit a frame
+		p := bytes.Repeat([]byte{byte('a' + i)}, 1000)
+		off := int64(i%2)*4096 + 100
+		if _, err := f.WriteAt(p, off); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[off:], p)
+		if err := f.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := writer.ParityCacheStats(); st.Frames != 1 || st.Marks != 1 {
+		t.Fatalf("want one dirty frame: %+v", st)
+	}
+	writer.CrashParityCache()
+
+	// The data unit written (chunk 0) is on the store at stripe position 0.
+	if got, err := readAll(t, reader, "/f"); err != nil || !bytes.Equal(got, model) {
+		t.Fatalf("all stores up: err %v, bytes equal %v", err, bytes.Equal(got, model))
+	}
+	s0 := ec.storeOf(t, reader, "/f", 0)
+	ec.stopStore(s0)
+	got, err := readAll(t, reader, "/f")
+	if !errs.Is(err, errs.IO) {
+		t.Fatalf("unit 0's store down, parity marked stale: want EIO, got err %v (old bytes: %v, new: %v)", err, bytes.Equal(got, old), bytes.Equal(got, model))
+	}
+	// Back with its bytes gone: repair cannot rebuild unit 0 (the parity
+	// is stale) and says so.
+	ec.startStore(s0)
+	if rep := repairMarks(t, ec); rep.Unrecoverable == 0 || len(rep.Completed) != 1 {
+		t.Fatalf("repair after the double failure: want the lost unit reported unrecoverable: %v", rep)
+	}
+
+	// The second file: the client dies, then repair runs before any store
+	// is lost.
+	writer2 := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = time.Hour })
+	writeFile(t, writer2, "/g", old)
+	model = bytes.Clone(old)
+	g, err := writer2.Open(ctx, "/g", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		p := bytes.Repeat([]byte{byte('A' + i)}, 2000)
+		off := int64(i) * 3000
+		if _, err := g.WriteAt(p, off); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[off:], p)
+		if err := g.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writer2.CrashParityCache()
+	rep := repairMarks(t, ec)
+	if rep.Marked == 0 || rep.Stale == 0 {
+		t.Fatalf("repair did not rewrite the marked parity: %v", rep)
+	}
+	t.Logf("repair: %v", rep)
+	g0 := ec.storeOf(t, reader, "/g", 0)
+	ec.stopStore(g0)
+	if got, err := readAll(t, reader, "/g"); err != nil || !bytes.Equal(got, model) {
+		t.Fatalf("after repair, unit 0's store down: err %v, bytes equal %v", err, bytes.Equal(got, model))
+	}
+}
+
+// storeOf returns the store that holds data chunk index of path.
+func (ec *ecCluster) storeOf(t *testing.T, c *client.Client, path string, index uint64) int {
+	t.Helper()
+	a, err := c.Stat(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := ec.cfg.Erasure()
+	stripe, pos := sc.Stripe(index)
+	return sc.Stores(a.Ino, stripe, len(ec.cfg.Store))[pos]
+}
+
+// TestParityCacheDegradedReadWaitsForFlush: another client's degraded
+// read of a stripe whose parity a live client caches waits for that
+// client's flush (bounded by its frame age) and reads every byte.
+func TestParityCacheDegradedReadWaitsForFlush(t *testing.T) {
+	ec := newECCluster(t, "ec:4+1", 5)
+	writer := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = 300 * time.Millisecond })
+	reader := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = 300 * time.Millisecond })
+	ctx := context.Background()
+	model := bytes.Repeat([]byte("old!"), 4*ecChunk/4)
+	writeFile(t, writer, "/f", model)
+	f, err := writer.Open(ctx, "/f", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := range 3 { // chunk 0 of the stripe: two writes admit a frame
+		p := bytes.Repeat([]byte{byte('a' + i)}, 500)
+		off := int64(i) * 600
+		if _, err := f.WriteAt(p, off); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[off:], p)
+		if err := f.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := writer.ParityCacheStats(); st.Frames != 1 {
+		t.Fatalf("want a dirty frame: %+v", st)
+	}
+	// Lose chunk 0's store: the reader must rebuild it from parity that
+	// is marked until the writer's frame goes out.
+	ec.stopStore(ec.storeOf(t, reader, "/f", 0))
+	got, err := readAll(t, reader, "/f")
+	if err != nil || !bytes.Equal(got, model) {
+		t.Fatalf("degraded read while the writer caches parity: err %v, bytes equal %v", err, bytes.Equal(got, model))
+	}
+}
