@@ -162,7 +162,7 @@ func All() []Benchmark {
 		checkpointBenchmark(), untarBenchmark(), postmarkBenchmark(),
 		latfsBenchmark(), seqioBenchmark(), imapBenchmark(),
 		fusemetaBenchmark(), fusePostmarkBenchmark(), fioBenchmark(), fuseUntarBenchmark(),
-		repairBenchmark(), findBenchmark(),
+		repairBenchmark(), findBenchmark(), durabilityBenchmark(),
 	}
 }
 
