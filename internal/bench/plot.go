@@ -27,11 +27,14 @@ import (
 // Figure is one plot: lines over a numeric x axis, or grouped bars over
 // categories.
 type Figure struct {
-	Name          string // file name without extension
-	Title         string
-	XLabel        string
-	YLabel        string
-	LogX, LogY    bool
+	Name       string // file name without extension
+	Title      string
+	XLabel     string
+	YLabel     string
+	LogX, LogY bool
+	// DecimalX labels a log x axis in powers of ten (counts), not of two
+	// (byte sizes).
+	DecimalX      bool
 	Categories    []string // set for a bar chart: the x axis labels
 	Series        []Series
 	Width, Height vg.Length // zero: 7 × 4.5 inches
@@ -223,6 +226,9 @@ func (f Figure) plot() (*plot.Plot, error) {
 	if f.LogX {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = powerTicks{}
+		if f.DecimalX {
+			p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		}
 	}
 	if f.LogY {
 		p.Y.Scale = plot.LogScale{}
