@@ -43,16 +43,16 @@ const (
 // a pattern (the selective query; names are f%07d, so f???0000
 // matches every 10,000th), and every file.
 type findQuery struct {
-	label string
-	args  func(files int) []string
+	label, short string
+	args         func(files int) []string
 }
 
 var (
-	findOne = findQuery{"one match (-name NAME)", func(files int) []string {
+	findOne = findQuery{"one match (-name NAME)", "one match", func(files int) []string {
 		return []string{"-name", fmt.Sprintf("f%07d", files/2)}
 	}}
-	findSelective = findQuery{"1 in 10,000 (-name 'f???0000')", func(int) []string { return []string{"-name", "f???0000"} }}
-	findAll       = findQuery{"every file (-type f)", func(int) []string { return []string{"-type", "f"} }}
+	findSelective = findQuery{"1 in 10,000 (-name 'f???0000')", "1 in 10,000", func(int) []string { return []string{"-name", "f???0000"} }}
+	findAll       = findQuery{"every file (-type f)", "every file", func(int) []string { return []string{"-type", "f"} }}
 	findQueries   = []findQuery{findOne, findSelective, findAll}
 )
 
@@ -471,7 +471,7 @@ func findTables(rs []Result) []Table {
 				g, gok := findAt(rs, q.label, findGNU, n)
 				speed := ""
 				if wok && gok {
-					speed = fmt.Sprintf("%.0f×", g.Median()/w.Median())
+					speed = times(g.Median() / w.Median())
 				}
 				row = append(row, cell(w, wok), cell(g, gok), speed)
 			}
@@ -535,14 +535,31 @@ func findFigures(rs []Result) []Figure {
 		return (r.Case == findSelective.label || r.Case == findAll.label) && len(r.Samples) > 0
 	})
 	files := lineFigure("find-files", "Search latency against file count (4 meta servers)", "files", "seconds", bySize,
-		func(r Result) string { return r.Target + ", " + r.Case })
+		func(r Result) string {
+			name := strings.TrimSuffix(r.Target, " over the mount")
+			for _, q := range findQueries {
+				if q.label == r.Case {
+					return name + ", " + q.short
+				}
+			}
+			return name + ", " + r.Case
+		})
 	files.LogX, files.LogY, files.DecimalX = true, true, true
 	byServers := filter(rs, func(r Result) bool {
 		return strings.HasPrefix(r.Case, findVsServers) && r.Unit == "s" && len(r.Samples) > 0
 	})
 	servers := lineFigure("find-servers", "weft find latency against meta servers", "meta servers", "seconds", byServers,
-		func(r Result) string { return strings.TrimPrefix(r.Case, findVsServers) })
-	servers.LogY = true
+		func(r Result) string {
+			c := strings.TrimPrefix(r.Case, findVsServers)
+			for _, q := range findQueries {
+				if strings.HasPrefix(c, q.label) {
+					return q.short + strings.TrimPrefix(c, q.label)
+				}
+			}
+			return c
+		})
+	// Powers of two: 1, 2, 4, 8 servers.
+	servers.LogX, servers.LogY = true, true
 	return []Figure{files, servers}
 }
 
@@ -586,4 +603,12 @@ func metAt(ok bool, files float64) string {
 		v += fmt.Sprintf(" at %d files", int(files))
 	}
 	return v
+}
+
+// times formats a ratio: whole above 10, one decimal below.
+func times(r float64) string {
+	if r >= 10 {
+		return fmt.Sprintf("%.0f×", r)
+	}
+	return fmt.Sprintf("%.1f×", r)
 }
