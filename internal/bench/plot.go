@@ -227,7 +227,7 @@ func (f Figure) plot() (*plot.Plot, error) {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = powerTicks{}
 		if f.DecimalX {
-			p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+			p.X.Tick.Marker = countTicks{}
 		}
 	}
 	if f.LogY {
@@ -413,4 +413,26 @@ func sizeLabel(v float64) string {
 	default:
 		return fmt.Sprintf("%g", v)
 	}
+}
+
+// countTicks labels a log10 count axis 1, 10, 100, 1k ... 1M.
+type countTicks struct{}
+
+func (countTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.LogTicks{Prec: -1}.Ticks(lo, hi)
+	for i := range ticks {
+		if ticks[i].Label == "" {
+			continue
+		}
+		v := ticks[i].Value
+		switch {
+		case v >= 1e6:
+			ticks[i].Label = fmt.Sprintf("%gM", v/1e6)
+		case v >= 1e3:
+			ticks[i].Label = fmt.Sprintf("%gk", v/1e3)
+		default:
+			ticks[i].Label = fmt.Sprintf("%g", v)
+		}
+	}
+	return ticks
 }
