@@ -71,6 +71,13 @@ type Options struct {
 	// MdtestServers lists the meta server counts mdtest runs (empty: 1, 2,
 	// 4, 8; 1, 2 with Quick).
 	MdtestServers []int
+	// FindFiles are the tree sizes the find benchmark measures at, the
+	// largest being its full tree (empty: 10,000 and 100,000; 2,000 and
+	// 10,000 with Quick).
+	FindFiles []int
+	// FindServers lists the meta server counts of find's server sweep
+	// (empty: 1, 2, 4, 8; 1, 2 with Quick).
+	FindServers []int
 	// RepairBytes is what the repair benchmark writes before it empties a
 	// store (0: 1 GiB; 64 MiB with Quick).
 	RepairBytes int64
@@ -165,7 +172,7 @@ func All() []Benchmark {
 		checkpointBenchmark(), untarBenchmark(), postmarkBenchmark(),
 		latfsBenchmark(), seqioBenchmark(), imapBenchmark(),
 		fusemetaBenchmark(), fusePostmarkBenchmark(), fioBenchmark(), fuseUntarBenchmark(),
-		repairBenchmark(), findBenchmark(),
+		repairBenchmark(), findBenchmark(), durabilityBenchmark(),
 	}
 }
 

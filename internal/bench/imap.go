@@ -52,6 +52,8 @@ func imapBenchmark() Benchmark {
 			"fsync per step against patchgroups, with the time, the durability requests and the requests sent",
 		Notes: []string{
 			"weft runs through the client library on an in-process cluster (one meta and one disk store server). " +
+				"The folders are looked up once per move (a server on a kernel file system finds them in the dentry cache; " +
+				"the library has no name cache), so each step is its own requests only: create, commit, rename, unlink. " +
 				"fsync per step: sync durability, each copied message written to tmp/, fsynced, closed, renamed into cur/; " +
 				"then each INBOX message unlinked (the meta server syncs its WAL for each change). Patchgroups: async " +
 				"durability, the copies engaged in one group, the unlinks in a second that depends on it, and one pg_sync " +

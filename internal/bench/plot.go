@@ -27,11 +27,14 @@ import (
 // Figure is one plot: lines over a numeric x axis, or grouped bars over
 // categories.
 type Figure struct {
-	Name          string // file name without extension
-	Title         string
-	XLabel        string
-	YLabel        string
-	LogX, LogY    bool
+	Name       string // file name without extension
+	Title      string
+	XLabel     string
+	YLabel     string
+	LogX, LogY bool
+	// DecimalX labels a log x axis in powers of ten (counts), not of two
+	// (byte sizes).
+	DecimalX      bool
 	Categories    []string // set for a bar chart: the x axis labels
 	Series        []Series
 	Width, Height vg.Length // zero: 7 × 4.5 inches
@@ -223,6 +226,9 @@ func (f Figure) plot() (*plot.Plot, error) {
 	if f.LogX {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = powerTicks{}
+		if f.DecimalX {
+			p.X.Tick.Marker = countTicks{}
+		}
 	}
 	if f.LogY {
 		p.Y.Scale = plot.LogScale{}
@@ -407,4 +413,26 @@ func sizeLabel(v float64) string {
 	default:
 		return fmt.Sprintf("%g", v)
 	}
+}
+
+// countTicks labels a log10 count axis 1, 10, 100, 1k ... 1M.
+type countTicks struct{}
+
+func (countTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.LogTicks{Prec: -1}.Ticks(lo, hi)
+	for i := range ticks {
+		if ticks[i].Label == "" {
+			continue
+		}
+		v := ticks[i].Value
+		switch {
+		case v >= 1e6:
+			ticks[i].Label = fmt.Sprintf("%gM", v/1e6)
+		case v >= 1e3:
+			ticks[i].Label = fmt.Sprintf("%gk", v/1e3)
+		default:
+			ticks[i].Label = fmt.Sprintf("%g", v)
+		}
+	}
+	return ticks
 }

@@ -60,6 +60,8 @@ func newBenchCommand(a *app) *cobra.Command {
 	f.IntVar(&opts.MdtestFiles, "mdtest-files", 0, "files per mdtest run (default 20000, 2000 with --quick)")
 	f.IntVar(&opts.UntarEntries, "untar-entries", 0, "entries of the kernel tree fuseuntar unpacks (default the whole tree, 300 with --quick)")
 	f.IntSliceVar(&opts.MdtestServers, "mdtest-servers", nil, "meta server counts mdtest runs (default 1,2,4,8)")
+	f.IntSliceVar(&opts.FindFiles, "find-files", nil, "tree sizes the find benchmark measures at, the largest its full tree (default 10000,100000)")
+	f.IntSliceVar(&opts.FindServers, "find-servers", nil, "meta server counts of the find benchmark's server sweep (default 1,2,4,8)")
 	f.StringSliceVar(&opts.Targets, "targets", []string{"weft", "local"},
 		"file systems to measure: "+strings.Join(bench.TargetNames, ", "))
 	f.StringVar(&opts.BaseWeft, "base-weft", "",
