@@ -317,6 +317,9 @@ func (f *File) SyncContext(ctx context.Context) error {
 	if err := f.n.flush(ctx, true); err != nil {
 		return err
 	}
+	if err := f.c.syncCachedParity(ctx, f.n.ino); err != nil {
+		return err
+	}
 	// The file's name and attributes, if written back, are durable too.
 	return f.c.SyncDir(ctx, f.Ref().Parent)
 }

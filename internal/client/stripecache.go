@@ -251,6 +251,23 @@ func (c *Client) FlushParity(ino core.Ino) {
 	}
 }
 
+// syncCachedParity makes the parity this client's cache holds for ino
+// durable (fsync): written out, then synced on every store, so that what
+// fsync made durable survives this client's crash together with a
+// store's loss. Closes do not wait for it: the parity goes out within
+// ParityFrameAge, and until then its stripes are marked (see above).
+func (c *Client) syncCachedParity(ctx context.Context, ino core.Ino) error {
+	if c.ec == nil || c.ec.cache == nil {
+		return nil
+	}
+	c.FlushParity(ino)
+	all := make(map[int]bool, len(c.stores))
+	for s := range c.stores {
+		all[s] = true
+	}
+	return c.syncStores(ctx, ino, all)
+}
+
 // discardFrames drops, unwritten, the frames of ino's stripes from stripe
 // from on: a shrink cut the data they were computed from. Their marks stay
 // until the shrink rewrites or drops the stripes' parity.

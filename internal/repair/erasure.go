@@ -196,13 +196,10 @@ func (p *pass) rebuildStripe(ctx context.Context, ino, st uint64, stores, target
 		if h := units[sc.UnitIndex(st, pos)]; h != nil && h[s] != nil {
 			expect = h[s].GetVersion()
 		}
-		data := bytes.TrimRight(shards[pos], "\x00")
-		if len(data) == 0 {
-			if expect == 0 && holes {
-				p.rep.Missing-- // a hole: nothing was lost
-				continue
-			}
-			data = shards[pos] // zeros, written: the unit must exist
+		data := unitBytes(shards[pos])
+		if len(bytes.TrimRight(data, "\x00")) == 0 && expect == 0 && holes {
+			p.rep.Missing-- // a hole: nothing was lost
+			continue
 		}
 		p.copyTo(ctx, id(pos), target{store: s, expect: expect}, data, expect+1)
 	}
@@ -228,4 +225,16 @@ func (p *pass) readUnit(ctx context.Context, s int, id *weftpb.ChunkID, n int64)
 		return unitRead{}, errs.New(errs.Lost, "repair", "store %d returned %d of unit %v's %d bytes", s, len(data), id, min(n, reply.GetChunkSize()))
 	}
 	return unitRead{data: data, version: reply.GetVersion()}, nil
+}
+
+// unitBytes is what a rebuilt or rewritten unit b is written as: without
+// its trailing zeros (a read past a unit's end is zeros), but never empty
+// when b is not, because a written unit must exist: a reader counts one
+// that no store holds as lost (core.Extents).
+func unitBytes(b []byte) []byte {
+	t := bytes.TrimRight(b, "\x00")
+	if len(t) == 0 && len(b) > 0 {
+		return b[:1]
+	}
+	return t
 }

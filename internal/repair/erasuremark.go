@@ -1,7 +1,6 @@
 package repair
 
 import (
-	"bytes"
 	"context"
 	"time"
 
@@ -101,7 +100,7 @@ func (p *pass) fixMarked(ctx context.Context, ino, st uint64, stores []int, unit
 		}
 		p.rep.Stale++
 		p.log.Warn("repair: parity marked stale rewritten from the data", "ino", ino, "stripe", st, "parity", j, "store", s)
-		p.copyTo(ctx, &weftpb.ChunkID{Ino: ino, Index: sc.UnitIndex(st, pos)}, target{store: s, expect: expect}, bytes.TrimRight(pb, "\x00"), expect+1)
+		p.copyTo(ctx, &weftpb.ChunkID{Ino: ino, Index: sc.UnitIndex(st, pos)}, target{store: s, expect: expect}, unitBytes(pb), expect+1)
 	}
 	if p.rep.Copied-before != int64(sc.M) {
 		return // the marks stay: the next pass tries again

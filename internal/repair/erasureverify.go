@@ -72,6 +72,6 @@ func (p *pass) verifyStripe(ctx context.Context, ino, st uint64, stores []int, u
 			expect = h[s].GetVersion()
 		}
 		p.log.Warn("repair: stale parity rewritten from the data", "ino", ino, "stripe", st, "parity", j, "store", s)
-		p.copyTo(ctx, &weftpb.ChunkID{Ino: ino, Index: sc.UnitIndex(st, pos)}, target{store: s, expect: expect}, want, expect+1)
+		p.copyTo(ctx, &weftpb.ChunkID{Ino: ino, Index: sc.UnitIndex(st, pos)}, target{store: s, expect: expect}, unitBytes(pb), expect+1)
 	}
 }
