@@ -64,6 +64,12 @@ func client1000() Identity {
 // method.
 func startServer(t *testing.T, b *Bundle) string {
 	t.Helper()
+	return startServerWith(t, b, nil)
+}
+
+// startServerWith is startServer with more options (secure mode's).
+func startServerWith(t *testing.T, b *Bundle, more func(*rpc.ServerOptions)) string {
+	t.Helper()
 	mux := rpc.NewMux()
 	whoami := func(ctx context.Context, _ *pb.Empty) (*pb.ReadlinkReply, error) {
 		id, ok := FromContext(ctx)
@@ -78,6 +84,9 @@ func startServer(t *testing.T, b *Bundle) string {
 	rpc.Handle(mux, pb.MethodDeleteChunks, whoami)
 	var opts rpc.ServerOptions
 	b.ServerOptions(&opts)
+	if more != nil {
+		more(&opts)
+	}
 	srv := rpc.NewServer(mux, opts)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -96,9 +105,18 @@ func testCtx(t *testing.T) context.Context {
 
 func dialAs(t *testing.T, addr string, b *Bundle) (*rpc.Conn, error) {
 	t.Helper()
+	return dialAsWith(t, addr, b, nil)
+}
+
+// dialAsWith is dialAs with more options (secure mode's).
+func dialAsWith(t *testing.T, addr string, b *Bundle, more func(*rpc.DialOptions)) (*rpc.Conn, error) {
+	t.Helper()
 	var opts rpc.DialOptions
 	if b != nil {
 		b.DialOptions(&opts)
+	}
+	if more != nil {
+		more(&opts)
 	}
 	c, err := rpc.Dial(testCtx(t), addr, opts)
 	if err == nil {

@@ -20,7 +20,24 @@ import (
 	"github.com/weftfs/weft/internal/linksim"
 )
 
-var securityModes = []string{config.SecurityNone, config.SecuritySecure, config.SecurityPrivate}
+// securityMode is one column of the security benchmark: a mode, and for
+// secure whether loopback connections keep the record layer.
+type securityMode struct {
+	name, mode string
+	records    bool
+}
+
+var securityModes = []securityMode{
+	{config.SecurityNone, config.SecurityNone, false},
+	{config.SecuritySecure, config.SecuritySecure, false},
+	// What secure costs where the record layer runs: between machines,
+	// and on loopback before the bare path.
+	{securityRecords, config.SecuritySecure, true},
+	{config.SecurityPrivate, config.SecurityPrivate, false},
+}
+
+// securityRecords names secure mode with records_on_loopback.
+const securityRecords = "secure, records on loopback"
 
 // Cases of the security benchmark.
 const (
@@ -44,6 +61,10 @@ func securityBenchmark() Benchmark {
 			"Each mode runs its own cluster as separate processes (weft cluster start: one meta and one disk store " +
 				"server, sync durability); the benchmark is the client, with the cluster's admin identity and the " +
 				"same-host path off, so that every byte crosses a connection in the mode under test.",
+			"secure: over loopback the connections carry frames bare after the mutual TLS handshake (the kernel " +
+				"keeps other users off a loopback connection); \"" + securityRecords + "\" keeps the integrity record " +
+				"layer there too (records_on_loopback = true), as every connection between machines has it. The GigE " +
+				"rows go through a relay (linksim), so every secure column has the record layer there.",
 			"The GigE rows put every connection of the client (to the meta and the store server) through linksim's " +
 				"GigE profile (1 Gbit/s each way, 0.1 ms round trip), as between machines: the crypto then runs while the " +
 				"link, not the CPU, sets the pace. 256 MiB (--quick: 16 MiB).",
@@ -75,10 +96,10 @@ func runSecurity(ctx context.Context, env *Env) ([]Result, error) {
 	env.progress(len(securityModes) * (1 + reps))
 	var out []Result
 	for _, mode := range securityModes {
-		env.step("cluster " + mode)
-		rs, err := securityMode(ctx, env, bin, mode, src, size, reps)
+		env.step("cluster " + mode.name)
+		rs, err := runSecurityMode(ctx, env, bin, mode, src, size, reps)
 		if err != nil {
-			env.skip("security "+mode, err)
+			env.skip("security "+mode.name, err)
 			continue
 		}
 		out = append(out, rs...)
@@ -86,11 +107,16 @@ func runSecurity(ctx context.Context, env *Env) ([]Result, error) {
 	return out, nil
 }
 
-// securityMode measures one mode on a cluster of its own.
-func securityMode(ctx context.Context, env *Env, bin, mode, src string, size int64, reps int) ([]Result, error) {
+// runSecurityMode measures one mode on a cluster of its own.
+func runSecurityMode(ctx context.Context, env *Env, bin string, mode securityMode, src string, size int64, reps int) ([]Result, error) {
+	dir := "security-" + mode.mode
+	if mode.records {
+		dir += "-records"
+	}
 	p, err := cluster.StartProcs(ctx, cluster.ProcsOptions{
-		Binary: bin, Dir: filepath.Join(env.Dir, "security-"+mode), Meta: 1, Store: 1,
-		Durability: config.DurabilitySync, Backend: config.BackendDisk, Security: mode,
+		Binary: bin, Dir: filepath.Join(env.Dir, dir), Meta: 1, Store: 1,
+		Durability: config.DurabilitySync, Backend: config.BackendDisk, Security: mode.mode,
+		RecordsOnLoopback: mode.records,
 	})
 	if err != nil {
 		return nil, err
@@ -103,7 +129,7 @@ func securityMode(ctx context.Context, env *Env, bin, mode, src string, size int
 		return nil, err
 	}
 	defer c.Close()
-	target := "weft (" + mode + ")"
+	target := "weft (" + mode.name + ")"
 	mb := fmt.Sprintf("%d MiB file", size>>20)
 	put := Result{Bench: "security", Case: secPut + ", " + mb, Target: target, Unit: "MB/s"}
 	get := Result{Bench: "security", Case: secGet + ", " + mb, Target: target, Unit: "MB/s"}
