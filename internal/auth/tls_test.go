@@ -211,6 +211,7 @@ func TestRolesAndMethods(t *testing.T) {
 		"root":   p.issue(t, "root", Identity{Role: RoleClient, Root: true}),
 		"admin":  p.issue(t, "admin", Identity{Role: RoleAdmin}),
 		"store":  p.issue(t, "store", Identity{Role: RoleStore}),
+		"edge":   p.issue(t, "edge", Identity{Role: RoleEdge}),
 		"meta":   p.meta,
 	}
 	for _, c := range []struct {
@@ -228,6 +229,9 @@ func TestRolesAndMethods(t *testing.T) {
 		{"admin", pb.MethodListChunks, true},
 		{"store", pb.MethodPeerApply, false},
 		{"store", pb.MethodListChunks, true},
+		{"edge", pb.MethodReadlink, true},
+		{"edge", pb.MethodPeerApply, false},
+		{"edge", pb.MethodListChunks, false},
 		{"meta", pb.MethodPeerApply, true},
 		{"meta", pb.MethodDeleteChunks, true},
 	} {
