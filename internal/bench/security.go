@@ -93,22 +93,72 @@ func runSecurity(ctx context.Context, env *Env) ([]Result, error) {
 	}
 	defer os.Remove(src)
 	reps := env.repeats()
-	env.progress(len(securityModes) * (1 + reps))
-	var out []Result
+	env.progress(len(securityModes) * (1 + 2*reps))
+	// Every mode's cluster runs from the start, and each repeat measures
+	// every mode in turn: on a shared machine the load drifts over a run,
+	// and interleaving spreads the drift over the modes instead of
+	// charging it to whichever ran last.
+	var runs []*securityRun
+	defer func() {
+		for _, r := range runs {
+			r.close()
+		}
+	}()
 	for _, mode := range securityModes {
 		env.step("cluster " + mode.name)
-		rs, err := runSecurityMode(ctx, env, bin, mode, src, size, reps)
+		r, err := startSecurityRun(ctx, env, bin, mode, size)
 		if err != nil {
 			env.skip("security "+mode.name, err)
 			continue
 		}
-		out = append(out, rs...)
+		runs = append(runs, r)
+	}
+	dst := filepath.Join(env.Dir, "security-copy")
+	defer os.Remove(dst)
+	for range reps {
+		for _, r := range runs {
+			if r.err != nil {
+				continue
+			}
+			env.step(r.put.Target + ": put and get")
+			r.err = r.repeat(ctx, src, dst, size)
+		}
+	}
+	var out []Result
+	for _, r := range runs {
+		if r.err == nil {
+			putL := Result{Bench: "security", Case: secPutGigE, Target: r.put.Target, Unit: "MB/s"}
+			getL := Result{Bench: "security", Case: secGetGigE, Target: r.put.Target, Unit: "MB/s"}
+			r.err = securityOverLink(ctx, env, r.cc, src, dst, size, reps, &putL, &getL)
+			if r.err == nil {
+				r.err = r.c.Unlink(ctx, securityFile)
+			}
+			if r.err == nil {
+				out = append(out, r.put, r.get, putL, getL, r.revoke, r.keep)
+			}
+		}
+		if r.err != nil {
+			env.skip("security "+r.mode.name, r.err)
+		}
 	}
 	return out, nil
 }
 
-// runSecurityMode measures one mode on a cluster of its own.
-func runSecurityMode(ctx context.Context, env *Env, bin string, mode securityMode, src string, size int64, reps int) ([]Result, error) {
+// securityFile is the file the loopback rows put and get.
+const securityFile = "/big"
+
+// securityRun is one mode's cluster, client and results.
+type securityRun struct {
+	mode                   securityMode
+	p                      *cluster.Procs
+	cc                     client.Config
+	c                      *client.Client
+	put, get, revoke, keep Result
+	err                    error // the first failure: no more repeats
+}
+
+// startSecurityRun starts one mode's cluster of its own and its client.
+func startSecurityRun(ctx context.Context, env *Env, bin string, mode securityMode, size int64) (*securityRun, error) {
 	dir := "security-" + mode.mode
 	if mode.records {
 		dir += "-records"
@@ -121,52 +171,52 @@ func runSecurityMode(ctx context.Context, env *Env, bin string, mode securityMod
 	if err != nil {
 		return nil, err
 	}
-	defer p.Stop()
 	cc := cluster.ClientConfig(p.Config(), core.Root, nil)
 	cc.NoSameHost = true
 	c, err := client.New(cc)
 	if err != nil {
+		p.Stop()
 		return nil, err
 	}
-	defer c.Close()
 	target := "weft (" + mode.name + ")"
 	mb := fmt.Sprintf("%d MiB file", size>>20)
-	put := Result{Bench: "security", Case: secPut + ", " + mb, Target: target, Unit: "MB/s"}
-	get := Result{Bench: "security", Case: secGet + ", " + mb, Target: target, Unit: "MB/s"}
-	revoke := Result{Bench: "security", Case: secChmodRevoke, Target: target, Unit: "µs"}
-	keep := Result{Bench: "security", Case: secChmodKeep, Target: target, Unit: "µs"}
-	const name = "/big"
-	dst := filepath.Join(env.Dir, "security-copy")
-	defer os.Remove(dst)
-	for range reps {
-		env.step(target + ": put and get")
-		if err := c.Truncate(ctx, name, 0); err != nil && !errs.Is(err, errs.NotExist) {
-			return nil, err
-		}
-		t := time.Now()
-		if err := copyIn(ctx, c, src, name); err != nil {
-			return nil, err
-		}
-		put.Samples = append(put.Samples, float64(size)/1e6/time.Since(t).Seconds())
-		os.Remove(dst)
-		t = time.Now()
-		if err := copyOut(ctx, c, name, dst); err != nil {
-			return nil, err
-		}
-		get.Samples = append(get.Samples, float64(size)/1e6/time.Since(t).Seconds())
-		r, k, err := chmodCosts(ctx, c, name)
-		if err != nil {
-			return nil, err
-		}
-		revoke.Samples = append(revoke.Samples, r)
-		keep.Samples = append(keep.Samples, k)
+	return &securityRun{
+		mode: mode, p: p, cc: cc, c: c,
+		put:    Result{Bench: "security", Case: secPut + ", " + mb, Target: target, Unit: "MB/s"},
+		get:    Result{Bench: "security", Case: secGet + ", " + mb, Target: target, Unit: "MB/s"},
+		revoke: Result{Bench: "security", Case: secChmodRevoke, Target: target, Unit: "µs"},
+		keep:   Result{Bench: "security", Case: secChmodKeep, Target: target, Unit: "µs"},
+	}, nil
+}
+
+func (r *securityRun) close() {
+	r.c.Close()
+	r.p.Stop()
+}
+
+// repeat measures one put, one get and the chmods.
+func (r *securityRun) repeat(ctx context.Context, src, dst string, size int64) error {
+	if err := r.c.Truncate(ctx, securityFile, 0); err != nil && !errs.Is(err, errs.NotExist) {
+		return err
 	}
-	putL := Result{Bench: "security", Case: secPutGigE, Target: target, Unit: "MB/s"}
-	getL := Result{Bench: "security", Case: secGetGigE, Target: target, Unit: "MB/s"}
-	if err := securityOverLink(ctx, env, cc, src, dst, size, reps, &putL, &getL); err != nil {
-		return nil, err
+	t := time.Now()
+	if err := copyIn(ctx, r.c, src, securityFile); err != nil {
+		return err
 	}
-	return []Result{put, get, putL, getL, revoke, keep}, c.Unlink(ctx, name)
+	r.put.Samples = append(r.put.Samples, float64(size)/1e6/time.Since(t).Seconds())
+	os.Remove(dst)
+	t = time.Now()
+	if err := copyOut(ctx, r.c, securityFile, dst); err != nil {
+		return err
+	}
+	r.get.Samples = append(r.get.Samples, float64(size)/1e6/time.Since(t).Seconds())
+	rv, k, err := chmodCosts(ctx, r.c, securityFile)
+	if err != nil {
+		return err
+	}
+	r.revoke.Samples = append(r.revoke.Samples, rv)
+	r.keep.Samples = append(r.keep.Samples, k)
+	return nil
 }
 
 // securityOverLink puts and gets the first bytes of src through a client

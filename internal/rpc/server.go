@@ -234,6 +234,7 @@ func (s *Server) setup(nc net.Conn) {
 	s.mu.conns[c] = struct{}{}
 	s.wg.Add(1) // the read loop; we still hold our own count, so not from zero
 	s.mu.Unlock()
+	s.log.Debug("rpc: accepted connection", "remote", raw.RemoteAddr().String(), "transport", transport)
 	c.start()
 }
 
