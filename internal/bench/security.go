@@ -95,9 +95,10 @@ func runSecurity(ctx context.Context, env *Env) ([]Result, error) {
 	reps := env.repeats()
 	env.progress(len(securityModes) * (1 + 2*reps))
 	// Every mode's cluster runs from the start, and each repeat measures
-	// every mode in turn: on a shared machine the load drifts over a run,
-	// and interleaving spreads the drift over the modes instead of
-	// charging it to whichever ran last.
+	// every mode in turn, starting one mode later than the last: on a
+	// shared machine the load drifts over a run, and interleaving spreads
+	// the drift (and whatever a mode leaves behind for the next) over the
+	// modes instead of charging it to whichever ran last.
 	var runs []*securityRun
 	defer func() {
 		for _, r := range runs {
@@ -115,8 +116,9 @@ func runSecurity(ctx context.Context, env *Env) ([]Result, error) {
 	}
 	dst := filepath.Join(env.Dir, "security-copy")
 	defer os.Remove(dst)
-	for range reps {
-		for _, r := range runs {
+	for rep := range reps {
+		for j := range runs {
+			r := runs[(rep+j)%len(runs)]
 			if r.err != nil {
 				continue
 			}
@@ -210,6 +212,9 @@ func (r *securityRun) repeat(ctx context.Context, src, dst string, size int64) e
 		return err
 	}
 	r.get.Samples = append(r.get.Samples, float64(size)/1e6/time.Since(t).Seconds())
+	// Removed at once, its dirty pages are dropped instead of written
+	// back while the next mode puts.
+	os.Remove(dst)
 	rv, k, err := chmodCosts(ctx, r.c, securityFile)
 	if err != nil {
 		return err
