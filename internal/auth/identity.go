@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
 )
@@ -29,19 +30,25 @@ const (
 	RoleStore  Role = "store"  // a storage server: calls other stores (repair)
 	RoleClient Role = "client" // a mount or library client acting for the uids it names
 	RoleAdmin  Role = "admin"  // the cluster's operator: fsck, gc, repair, status; acts as anyone
+	// RoleEdge is an edge metadata server (weft edge): a server to its
+	// site's clients, whose credentials it binds to their certificates
+	// itself, and to the cluster a caller of the file system's methods
+	// that acts as anyone; never a meta server's peer.
+	RoleEdge Role = "edge"
 )
 
-// Valid reports whether r is one of the four roles.
+// Valid reports whether r is one of the five roles.
 func (r Role) Valid() bool {
 	switch r {
-	case RoleMeta, RoleStore, RoleClient, RoleAdmin:
+	case RoleMeta, RoleStore, RoleClient, RoleAdmin, RoleEdge:
 		return true
 	}
 	return false
 }
 
-// Server reports whether the role is a server's.
-func (r Role) Server() bool { return r == RoleMeta || r == RoleStore }
+// Server reports whether the role is a server's: one that clients accept
+// at the other end of a connection.
+func (r Role) Server() bool { return r == RoleMeta || r == RoleStore || r == RoleEdge }
 
 // Range is an inclusive range of uids or gids.
 type Range struct{ Min, Max uint32 }
@@ -100,17 +107,53 @@ func (id Identity) String() string {
 }
 
 // ActsAsAnyone reports whether the identity's requests may carry any
-// credentials: administrators, meta servers (which forward their clients'
-// requests) and root clients.
+// credentials: administrators, meta servers and edge servers (which
+// forward their clients' requests, bound already) and root clients.
 func (id Identity) ActsAsAnyone() bool {
-	return id.Role == RoleAdmin || id.Role == RoleMeta || (id.Role == RoleClient && id.Root)
+	return id.Role == RoleAdmin || id.Role == RoleMeta || id.Role == RoleEdge || (id.Role == RoleClient && id.Root)
+}
+
+// Nobody is the uid and gid credentials are squashed to when they lie
+// outside what the caller's certificate allows.
+const Nobody = 65534
+
+// Bind limits credentials a request claims to those the identity allows
+// (docs/design.md, "Identity binds credentials"):
+//
+//   - administrators, meta and edge servers and root clients act as anyone;
+//   - a client certificate for a uid range keeps a uid in the range and a
+//     gid and groups in its gid range; a uid or gid outside becomes
+//     Nobody and groups outside are dropped (root squash, as NFS does):
+//     the request goes on with the rights of nobody rather than failing,
+//     so that a mount whose caller is root still reads what everyone may;
+//   - any other role (a store) is nobody.
+func (id Identity) Bind(c core.Creds) core.Creds {
+	if id.ActsAsAnyone() {
+		return c
+	}
+	if id.Role != RoleClient {
+		return core.Creds{UID: Nobody, GID: Nobody}
+	}
+	out := core.Creds{UID: c.UID, GID: c.GID}
+	if !id.UIDs.Contains(c.UID) {
+		out.UID = Nobody
+	}
+	if !id.GIDs.Contains(c.GID) {
+		out.GID = Nobody
+	}
+	for _, g := range c.Groups {
+		if id.GIDs.Contains(g) {
+			out.Groups = append(out.Groups, g)
+		}
+	}
+	return out
 }
 
 // Validate checks that the identity is one a CA may issue.
 func (id Identity) Validate() error {
 	const op = "identity"
 	if !id.Role.Valid() {
-		return errs.New(errs.Invalid, op, "role %q is not meta, store, client or admin", id.Role)
+		return errs.New(errs.Invalid, op, "role %q is not meta, store, edge, client or admin", id.Role)
 	}
 	if id.Role != RoleClient {
 		if id.Root || id.UIDs != (Range{}) || id.GIDs != (Range{}) {

@@ -35,7 +35,7 @@ var internalMethods = map[uint16][]Role{
 	pb.MethodRevokeCapabilities: {RoleMeta, RoleAdmin},
 	// weft find: a client method (the meta server answers with what the
 	// request's credentials may list); stores never search.
-	pb.MethodFind: {RoleClient, RoleMeta, RoleAdmin},
+	pb.MethodFind: {RoleClient, RoleMeta, RoleAdmin, RoleEdge},
 }
 
 // peerMethods is the range of meta-to-meta methods.

@@ -64,6 +64,12 @@ func client1000() Identity {
 // method.
 func startServer(t *testing.T, b *Bundle) string {
 	t.Helper()
+	return startServerWith(t, b, nil)
+}
+
+// startServerWith is startServer with more options (secure mode's).
+func startServerWith(t *testing.T, b *Bundle, more func(*rpc.ServerOptions)) string {
+	t.Helper()
 	mux := rpc.NewMux()
 	whoami := func(ctx context.Context, _ *pb.Empty) (*pb.ReadlinkReply, error) {
 		id, ok := FromContext(ctx)
@@ -78,6 +84,9 @@ func startServer(t *testing.T, b *Bundle) string {
 	rpc.Handle(mux, pb.MethodDeleteChunks, whoami)
 	var opts rpc.ServerOptions
 	b.ServerOptions(&opts)
+	if more != nil {
+		more(&opts)
+	}
 	srv := rpc.NewServer(mux, opts)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -96,9 +105,18 @@ func testCtx(t *testing.T) context.Context {
 
 func dialAs(t *testing.T, addr string, b *Bundle) (*rpc.Conn, error) {
 	t.Helper()
+	return dialAsWith(t, addr, b, nil)
+}
+
+// dialAsWith is dialAs with more options (secure mode's).
+func dialAsWith(t *testing.T, addr string, b *Bundle, more func(*rpc.DialOptions)) (*rpc.Conn, error) {
+	t.Helper()
 	var opts rpc.DialOptions
 	if b != nil {
 		b.DialOptions(&opts)
+	}
+	if more != nil {
+		more(&opts)
 	}
 	c, err := rpc.Dial(testCtx(t), addr, opts)
 	if err == nil {
@@ -193,6 +211,7 @@ func TestRolesAndMethods(t *testing.T) {
 		"root":   p.issue(t, "root", Identity{Role: RoleClient, Root: true}),
 		"admin":  p.issue(t, "admin", Identity{Role: RoleAdmin}),
 		"store":  p.issue(t, "store", Identity{Role: RoleStore}),
+		"edge":   p.issue(t, "edge", Identity{Role: RoleEdge}),
 		"meta":   p.meta,
 	}
 	for _, c := range []struct {
@@ -210,6 +229,9 @@ func TestRolesAndMethods(t *testing.T) {
 		{"admin", pb.MethodListChunks, true},
 		{"store", pb.MethodPeerApply, false},
 		{"store", pb.MethodListChunks, true},
+		{"edge", pb.MethodReadlink, true},
+		{"edge", pb.MethodPeerApply, false},
+		{"edge", pb.MethodListChunks, false},
 		{"meta", pb.MethodPeerApply, true},
 		{"meta", pb.MethodDeleteChunks, true},
 	} {

@@ -20,7 +20,24 @@ import (
 	"github.com/weftfs/weft/internal/linksim"
 )
 
-var securityModes = []string{config.SecurityNone, config.SecuritySecure, config.SecurityPrivate}
+// securityMode is one column of the security benchmark: a mode, and for
+// secure whether loopback connections keep the record layer.
+type securityMode struct {
+	name, mode string
+	records    bool
+}
+
+var securityModes = []securityMode{
+	{config.SecurityNone, config.SecurityNone, false},
+	{config.SecuritySecure, config.SecuritySecure, false},
+	// What secure costs where the record layer runs: between machines,
+	// and on loopback before the bare path.
+	{securityRecords, config.SecuritySecure, true},
+	{config.SecurityPrivate, config.SecurityPrivate, false},
+}
+
+// securityRecords names secure mode with records_on_loopback.
+const securityRecords = "secure, records on loopback"
 
 // Cases of the security benchmark.
 const (
@@ -44,6 +61,10 @@ func securityBenchmark() Benchmark {
 			"Each mode runs its own cluster as separate processes (weft cluster start: one meta and one disk store " +
 				"server, sync durability); the benchmark is the client, with the cluster's admin identity and the " +
 				"same-host path off, so that every byte crosses a connection in the mode under test.",
+			"secure: over loopback the connections carry frames bare after the mutual TLS handshake (the kernel " +
+				"keeps other users off a loopback connection); \"" + securityRecords + "\" keeps the integrity record " +
+				"layer there too (records_on_loopback = true), as every connection between machines has it. The GigE " +
+				"rows go through a relay (linksim), so every secure column has the record layer there.",
 			"The GigE rows put every connection of the client (to the meta and the store server) through linksim's " +
 				"GigE profile (1 Gbit/s each way, 0.1 ms round trip), as between machines: the crypto then runs while the " +
 				"link, not the CPU, sets the pace. 256 MiB (--quick: 16 MiB).",
@@ -72,75 +93,135 @@ func runSecurity(ctx context.Context, env *Env) ([]Result, error) {
 	}
 	defer os.Remove(src)
 	reps := env.repeats()
-	env.progress(len(securityModes) * (1 + reps))
-	var out []Result
+	env.progress(len(securityModes) * (1 + 2*reps))
+	// Every mode's cluster runs from the start, and each repeat measures
+	// every mode in turn, starting one mode later than the last: on a
+	// shared machine the load drifts over a run, and interleaving spreads
+	// the drift (and whatever a mode leaves behind for the next) over the
+	// modes instead of charging it to whichever ran last.
+	var runs []*securityRun
+	defer func() {
+		for _, r := range runs {
+			r.close()
+		}
+	}()
 	for _, mode := range securityModes {
-		env.step("cluster " + mode)
-		rs, err := securityMode(ctx, env, bin, mode, src, size, reps)
+		env.step("cluster " + mode.name)
+		r, err := startSecurityRun(ctx, env, bin, mode, size)
 		if err != nil {
-			env.skip("security "+mode, err)
+			env.skip("security "+mode.name, err)
 			continue
 		}
-		out = append(out, rs...)
+		runs = append(runs, r)
+	}
+	dst := filepath.Join(env.Dir, "security-copy")
+	defer os.Remove(dst)
+	for rep := range reps {
+		for j := range runs {
+			r := runs[(rep+j)%len(runs)]
+			if r.err != nil {
+				continue
+			}
+			env.step(r.put.Target + ": put and get")
+			r.err = r.repeat(ctx, src, dst, size)
+		}
+	}
+	var out []Result
+	for _, r := range runs {
+		if r.err == nil {
+			putL := Result{Bench: "security", Case: secPutGigE, Target: r.put.Target, Unit: "MB/s"}
+			getL := Result{Bench: "security", Case: secGetGigE, Target: r.put.Target, Unit: "MB/s"}
+			r.err = securityOverLink(ctx, env, r.cc, src, dst, size, reps, &putL, &getL)
+			if r.err == nil {
+				r.err = r.c.Unlink(ctx, securityFile)
+			}
+			if r.err == nil {
+				out = append(out, r.put, r.get, putL, getL, r.revoke, r.keep)
+			}
+		}
+		if r.err != nil {
+			env.skip("security "+r.mode.name, r.err)
+		}
 	}
 	return out, nil
 }
 
-// securityMode measures one mode on a cluster of its own.
-func securityMode(ctx context.Context, env *Env, bin, mode, src string, size int64, reps int) ([]Result, error) {
+// securityFile is the file the loopback rows put and get.
+const securityFile = "/big"
+
+// securityRun is one mode's cluster, client and results.
+type securityRun struct {
+	mode                   securityMode
+	p                      *cluster.Procs
+	cc                     client.Config
+	c                      *client.Client
+	put, get, revoke, keep Result
+	err                    error // the first failure: no more repeats
+}
+
+// startSecurityRun starts one mode's cluster of its own and its client.
+func startSecurityRun(ctx context.Context, env *Env, bin string, mode securityMode, size int64) (*securityRun, error) {
+	dir := "security-" + mode.mode
+	if mode.records {
+		dir += "-records"
+	}
 	p, err := cluster.StartProcs(ctx, cluster.ProcsOptions{
-		Binary: bin, Dir: filepath.Join(env.Dir, "security-"+mode), Meta: 1, Store: 1,
-		Durability: config.DurabilitySync, Backend: config.BackendDisk, Security: mode,
+		Binary: bin, Dir: filepath.Join(env.Dir, dir), Meta: 1, Store: 1,
+		Durability: config.DurabilitySync, Backend: config.BackendDisk, Security: mode.mode,
+		RecordsOnLoopback: mode.records,
 	})
 	if err != nil {
 		return nil, err
 	}
-	defer p.Stop()
 	cc := cluster.ClientConfig(p.Config(), core.Root, nil)
 	cc.NoSameHost = true
 	c, err := client.New(cc)
 	if err != nil {
+		p.Stop()
 		return nil, err
 	}
-	defer c.Close()
-	target := "weft (" + mode + ")"
+	target := "weft (" + mode.name + ")"
 	mb := fmt.Sprintf("%d MiB file", size>>20)
-	put := Result{Bench: "security", Case: secPut + ", " + mb, Target: target, Unit: "MB/s"}
-	get := Result{Bench: "security", Case: secGet + ", " + mb, Target: target, Unit: "MB/s"}
-	revoke := Result{Bench: "security", Case: secChmodRevoke, Target: target, Unit: "µs"}
-	keep := Result{Bench: "security", Case: secChmodKeep, Target: target, Unit: "µs"}
-	const name = "/big"
-	dst := filepath.Join(env.Dir, "security-copy")
-	defer os.Remove(dst)
-	for range reps {
-		env.step(target + ": put and get")
-		if err := c.Truncate(ctx, name, 0); err != nil && !errs.Is(err, errs.NotExist) {
-			return nil, err
-		}
-		t := time.Now()
-		if err := copyIn(ctx, c, src, name); err != nil {
-			return nil, err
-		}
-		put.Samples = append(put.Samples, float64(size)/1e6/time.Since(t).Seconds())
-		os.Remove(dst)
-		t = time.Now()
-		if err := copyOut(ctx, c, name, dst); err != nil {
-			return nil, err
-		}
-		get.Samples = append(get.Samples, float64(size)/1e6/time.Since(t).Seconds())
-		r, k, err := chmodCosts(ctx, c, name)
-		if err != nil {
-			return nil, err
-		}
-		revoke.Samples = append(revoke.Samples, r)
-		keep.Samples = append(keep.Samples, k)
+	return &securityRun{
+		mode: mode, p: p, cc: cc, c: c,
+		put:    Result{Bench: "security", Case: secPut + ", " + mb, Target: target, Unit: "MB/s"},
+		get:    Result{Bench: "security", Case: secGet + ", " + mb, Target: target, Unit: "MB/s"},
+		revoke: Result{Bench: "security", Case: secChmodRevoke, Target: target, Unit: "µs"},
+		keep:   Result{Bench: "security", Case: secChmodKeep, Target: target, Unit: "µs"},
+	}, nil
+}
+
+func (r *securityRun) close() {
+	r.c.Close()
+	r.p.Stop()
+}
+
+// repeat measures one put, one get and the chmods.
+func (r *securityRun) repeat(ctx context.Context, src, dst string, size int64) error {
+	if err := r.c.Truncate(ctx, securityFile, 0); err != nil && !errs.Is(err, errs.NotExist) {
+		return err
 	}
-	putL := Result{Bench: "security", Case: secPutGigE, Target: target, Unit: "MB/s"}
-	getL := Result{Bench: "security", Case: secGetGigE, Target: target, Unit: "MB/s"}
-	if err := securityOverLink(ctx, env, cc, src, dst, size, reps, &putL, &getL); err != nil {
-		return nil, err
+	t := time.Now()
+	if err := copyIn(ctx, r.c, src, securityFile); err != nil {
+		return err
 	}
-	return []Result{put, get, putL, getL, revoke, keep}, c.Unlink(ctx, name)
+	r.put.Samples = append(r.put.Samples, float64(size)/1e6/time.Since(t).Seconds())
+	os.Remove(dst)
+	t = time.Now()
+	if err := copyOut(ctx, r.c, securityFile, dst); err != nil {
+		return err
+	}
+	r.get.Samples = append(r.get.Samples, float64(size)/1e6/time.Since(t).Seconds())
+	// Removed at once, its dirty pages are dropped instead of written
+	// back while the next mode puts.
+	os.Remove(dst)
+	rv, k, err := chmodCosts(ctx, r.c, securityFile)
+	if err != nil {
+		return err
+	}
+	r.revoke.Samples = append(r.revoke.Samples, rv)
+	r.keep.Samples = append(r.keep.Samples, k)
+	return nil
 }
 
 // securityOverLink puts and gets the first bytes of src through a client

@@ -105,6 +105,10 @@ var (
 	weftNone    = weftVariant{"weft (none)", "sync", "disk", "none", 0}
 	weftSecure  = weftVariant{"weft (secure)", "sync", "disk", "secure", 0}
 	weftPrivate = weftVariant{"weft (private)", "sync", "disk", "private", 0}
+	// Secure with the record layer kept on loopback connections (which
+	// otherwise go bare after the handshake): what secure costs where the
+	// records run, between machines.
+	weftSecureRecords = weftVariant{"weft (secure, records on loopback)", "sync", "disk", securityRecordsVariant, 0}
 
 	// A mount in writeback mode (metadata write-back under directory
 	// write leases) of sync servers, as separate processes: leases need
@@ -145,7 +149,7 @@ func (e *Env) targets(variants ...weftVariant) []Target {
 // processes), if the run measures weft.
 func (e *Env) securityTargets() []Target {
 	var out []Target
-	for _, t := range e.targets(weftNone, weftSecure, weftPrivate) {
+	for _, t := range e.targets(weftNone, weftSecure, weftSecureRecords, weftPrivate) {
 		if t.Kind == kindWeft {
 			out = append(out, t)
 		}

@@ -13,6 +13,10 @@ import (
 	"github.com/weftfs/weft/internal/config"
 )
 
+// securityRecordsVariant is Target.Security for secure mode with the
+// record layer kept on loopback connections (--records-on-loopback).
+const securityRecordsVariant = "secure-records"
+
 // mountWeftProcs starts t's cluster under base/cluster and mounts it on
 // base/mnt with the cluster's admin identity. A remount restarts the mount
 // daemon only (its page cache goes); the servers keep running.
@@ -24,6 +28,9 @@ func (e *Env) mountWeftProcs(ctx context.Context, m *Mount, base, bin string) er
 	}
 	t := m.Target
 	args := []string{"cluster", "start", "--dir", dir, "--meta", "1", "--store", "1", "--security", t.Security}
+	if t.Security == securityRecordsVariant {
+		args = []string{"cluster", "start", "--dir", dir, "--meta", "1", "--store", "1", "--security", config.SecuritySecure, "--records-on-loopback"}
+	}
 	var mountArgs []string
 	switch t.Durability {
 	case "":

@@ -78,7 +78,7 @@ func newCAIssueCommand(a *app) *cobra.Command {
 	var root bool
 	var hosts []string
 	cmd := &cobra.Command{
-		Use:   "issue --role meta|store|client|admin [--uid N | --uids A-B] [--root] --out DIR",
+		Use:   "issue --role meta|store|edge|client|admin [--uid N | --uids A-B] [--root] --out DIR",
 		Short: "Issue an identity signed by the cluster CA",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -110,7 +110,7 @@ func newCAIssueCommand(a *app) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&dir, "ca", "", "CA directory (default: the cluster file's ca)")
-	fl.StringVar(&role, "role", "", "meta, store, client or admin")
+	fl.StringVar(&role, "role", "", "meta, store, edge, client or admin")
 	fl.StringVar(&uid, "uid", "", "client: the one uid it may act as")
 	fl.StringVar(&uids, "uids", "", "client: the range of uids A-B it may act as")
 	fl.StringVar(&gids, "gids", "", "client: the range of gids A-B it may act as (default: the uids')")
@@ -124,7 +124,7 @@ func newCAIssueCommand(a *app) *cobra.Command {
 func identityFromFlags(cmd *cobra.Command, role, uid, uids, gids string, root bool) (auth.Identity, error) {
 	id := auth.Identity{Role: auth.Role(role), Root: root}
 	if !id.Role.Valid() {
-		return id, usageErrorf(cmd, "--role %q: want meta, store, client or admin", role)
+		return id, usageErrorf(cmd, "--role %q: want meta, store, edge, client or admin", role)
 	}
 	if id.Role != auth.RoleClient {
 		if uid != "" || uids != "" || gids != "" || root {

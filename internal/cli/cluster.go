@@ -47,6 +47,7 @@ type clusterStartFlags struct {
 	backend        string
 	memLimit       string
 	security       string
+	records        bool
 	metaCPU        float64
 	metrics        bool
 	binary         string
@@ -80,6 +81,7 @@ func newClusterStartCommand(a *app) *cobra.Command {
 	fl.StringVar(&f.backend, "backend", "", "where stores keep file data: disk or mem (default: as before, else disk); cannot change later")
 	fl.StringVar(&f.memLimit, "mem-limit", "", "bytes each mem backend may hold, such as 2GiB (default: as before, else 1GiB)")
 	fl.StringVar(&f.security, "security", "", securityFlagUsage)
+	fl.BoolVar(&f.records, "records-on-loopback", false, "secure mode: keep the integrity record layer on loopback connections too (a new cluster's records_on_loopback; for measuring it)")
 	fl.Float64Var(&f.metaCPU, "meta-cpu", 0, "cap each meta server at this many cores, such as 0.5 (cgroups; needs root)")
 	fl.BoolVar(&f.metrics, "metrics", false, "give every server a Prometheus metrics address (recorded in the cluster file)")
 	fl.StringVar(&f.binary, "binary", "", "weft executable the servers run (default: this one)")
@@ -147,6 +149,8 @@ func (f clusterStartFlags) options(cmd *cobra.Command) (cluster.ProcsOptions, er
 		Metrics:        f.metrics,
 		MetaCPU:        f.metaCPU,
 		Security:       f.security,
+
+		RecordsOnLoopback: f.records,
 	}
 	if err := checkChoice(cmd, "security", f.security, config.SecurityNone, config.SecuritySecure, config.SecurityPrivate); err != nil {
 		return cluster.ProcsOptions{}, err

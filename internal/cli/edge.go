@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+
 	"github.com/spf13/cobra"
 
 	"github.com/weftfs/weft/internal/edge"
@@ -9,14 +11,18 @@ import (
 func newEdgeCommand(a *app) *cobra.Command {
 	var upstream, listen, out string
 	cmd := &cobra.Command{
-		Use:   "edge --upstream FILE --out FILE [--listen HOST:PORT]",
+		Use:   "edge --upstream FILE --out FILE [--listen HOST:PORT] [--identity DIR]",
 		Short: "Run an edge metadata server in front of a remote cluster",
 		Long: "Run an edge metadata server: a remote site's clients use it as their meta servers,\n" +
 			"and it caches the upstream cluster's metadata under read leases, so that they pay\n" +
 			"the wide-area round trip only on a miss or a change. It listens once per upstream\n" +
 			"meta server (port, port+1, ...; port 0: free ports) and writes --out, the cluster\n" +
 			"file the site's clients and mounts use: its listeners as the meta servers, the\n" +
-			"upstream's stores as the stores (data moves directly). It runs until Ctrl-C or SIGTERM.",
+			"upstream's stores as the stores (data moves directly). It runs until Ctrl-C or SIGTERM.\n\n" +
+			"On a secured cluster (security secure or private) the edge needs an identity of its own,\n" +
+			"issued with weft ca issue --role edge: it connects upstream with it and serves its clients\n" +
+			"with it, requiring their certificates of the same CA and limiting each request's uid and\n" +
+			"gids to what the client's certificate allows, as a meta server does.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if upstream == "" || out == "" {
@@ -30,6 +36,8 @@ func newEdgeCommand(a *app) *cobra.Command {
 				Upstream: cfg,
 				Listen:   listen,
 				Log:      a.serverLogger(cmd.ErrOrStderr()),
+
+				IdentityDir: a.identity,
 			})
 			if err != nil {
 				return err
@@ -46,5 +54,6 @@ func newEdgeCommand(a *app) *cobra.Command {
 	fl.StringVar(&upstream, "upstream", "", "the upstream (authoritative) cluster file")
 	fl.StringVar(&listen, "listen", "127.0.0.1:0", "host:port of the listener for upstream meta server 0; server i listens on port+i")
 	fl.StringVar(&out, "out", "", "where to write the edge's cluster file (for the site's clients)")
+	fl.StringVar(&a.identity, "identity", os.Getenv(IdentityEnv), "the edge's own identity directory (weft ca issue --role edge), needed on a secured cluster (default $"+IdentityEnv+")")
 	return cmd
 }

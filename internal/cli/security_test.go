@@ -216,3 +216,53 @@ func writeLocal(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestRecordsOnLoopback: a secure cluster's loopback connections go bare
+// after the handshake, to its meta and store servers alike; one started
+// with --records-on-loopback keeps the record layer, for its own clients
+// and for a client that offers the bare path.
+func TestRecordsOnLoopback(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		args    []string
+		records bool
+		want    string
+	}{
+		{"default", nil, false, rpc.TransportLoopback},
+		{"records", []string{"--records-on-loopback"}, true, rpc.TransportRecords},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			startCluster(t, dir, c.args...)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cfg, err := config.Load(filepath.Join(dir, cluster.ClusterFileName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.SecurityMode() != config.SecuritySecure || cfg.RecordsOnLoopback != c.records {
+				t.Fatalf("cluster file: security %q, records_on_loopback %v", cfg.SecurityMode(), cfg.RecordsOnLoopback)
+			}
+			dial, err := cluster.DialOptions(cfg, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			offer := dial
+			offer.RecordsOnLoopback = false // what a client that offers the bare path gets
+			for addr, method := range map[string]uint16{cfg.Meta[0].Addr: weftpb.MethodStatFS, cfg.Store[0].Addr: weftpb.MethodStoreStatFS} {
+				for _, opts := range []rpc.DialOptions{dial, offer} {
+					conn, err := rpc.Dial(ctx, addr, opts)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := conn.Transport()
+					err = conn.Call(ctx, method, &weftpb.Empty{}, &weftpb.Empty{})
+					conn.Close()
+					if err != nil || got != c.want {
+						t.Fatalf("%s (client records %v): transport %q, call %v; want %q", addr, opts.RecordsOnLoopback, got, err, c.want)
+					}
+				}
+			}
+		})
+	}
+}

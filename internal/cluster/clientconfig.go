@@ -27,6 +27,7 @@ func ClientConfig(cfg *config.Cluster, creds core.Creds, log *slog.Logger) clien
 		// identity (weft --identity).
 		cc.Identity = cfg.AdminIdentity
 		cc.Dial.IntegrityOnly = cfg.SecurityMode() == config.SecuritySecure
+		cc.Dial.RecordsOnLoopback = cfg.RecordsOnLoopback
 	}
 	if cc.InlineLimit == 0 {
 		cc.InlineLimit = -1 // the file turns inlining off; the library's 0 means default

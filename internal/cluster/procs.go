@@ -107,6 +107,10 @@ type ProcsOptions struct {
 	// Security is a new cluster's security mode; "" means secure. An
 	// existing cluster keeps its file's.
 	Security string
+	// RecordsOnLoopback, for a new secure cluster, keeps the integrity
+	// record layer on loopback connections (the cluster file's
+	// records_on_loopback), for measuring it.
+	RecordsOnLoopback bool
 	// LeaseTerm, if above 0, is the cluster file's lease_term (the grace
 	// follows it unless the file sets lease_grace).
 	LeaseTerm time.Duration
@@ -278,6 +282,7 @@ func StartProcs(ctx context.Context, opts ProcsOptions) (_ *Procs, err error) {
 	}
 	if firstStart {
 		onDisk.Security = opts.Security
+		onDisk.RecordsOnLoopback = opts.RecordsOnLoopback
 		if err := InitSecurity(onDisk, dir); err != nil {
 			return nil, err
 		}

@@ -19,14 +19,15 @@ const PKIDirName = "pki"
 // security is one process's side of its cluster's security mode: the
 // identity it serves and dials with; nil bundle for security = "none".
 type security struct {
-	mode   string
-	bundle *auth.Bundle
+	mode    string
+	records bool // records_on_loopback
+	bundle  *auth.Bundle
 }
 
 // loadSecurity loads the identity in dir for cfg's security mode; for
 // "none" it loads nothing.
 func loadSecurity(cfg *config.Cluster, dir string) (*security, error) {
-	s := &security{mode: cfg.SecurityMode()}
+	s := &security{mode: cfg.SecurityMode(), records: cfg.RecordsOnLoopback}
 	if !cfg.Secured() {
 		return s, nil
 	}
@@ -46,6 +47,7 @@ func (s *security) serverOptions(opts *rpc.ServerOptions) {
 	if s.bundle != nil {
 		s.bundle.ServerOptions(opts)
 		opts.IntegrityOnly = s.mode == config.SecuritySecure
+		opts.RecordsOnLoopback = s.records
 	}
 }
 
@@ -55,6 +57,7 @@ func (s *security) dial() rpc.DialOptions {
 	if s.bundle != nil {
 		s.bundle.DialOptions(&opts)
 		opts.IntegrityOnly = s.mode == config.SecuritySecure
+		opts.RecordsOnLoopback = s.records
 	}
 	return opts
 }

@@ -101,6 +101,12 @@ type Cluster struct {
 	// SecuritySecure or SecurityPrivate (security.go). Empty, in a file
 	// written before weft had security, means SecurityNone.
 	Security string `toml:"security,omitempty"`
+	// RecordsOnLoopback, in secure mode, keeps the integrity record
+	// layer on connections between two loopback addresses, which
+	// otherwise carry their frames bare after the TLS handshake (the
+	// kernel keeps other local users off them; docs/design.md, "Threat
+	// model"). For measuring what the record layer costs.
+	RecordsOnLoopback bool `toml:"records_on_loopback,omitempty"`
 	// CA is the directory of the cluster CA (weft ca), which issues
 	// identities; servers and clients need only their identities.
 	CA string `toml:"ca,omitempty"`

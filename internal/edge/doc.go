@@ -28,7 +28,14 @@
 // client whose own forwarded change caused the recall is spared until the
 // change returns (inflight.go), as a meta server spares the requester.
 //
+// Security. On a secured cluster the edge holds an identity of its own
+// (role edge): it dials upstream with it and serves its clients with it,
+// mutual TLS against the cluster's CA in the cluster's mode, with the
+// meta servers' role policy. Upstream its certificate acts as anyone, so
+// it binds each client request's credentials to the client's
+// certificate itself (creds.go). Capabilities in replies pass through
+// unchanged; the stores check them.
+//
 // Not built: delegated write leases (a client's write lease request is
-// answered with nothing granted, so it works without one), and secured
-// clusters (the edge refuses to start on one).
+// answered with nothing granted, so it works without one).
 package edge

@@ -32,7 +32,11 @@ type Config struct {
 	Term time.Duration
 	// Dial is the template of the upstream connections (timeouts).
 	Dial rpc.DialOptions
-	Log  *slog.Logger
+	// IdentityDir is the edge's identity (weft ca issue --role edge),
+	// which a secured upstream needs: the edge dials upstream with it and
+	// serves its clients with it (security.go).
+	IdentityDir string
+	Log         *slog.Logger
 }
 
 // Server is a running edge server.
@@ -64,14 +68,15 @@ func (s *Server) spawn(fn func()) {
 // Start listens and serves until Close.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	const op = "edge start"
-	switch {
-	case cfg.Upstream == nil || len(cfg.Upstream.Meta) == 0:
+	if cfg.Upstream == nil || len(cfg.Upstream.Meta) == 0 {
 		return nil, errs.New(errs.Invalid, op, "no upstream meta servers")
-	case cfg.Upstream.Secured():
-		return nil, errs.New(errs.NotSupported, op, "the upstream cluster's security is %q; the edge serves only clusters with security = \"none\" for now", cfg.Upstream.SecurityMode())
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	serve, err := secure(&cfg)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Term <= 0 {
 		cfg.Term = DefaultTerm
@@ -87,9 +92,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{log: cfg.Log, cfg: cfg.Upstream.Clone()}
 	for i := range s.cfg.Store {
 		// A client file: where each store keeps its data is not the
-		// site's business.
-		s.cfg.Store[i].Dir, s.cfg.Store[i].MetricsAddr, s.cfg.Store[i].Identity = "", "", ""
+		// site's business. (Its identity directory stays: a secured
+		// cluster's file names one for every server.)
+		s.cfg.Store[i].Dir, s.cfg.Store[i].MetricsAddr = "", ""
 	}
+	s.cfg.CapabilitySecret = "" // the stores' and meta servers' secret: not for clients
 	s.life, s.stop = context.WithCancel(context.Background())
 	session := newSession()
 	var lns []net.Listener
@@ -109,10 +116,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		lns = append(lns, ln)
 		u := newUpstream(s, i, m.Addr, session, cfg)
 		s.ups = append(s.ups, u)
-		s.cfg.Meta[i] = config.MetaServer{Addr: ln.Addr().String()}
+		s.cfg.Meta[i] = config.MetaServer{Addr: ln.Addr().String(), Identity: cfg.IdentityDir}
 	}
 	for i, ln := range lns {
-		srv := rpc.NewServer(s.ups[i].mux(), rpc.ServerOptions{Logger: cfg.Log})
+		srv := rpc.NewServer(s.ups[i].mux(), serve)
 		s.servers = append(s.servers, srv)
 		s.served.Go(func() { _ = srv.Serve(ln) })
 	}

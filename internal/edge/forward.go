@@ -26,11 +26,21 @@ func (u *upstream) mux() *rpc.Mux {
 	mux := rpc.NewMux()
 	for _, m := range forwarded {
 		rpc.HandleRaw(mux, m, func(ctx context.Context, msg, data []byte) ([]byte, rpc.Attachment, error) {
+			msg, err := bindRequest(ctx, m, msg)
+			if err != nil {
+				return nil, rpc.Attachment{}, err
+			}
 			return u.forward(ctx, m, msg, data)
 		})
 	}
 	for _, m := range []uint16{weftpb.MethodLookup, weftpb.MethodGetAttr, weftpb.MethodReadDir} {
 		rpc.HandleRaw(mux, m, func(ctx context.Context, msg, _ []byte) ([]byte, rpc.Attachment, error) {
+			// Bound first: the cache is keyed by the request as the
+			// upstream would see it.
+			msg, err := bindRequest(ctx, m, msg)
+			if err != nil {
+				return nil, rpc.Attachment{}, err
+			}
 			resp, err := u.cachedRead(ctx, m, msg)
 			return resp, rpc.Attachment{}, err
 		})

@@ -50,9 +50,10 @@ type edgeProc struct {
 	done chan struct{}
 }
 
-// startEdge runs weft edge in front of the cluster file upstream and waits
-// for the edge's cluster file. The process is killed when the test ends.
-func startEdge(t *testing.T, upstream string) *edgeProc {
+// startEdge runs weft edge in front of the cluster file upstream, with more
+// arguments, and waits for the edge's cluster file. The process is killed
+// when the test ends.
+func startEdge(t *testing.T, upstream string, more ...string) *edgeProc {
 	t.Helper()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "edge.toml")
@@ -60,7 +61,7 @@ func startEdge(t *testing.T, upstream string) *edgeProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(weftbin.Path(t), "edge", "--upstream", upstream, "--out", out, "--listen", "127.0.0.1:0")
+	cmd := exec.Command(weftbin.Path(t), append([]string{"edge", "--upstream", upstream, "--out", out, "--listen", "127.0.0.1:0"}, more...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -123,6 +123,7 @@ func ConnectAs(ctx context.Context, cfg *config.Cluster, timeout time.Duration, 
 		}
 		b.DialOptions(&dial)
 		dial.IntegrityOnly = cfg.SecurityMode() == config.SecuritySecure
+		dial.RecordsOnLoopback = cfg.RecordsOnLoopback
 	}
 	n := len(cfg.Meta)
 	if n == 0 {

@@ -100,6 +100,8 @@ type connConfig struct {
 	// authorize is the server's policy, nil for none.
 	peerID    any
 	authorize func(method uint16, peer any) error
+	// transport names what carries the frames (Conn.Transport).
+	transport string
 }
 
 type connKey struct{}
@@ -169,6 +171,18 @@ func (c *Conn) start() {
 
 // RemoteAddr is the address of the other end.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// What carries a connection's frames (Conn.Transport).
+const (
+	TransportPlain    = "plaintext"         // TCP, no TLS (security = "none")
+	TransportTLS      = "tls"               // TLS 1.3 records (private)
+	TransportRecords  = "integrity records" // after a TLS handshake (secure)
+	TransportLoopback = "loopback, bare"    // after a TLS handshake, both ends loopback (secure; loopback.go)
+)
+
+// Transport names what carries the connection's frames after its
+// handshakes: one of the Transport constants.
+func (c *Conn) Transport() string { return c.cfg.transport }
 
 // Done is closed when the connection has closed, for whatever reason.
 func (c *Conn) Done() <-chan struct{} { return c.done }

@@ -46,6 +46,12 @@ type DialOptions struct {
 	// integrity-only record layer (integrity.go; security = "secure").
 	// The server must be configured alike.
 	IntegrityOnly bool
+	// RecordsOnLoopback, with IntegrityOnly, keeps the record layer on a
+	// connection between two loopback addresses too. Without it such a
+	// connection carries its frames bare after the TLS handshake
+	// (loopback.go), as plaintext costs on one machine; it is for
+	// measuring what the record layer costs.
+	RecordsOnLoopback bool
 }
 
 // DefaultCallTimeout bounds a call whose context has no deadline. A dead
@@ -83,7 +89,7 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
 	if peerTimeout > 0 {
 		hsTimeout = min(hsTimeout, peerTimeout)
 	}
-	nc, features, err := dial(ctx, addr, opts.TLS, opts.IntegrityOnly, hsTimeout)
+	nc, features, transport, err := dial(ctx, addr, opts, hsTimeout)
 	if err != nil {
 		if ctxEnded(ctx) {
 			return nil, ctxError(ctx, "rpc dial "+addr)
@@ -100,51 +106,54 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Conn, error) {
 		peerTimeout:  peerTimeout,
 		callTimeout:  optTimeout(opts.CallTimeout, DefaultCallTimeout),
 		peerFeatures: features,
+		transport:    transport,
 	})
 	c.cfg.handlers.Add(1)
 	c.start()
 	return c, nil
 }
 
-// dial connects and runs the TLS and protocol handshakes.
-func dial(ctx context.Context, addr string, tlsConfig *tls.Config, integrity bool, timeout time.Duration) (nc net.Conn, features uint16, err error) {
+// dial connects and runs the TLS and protocol handshakes; transport names
+// what carries the frames (Conn.Transport).
+func dial(ctx context.Context, addr string, opts DialOptions, timeout time.Duration) (nc net.Conn, features uint16, transport string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var d net.Dialer
 	nc, err = d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, 0, errs.Wrap(errs.Unavailable, "rpc dial", addr, err)
+		return nil, 0, "", errs.Wrap(errs.Unavailable, "rpc dial", addr, err)
 	}
-	if tlsConfig != nil {
-		cfg := withALPN(tlsConfig, integrity)
+	transport = TransportPlain
+	if opts.TLS != nil {
+		cfg := withALPN(opts.TLS, opts.IntegrityOnly)
 		if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
 			host, _, err := net.SplitHostPort(addr)
 			if err != nil {
 				nc.Close()
-				return nil, 0, errs.Wrap(errs.Invalid, "rpc dial", addr, err)
+				return nil, 0, "", errs.Wrap(errs.Invalid, "rpc dial", addr, err)
 			}
 			cfg.ServerName = host
 		}
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
-			return nil, 0, errs.Wrap(errs.Unavailable, "rpc tls handshake", addr, err)
+			return nil, 0, "", errs.Wrap(errs.Unavailable, "rpc tls handshake", addr, err)
 		}
-		if integrity {
-			ic, features, err := integrityHandshake(ctx, tc, nc, true)
+		if opts.IntegrityOnly {
+			ic, features, bare, err := integrityHandshake(ctx, tc, nc, true, !opts.RecordsOnLoopback)
 			if err != nil {
 				nc.Close()
-				return nil, 0, err
+				return nil, 0, "", err
 			}
-			return ic, features, nil
+			return ic, features, integrityTransport(bare), nil
 		}
-		nc = tc
+		nc, transport = tc, TransportTLS
 	}
 	if features, err = handshake(ctx, nc); err != nil {
 		nc.Close()
-		return nil, 0, err
+		return nil, 0, "", err
 	}
-	return nc, features, nil
+	return nc, features, transport, nil
 }
 
 // handshake exchanges hellos and returns the peer's feature bits. Both

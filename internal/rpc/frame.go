@@ -309,11 +309,14 @@ func readFrame(r io.Reader, maxBody int, buf *[]byte) (header, []byte, []byte, e
 
 // hello is the handshake message of this side. The field that version 2
 // reserved (and its readers ignore) carries feature bits.
-func hello() [helloLen]byte {
+func hello() [helloLen]byte { return helloFeaturing(0) }
+
+// helloFeaturing is hello with the feature bits extra set as well.
+func helloFeaturing(extra uint16) [helloLen]byte {
 	var b [helloLen]byte
 	copy(b[:4], magic[:])
 	binary.BigEndian.PutUint16(b[4:6], Version)
-	binary.BigEndian.PutUint16(b[6:8], featurePing)
+	binary.BigEndian.PutUint16(b[6:8], featurePing|extra)
 	return b
 }
 

@@ -241,8 +241,10 @@ func unexpectedEOF(err error) error {
 }
 
 // integrityHandshake runs the weft hello over tc in turns and leaves TLS
-// for the record layer on raw (see the comment at the top).
-func integrityHandshake(ctx context.Context, tc *tls.Conn, raw net.Conn, isClient bool) (net.Conn, uint16, error) {
+// for the record layer on raw (see the comment at the top), or, if bare
+// and the loopback exchange agrees (loopback.go), for raw itself; bare
+// reports which.
+func integrityHandshake(ctx context.Context, tc *tls.Conn, raw net.Conn, isClient, allowBare bool) (nc net.Conn, features uint16, bare bool, err error) {
 	remote := raw.RemoteAddr().String()
 	if dl, ok := ctx.Deadline(); ok {
 		raw.SetDeadline(dl)
@@ -252,33 +254,47 @@ func integrityHandshake(ctx context.Context, tc *tls.Conn, raw net.Conn, isClien
 		raw.SetDeadline(time.Unix(1, 0))
 		close(fired)
 	})
-	ic, peer, err := integritySwitch(tc, raw, isClient)
+	nc, peer, err := integritySwitch(tc, raw, isClient, allowBare)
 	if !stop() {
 		<-fired
 	}
 	if err != nil {
-		return nil, 0, errs.Wrap(errs.Unavailable, "rpc handshake", remote, err)
+		return nil, 0, false, errs.Wrap(errs.Unavailable, "rpc handshake", remote, err)
 	}
 	if err := checkHello(peer); err != nil {
 		err.Path = remote
-		return nil, 0, err
+		return nil, 0, false, err
 	}
-	return ic, helloFeatures(peer), raw.SetDeadline(time.Time{})
+	_, bare = nc.(*integrityConn)
+	return nc, helloFeatures(peer), !bare, raw.SetDeadline(time.Time{})
 }
 
-func integritySwitch(tc *tls.Conn, raw net.Conn, isClient bool) (*integrityConn, [helloLen]byte, error) {
+func integritySwitch(tc *tls.Conn, raw net.Conn, isClient, allowBare bool) (net.Conn, [helloLen]byte, error) {
 	var peer [helloLen]byte
-	h := hello()
 	ic, err := newIntegrityConn(raw, tc.ConnectionState(), isClient)
 	if err != nil {
 		return nil, peer, err
 	}
 	if isClient {
-		if _, err := tc.Write(h[:]); err != nil {
+		h := hello()
+		msg := h[:]
+		offer := allowBare && loopbackPair(raw)
+		if offer {
+			h = helloFeaturing(featureBare)
+			// One write, so one TLS record: a server that reads only
+			// the hello leaves the binding in its buffer.
+			msg = append(h[:], binding(raw.LocalAddr(), raw.RemoteAddr())...)
+		}
+		if _, err := tc.Write(msg); err != nil {
 			return nil, peer, err
 		}
 		if _, err := io.ReadFull(tc, peer[:]); err != nil {
 			return nil, peer, err
+		}
+		if offer {
+			if bare, err := bareSwitchClient(tc, raw, peer); bare || err != nil {
+				return raw, peer, err
+			}
 		}
 		// The ack: an empty record, the first raw bytes.
 		return ic, peer, ic.writeAck()
@@ -286,6 +302,18 @@ func integritySwitch(tc *tls.Conn, raw net.Conn, isClient bool) (*integrityConn,
 	if _, err := io.ReadFull(tc, peer[:]); err != nil {
 		return nil, peer, err
 	}
+	bare, err := bareSwitchServer(tc, raw, peer, allowBare)
+	if err != nil {
+		return nil, peer, err
+	}
+	if bare {
+		h := helloFeaturing(featureBare)
+		if _, err := tc.Write(append(h[:], binding(raw.LocalAddr(), raw.RemoteAddr())...)); err != nil {
+			return nil, peer, err
+		}
+		return raw, peer, readBareAck(raw)
+	}
+	h := hello()
 	if _, err := tc.Write(h[:]); err != nil {
 		return nil, peer, err
 	}

@@ -10,24 +10,26 @@ import (
 )
 
 // BenchmarkSecurity compares the record layers of the three security
-// modes over loopback: none (plain TCP), secure (the integrity-only record
-// layer after a TLS 1.3 handshake) and private (TLS 1.3, AES-GCM), for a
-// 64-byte call and a 1 MiB upload. Run:
+// modes over loopback: none (plain TCP), secure (bare TCP after a TLS 1.3
+// handshake, as between loopback addresses; loopback.go), secure-records
+// (the integrity-only record layer after the handshake, as between
+// machines) and private (TLS 1.3, AES-GCM), for a 64-byte call and a 1 MiB
+// upload. Run:
 //
 //	go test -run - -bench Security -benchtime 2s ./internal/rpc/
 func BenchmarkSecurity(b *testing.B) {
 	serverTLS, clientTLS := testTLS(b)
-	for _, mode := range []struct {
-		name      string
-		tls       bool
-		integrity bool
-	}{{"none", false, false}, {"secure", true, true}, {"private", true, false}} {
+	for _, mode := range securityBenchModes {
 		sopts, dopts := ServerOptions{}, DialOptions{}
 		if mode.tls {
 			sopts.TLS, dopts.TLS = serverTLS, clientTLS
 			sopts.IntegrityOnly, dopts.IntegrityOnly = mode.integrity, mode.integrity
+			dopts.RecordsOnLoopback = mode.records
 		}
 		c, stop := startSecurityBench(b, sopts, dopts)
+		if c.Transport() != mode.transport {
+			b.Fatalf("%s: transport %q; want %q", mode.name, c.Transport(), mode.transport)
+		}
 		b.Run(mode.name+"/call64", func(b *testing.B) {
 			ctx := context.Background()
 			var resp weftpb.GetXattrReply
@@ -50,6 +52,18 @@ func BenchmarkSecurity(b *testing.B) {
 		})
 		stop()
 	}
+}
+
+// securityBenchModes are the transports of the security benchmarks.
+var securityBenchModes = []struct {
+	name                    string
+	tls, integrity, records bool
+	transport               string
+}{
+	{"none", false, false, false, TransportPlain},
+	{"secure", true, true, false, TransportLoopback},
+	{"secure-records", true, true, true, TransportRecords},
+	{"private", true, false, false, TransportTLS},
 }
 
 const sinkMethod = 9100
@@ -84,16 +98,13 @@ func startSecurityBench(b *testing.B, sopts ServerOptions, dopts DialOptions) (*
 // the handshakes and, for secure, the switch to the record layer.
 func BenchmarkSecurityDial(b *testing.B) {
 	serverTLS, clientTLS := testTLS(b)
-	for _, mode := range []struct {
-		name      string
-		tls       bool
-		integrity bool
-	}{{"none", false, false}, {"secure", true, true}, {"private", true, false}} {
+	for _, mode := range securityBenchModes {
 		b.Run(mode.name, func(b *testing.B) {
 			sopts, dopts := ServerOptions{}, DialOptions{}
 			if mode.tls {
 				sopts.TLS, dopts.TLS = serverTLS, clientTLS
 				sopts.IntegrityOnly, dopts.IntegrityOnly = mode.integrity, mode.integrity
+				dopts.RecordsOnLoopback = mode.records
 			}
 			c, stop := startSecurityBench(b, sopts, dopts)
 			defer stop()

@@ -14,7 +14,10 @@ import (
 func TestIntegrityOnly(t *testing.T) {
 	serverTLS, clientTLS := testTLS(t)
 	ts := startTestServer(t, ServerOptions{TLS: serverTLS, IntegrityOnly: true})
-	c := dialTest(t, ts.addr, DialOptions{TLS: clientTLS, IntegrityOnly: true})
+	c := dialTest(t, ts.addr, DialOptions{TLS: clientTLS, IntegrityOnly: true, RecordsOnLoopback: true})
+	if c.Transport() != TransportRecords {
+		t.Fatalf("transport %q; want %q", c.Transport(), TransportRecords)
+	}
 	ctx := testCtx(t)
 	if got, err := echo(ctx, c, "clear but signed"); err != nil || got != "echo:clear but signed" {
 		t.Fatalf("echo over the integrity layer: %q, %v", got, err)
@@ -57,7 +60,7 @@ func recordPair(t *testing.T) (client, server *integrityConn) {
 			done <- result{err: err}
 			return
 		}
-		ic, _, err := integrityHandshake(testCtx(t), tc, nc, false)
+		ic, _, _, err := integrityHandshake(testCtx(t), tc, nc, false, false)
 		if err != nil {
 			done <- result{err: err}
 			return
@@ -74,7 +77,7 @@ func recordPair(t *testing.T) (client, server *integrityConn) {
 	if err := tc.Handshake(); err != nil {
 		t.Fatal(err)
 	}
-	cc, _, err := integrityHandshake(testCtx(t), tc, nc, true)
+	cc, _, _, err := integrityHandshake(testCtx(t), tc, nc, true, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,6 +56,9 @@ type ServerOptions struct {
 	// IntegrityOnly, with TLS, leaves TLS after its handshake for the
 	// integrity-only record layer (integrity.go; security = "secure").
 	IntegrityOnly bool
+	// RecordsOnLoopback, with IntegrityOnly, refuses the bare loopback
+	// path (loopback.go): every connection keeps the record layer.
+	RecordsOnLoopback bool
 }
 
 // DefaultFrameTimeout is the default FrameTimeout: ample for the largest
@@ -175,6 +178,7 @@ func (s *Server) setup(nc net.Conn) {
 	raw := nc
 	var features uint16
 	var peerID any
+	transport := TransportPlain
 	err := func() (err error) {
 		if s.opts.TLS != nil {
 			tc := tls.Server(nc, s.tlsConfig)
@@ -185,13 +189,13 @@ func (s *Server) setup(nc net.Conn) {
 				return err
 			}
 			if s.opts.IntegrityOnly {
-				ic, f, err := integrityHandshake(ctx, tc, nc, false)
+				ic, f, bare, err := integrityHandshake(ctx, tc, nc, false, !s.opts.RecordsOnLoopback)
 				if err == nil {
-					nc, features = ic, f
+					nc, features, transport = ic, f, integrityTransport(bare)
 				}
 				return err
 			}
-			nc = tc
+			nc, transport = tc, TransportTLS
 		} else if peerID, err = s.identify(nc); err != nil {
 			return err
 		}
@@ -225,10 +229,12 @@ func (s *Server) setup(nc net.Conn) {
 		peerFeatures: features,
 		peerID:       peerID,
 		authorize:    s.opts.Authorize,
+		transport:    transport,
 	})
 	s.mu.conns[c] = struct{}{}
 	s.wg.Add(1) // the read loop; we still hold our own count, so not from zero
 	s.mu.Unlock()
+	s.log.Debug("rpc: accepted connection", "remote", raw.RemoteAddr().String(), "transport", transport)
 	c.start()
 }
 
