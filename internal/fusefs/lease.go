@@ -251,14 +251,17 @@ func (n *Node) isOpen() bool {
 	return n.mu.opens > 0
 }
 
-// leaseTimeout is how long the kernel may keep what l covers: what is left
-// of the lease; nothing if the server refused it (what was read may be
-// about to change); def if leases are off.
-func leaseTimeout(l client.Lease, def time.Duration) time.Duration {
+// cacheFor is how long the kernel may keep what a reply read under l said:
+// what is left of the lease; with leases off (the in-process mount), def.
+// With leases on, nothing when no live lease covers it: the server refused
+// the lease, it was never taken, or it was recalled or ran out since it was
+// taken (the reply may then predate the change it was recalled for). The
+// kernel's own invalidations cover only what a lease covered.
+func (fsys *fileSystem) cacheFor(l client.Lease, def time.Duration) time.Duration {
 	if rem := l.Remaining(); rem > 0 {
 		return rem
 	}
-	if l.Denied() {
+	if fsys.leases {
 		return 0
 	}
 	return def

@@ -122,20 +122,17 @@ func (n *Node) fillEntry(out *fuse.EntryOut, child *fs.Inode, a core.Attr) {
 // them when they live in the inode's own record.
 func (n *Node) fillEntryLeased(out *fuse.EntryOut, child *fs.Inode, a core.Attr, l, al client.Lease) {
 	fillAttr(&out.Attr, a)
-	out.SetEntryTimeout(leaseTimeout(l, n.fsys.opts.EntryTimeout))
+	out.SetEntryTimeout(n.fsys.cacheFor(l, n.fsys.opts.EntryTimeout))
 	attr := n.fsys.opts.AttrTimeout
 	if cn, ok := child.Operations().(*Node); ok {
 		attr = cn.attrTimeout()
 	}
-	switch {
-	case inlineAttrs(a):
+	if inlineAttrs(a) {
 		al = l
-	case al.Remaining() == 0 && l.Remaining() > 0:
-		// Leases are in use, but none covers these attributes: the
-		// kernel should ask again (Getattr takes their lease).
-		attr = 0
 	}
-	out.SetAttrTimeout(leaseTimeout(al, attr))
+	// Under leases, attributes no lease covers are not kept: the kernel
+	// asks again (Getattr takes their lease).
+	out.SetAttrTimeout(n.fsys.cacheFor(al, attr))
 }
 
 // Getattr asks the server. A file whose last name is gone while this mount
@@ -150,7 +147,7 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 		return n.fsys.fail("getattr", err)
 	}
 	fillAttr(&out.Attr, a)
-	out.SetTimeout(leaseTimeout(l, n.attrTimeout()))
+	out.SetTimeout(n.fsys.cacheFor(l, n.attrTimeout()))
 	return 0
 }
 
@@ -181,6 +178,10 @@ func (n *Node) getattr(ctx context.Context) (core.Attr, error) {
 func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	// The reply is cached under the attributes' lease, taken first: the
+	// server spares this client's leases for its own change, and a recall
+	// for a later change by another mount ends it.
+	l := n.attrLease(cctx)
 	var s client.SetAttr
 	if m, ok := in.GetMode(); ok {
 		s.Mode = &m
@@ -235,7 +236,7 @@ func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	}
 	n.setAttr(a)
 	fillAttr(&out.Attr, a)
-	out.SetTimeout(n.attrTimeout())
+	out.SetTimeout(n.fsys.cacheFor(l, n.attrTimeout()))
 	return 0
 }
 
