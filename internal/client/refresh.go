@@ -49,14 +49,34 @@ func (n *openInode) refreshIfStale(ctx context.Context) {
 	}
 	n.mu.Unlock()
 	c := n.c
-	// The lease is what makes the read wait for the change it was warned
-	// of: the server grants none while a change of its key runs.
-	l := c.ReadLease(ctx, c.AttrLease(ref, core.Attr{Mode: mode, Nlink: 1}))
-	var r pb.OpenReply
-	req := &pb.OpenRequest{Creds: credsPB(creds), Node: ref.pb(), Flags: uint32(oRDONLY)}
-	if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodOpen, req, &r, true); err != nil {
-		c.log.Debug("refresh of an open file failed; reading what the client has", "ino", n.ino, "err", err)
-		return
+	var (
+		l Lease
+		r pb.OpenReply
+	)
+	for try := 0; ; try++ {
+		// The lease is what makes the read wait for the change it was
+		// warned of: the server grants none while a change of its key
+		// runs.
+		l = c.ReadLease(ctx, c.AttrLease(ref, core.Attr{Mode: mode, Nlink: 1}))
+		req := &pb.OpenRequest{Creds: credsPB(creds), Node: ref.pb(), Flags: uint32(oRDONLY)}
+		if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodOpen, req, &r, true); err != nil {
+			c.log.Debug("refresh of an open file failed; reading what the client has", "ino", n.ino, "err", err)
+			return
+		}
+		at := Ref{Ino: ref.Ino, Parent: core.Ino(req.Node.Parent), Name: req.Node.Name}
+		if req.Node.Parent == 0 || at == ref {
+			break
+		}
+		if try == maxRelocations {
+			l = Lease{} // it keeps moving: ask again at the next read
+			break
+		}
+		// Another client moved the file (callRef found it again): the
+		// lease taken covers the old name's directory, not the new
+		// one, whose changes this client would not hear of. Again,
+		// under the right lease.
+		ref = at
+		r.Reset()
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()

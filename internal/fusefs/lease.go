@@ -111,10 +111,21 @@ func (n *Node) OnForget() { n.fsys.index.remove(n) }
 // name the kernel knows in it and the attributes those embed (the pages of
 // files open here too: their size and times may have changed); for any
 // other inode, its attributes and pages.
+//
+// Files open here through an entry of a recalled directory go too, however
+// the kernel knows them: one another mount renamed is addressed by its new
+// entry once the client found it again (client.OpenIn), while the kernel
+// may still know it under its old parent, or under none.
 func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 	for _, k := range keys {
 		for _, n := range fsys.index.get(k.Ino) {
 			n.forget()
+		}
+		for _, ino := range fsys.c.OpenIn(k.Ino) {
+			fsys.c.MarkStale(ino)
+			for _, n := range fsys.index.get(ino) {
+				_ = n.NotifyContent(0, 0)
+			}
 		}
 	}
 }

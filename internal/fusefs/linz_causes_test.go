@@ -47,3 +47,65 @@ func TestListingAfterRecall(t *testing.T) {
 		t.Errorf("stat after chmod returned on another mount: mode %o, want 600", m)
 	}
 }
+
+// TestOpenFileRenamedElsewhere: a file open on one mount and renamed by
+// another is still the open file: a reread through the descriptor sees what
+// the other mount wrote there and closed, and a write and close through it
+// land on the file under its new name. The client addressed an open file by
+// the name it was opened under, so the reread kept the old content and the
+// close failed with ENOENT (linz: reread(ino 53) -> "C015" after "B010" was
+// written and closed under the file's new name; and the history's "closes
+// failed after another mount renamed or removed the file").
+func TestOpenFileRenamedElsewhere(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.Mkdir(a+"/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.OpenFile(a+"/f", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	reread := func(want string) {
+		t.Helper()
+		buf := make([]byte, 16)
+		n, err := held.ReadAt(buf, 0)
+		if err != nil && n == 0 {
+			t.Fatalf("reread: %v", err)
+		}
+		if got := string(buf[:n]); got != want {
+			t.Errorf("reread through the descriptor: %q, want %q", got, want)
+		}
+	}
+	reread("v1")
+	// Renamed into another directory by mount b, then changed there.
+	if err := os.Rename(b+"/f", b+"/d/g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b+"/d/g", []byte("v2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("v2")
+	// And once more, after the descriptor found it: mount b changes it
+	// again in its new directory.
+	if err := os.WriteFile(b+"/d/g", []byte("v3"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("v3")
+	// A write and close through the descriptor reach the file.
+	if _, err := held.WriteAt([]byte("v4"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Close(); err != nil {
+		t.Fatalf("close after another mount renamed the file: %v", err)
+	}
+	if got, err := os.ReadFile(b + "/d/g"); err != nil || string(got) != "v4" {
+		t.Errorf("mount b reads %q, %v; want the write closed on mount a, \"v4\"", got, err)
+	}
+}

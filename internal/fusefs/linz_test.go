@@ -24,8 +24,6 @@ import (
 //	                    make linz sets it
 //	WEFT_LINZ_DURATION  how long the workload runs (default 3s; make linz: 60s)
 //	WEFT_LINZ_SEED      the workload's seed (printed by every run)
-//	WEFT_LINZ_STRICT    also check rereads of a file another mount renamed
-//	                    while it was open (a known limit of the client)
 //	WEFT_MOUNT_LOGS     a directory where every weft mount process these tests
 //	                    start keeps its log, with every FUSE request and
 //	                    notification (to match a violation with what the
@@ -34,9 +32,6 @@ import (
 // The random workload still finds violations (docs/design.md, "Leases as
 // built"), so it runs only when asked; the targeted histories (the model's
 // own test, a mount without leases, the failure tests) run every time.
-
-// linzStrict: see WEFT_LINZ_STRICT.
-var linzStrict = os.Getenv("WEFT_LINZ_STRICT") != ""
 
 // linzDuration is how long a workload runs.
 func linzDuration(t *testing.T) time.Duration {
