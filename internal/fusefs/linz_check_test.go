@@ -343,6 +343,7 @@ func checkLinzOps(t *testing.T, ops []porcupine.Operation) porcupine.CheckResult
 		}
 		if res == porcupine.Illegal {
 			t.Logf("where the check got stuck:\n%s", explainIllegal(ops, info))
+			t.Logf("the shortest illegal prefix of the history:\n%s", minimalIllegal(ops))
 		}
 	}
 	return res
@@ -395,4 +396,56 @@ func explainIllegal(ops []porcupine.Operation, info porcupine.LinearizationInfo)
 func describeOp(o porcupine.Operation) string {
 	return fmt.Sprintf("mount %d [%9.3f ms, %9.3f ms] %s", o.ClientId, float64(o.Call)/1e6, float64(min(o.Return, 1<<53))/1e6,
 		describeLinz(o.Input.(linzInput), o.Output.(linzOutput)))
+}
+
+// minimalIllegal finds the shortest prefix of ops (in call order) that is
+// not linearizable, by bisection, and describes its last operation, the
+// one no order can fit, with the operations before it that touched the
+// same names or inode in the 100 ms before its call: the smallest failing
+// sub-history to read. A prefix leaves out the changes called later; a read
+// that overlapped one of them may then be the one that cannot be placed
+// (its return time shows it).
+func minimalIllegal(ops []porcupine.Operation) string {
+	illegal := func(n int) bool {
+		res, _ := porcupine.CheckOperationsVerbose(linzModel, ops[:n], 30*time.Second)
+		return res == porcupine.Illegal
+	}
+	lo, hi := 0, len(ops) // ops[:lo] legal, ops[:hi] illegal
+	if !illegal(hi) {
+		return "  (the whole history is not found illegal again)"
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if illegal(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	last := ops[hi-1]
+	in := last.Input.(linzInput)
+	touches := func(o porcupine.Operation) bool {
+		oi, oo := o.Input.(linzInput), o.Output.(linzOutput)
+		slots := map[int]bool{oi.slot: true}
+		if oi.op == opRename {
+			slots[oi.to] = true
+		}
+		switch {
+		case in.op == opReaddir:
+			return oi.op != opReaddir && oi.op != opWrite && oi.op != opReread &&
+				(oi.slot/len(linzNames) == in.slot || oi.op == opRename && oi.to/len(linzNames) == in.slot)
+		case in.op == opWrite || in.op == opReread:
+			return oi.ino == in.ino || oo.ino == in.ino || oi.op == opRename || oi.op == opUnlink
+		}
+		return slots[in.slot] || in.op == opRename && slots[in.to] || oi.op == opRename && (oi.to == in.slot || oi.slot == in.slot)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %d of %d operations; the last one cannot be placed:\n", hi, len(ops))
+	for _, o := range ops[:hi-1] {
+		if o.Return >= last.Call-int64(100*time.Millisecond) && touches(o) {
+			fmt.Fprintf(&b, "    %s\n", describeOp(o))
+		}
+	}
+	fmt.Fprintf(&b, "  > %s\n", describeOp(last))
+	return b.String()
 }

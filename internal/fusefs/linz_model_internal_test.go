@@ -1,6 +1,8 @@
 package fusefs
 
 import (
+	"sort"
+	"strings"
 	"testing"
 
 	"github.com/anishathalye/porcupine"
@@ -109,6 +111,15 @@ func TestLinzModel(t *testing.T) {
 		}
 		if got := porcupine.CheckOperations(linzModel, ops); got != (tc.want == porcupine.Ok) {
 			t.Errorf("%s: linearizable = %v, want %v", tc.name, got, tc.want == porcupine.Ok)
+		}
+		if tc.want == porcupine.Illegal {
+			// The shrinker names the operation that cannot be placed.
+			sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+			last := tc.ops[len(tc.ops)-1]
+			if want := describeLinz(last.in, last.out); !strings.Contains(minimalIllegal(ops), "> ") ||
+				!strings.HasSuffix(strings.TrimSpace(minimalIllegal(ops)), want) {
+				t.Errorf("%s: shortest illegal prefix:\n%s\nwant it to end with %s", tc.name, minimalIllegal(ops), want)
+			}
 		}
 	}
 }
