@@ -18,7 +18,9 @@ import (
 // entry, re-points the open state there and tries again: a commit at close,
 // a refresh after a recall, a getattr through the descriptor all reach the
 // file wherever it went, as a local descriptor would. A file no server
-// holds was unlinked: the first error stands.
+// holds was unlinked: NotExist, also where the server said Stale (its name
+// holds another file now), which would tell the caller to look the name up
+// again, while it is the file that is gone.
 
 // maxRelocations bounds the tries of one request whose file keeps moving.
 const maxRelocations = 3
@@ -29,18 +31,30 @@ func relocatable(err error) bool {
 	return errs.Is(err, errs.NotExist) || errs.Is(err, errs.Stale)
 }
 
+// relocation is what relocateOpen found.
+type relocation int
+
+const (
+	notOpen relocation = iota // not open here: the error stands
+	moved                     // found under another name
+	gone                      // open here, but no server holds an entry for it
+)
+
 // relocateOpen finds where open file ref.Ino's entry is now, if it is open
 // here and another client moved it from ref: it re-points the open state
 // (unless something re-pointed it meanwhile) and returns the new ref.
-func (c *Client) relocateOpen(ctx context.Context, ref Ref) (Ref, bool) {
+func (c *Client) relocateOpen(ctx context.Context, ref Ref) (Ref, relocation) {
 	n := c.lookupOpen(ref.Ino)
 	if n == nil {
-		return Ref{}, false
+		return Ref{}, notOpen
 	}
 	defer c.releaseOpen(n)
 	to, found := c.locate(ctx, ref.Ino)
-	if !found || to.Parent == ref.Parent && to.Name == ref.Name {
-		return Ref{}, false
+	if !found {
+		return Ref{}, gone
+	}
+	if to.Parent == ref.Parent && to.Name == ref.Name {
+		return Ref{}, notOpen // back where it was: the server said why not
 	}
 	n.mu.Lock()
 	if r := n.mu.ref; r.Parent == ref.Parent && r.Name == ref.Name {
@@ -48,7 +62,7 @@ func (c *Client) relocateOpen(ctx context.Context, ref Ref) (Ref, bool) {
 	}
 	n.mu.Unlock()
 	c.log.Debug("an open file moved: found it again", "ino", ref.Ino, "parent", to.Parent, "name", to.Name)
-	return to, true
+	return to, moved
 }
 
 // locate asks every meta server where it holds ino's entry (method

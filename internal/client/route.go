@@ -141,8 +141,14 @@ func (c *Client) callRef(ctx context.Context, node *pb.NodeRef, clear func(), me
 		if !relocatable(err) || node.GetIno() == 0 || node.GetParent() == 0 || node.GetName() == "" {
 			return err
 		}
-		to, ok := c.relocateOpen(ctx, Ref{Ino: core.Ino(node.Ino), Parent: core.Ino(node.Parent), Name: node.Name})
-		if !ok {
+		to, r := c.relocateOpen(ctx, Ref{Ino: core.Ino(node.Ino), Parent: core.Ino(node.Parent), Name: node.Name})
+		switch r {
+		case notOpen:
+			return err
+		case gone:
+			if errs.Is(err, errs.Stale) {
+				return errs.Wrap(errs.NotExist, pb.MethodName(method), node.Name, err)
+			}
 			return err
 		}
 		node.Parent, node.Name = uint64(to.Parent), to.Name

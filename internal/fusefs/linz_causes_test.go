@@ -1,6 +1,8 @@
 package fusefs
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"testing"
 )
@@ -107,5 +109,40 @@ func TestOpenFileRenamedElsewhere(t *testing.T) {
 	}
 	if got, err := os.ReadFile(b + "/d/g"); err != nil || string(got) != "v4" {
 		t.Errorf("mount b reads %q, %v; want the write closed on mount a, \"v4\"", got, err)
+	}
+}
+
+// TestOpenFileReplacedElsewhere: a file open on one mount that another
+// mount removed, and whose name now holds a new file, is gone: a write and
+// close through the descriptor fail with ENOENT (the file has no name), not
+// ESTALE (which says "look the name up again"), and the new file keeps its
+// content.
+func TestOpenFileReplacedElsewhere(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.OpenFile(a+"/f", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := os.Remove(b + "/f"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b+"/f", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := held.WriteAt([]byte("v2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Close(); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("close of a file another mount removed: %v, want ENOENT", err)
+	}
+	if got, err := os.ReadFile(b + "/f"); err != nil || string(got) != "new" {
+		t.Errorf("the new file: %q, %v; want \"new\"", got, err)
 	}
 }
