@@ -1,6 +1,8 @@
 package fusefs
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -332,8 +334,11 @@ func (r *linzRun) check(t *testing.T) porcupine.CheckResult {
 // the visualization for a person to look at.
 func checkLinzOps(t *testing.T, ops []porcupine.Operation) porcupine.CheckResult {
 	t.Helper()
-	res, info := porcupine.CheckOperationsVerbose(linzModel, ops, time.Minute)
+	res, info := porcupine.CheckOperationsVerbose(linzModel, ops, linzCheckTime(t))
 	if res != porcupine.Ok {
+		if name, err := saveLinzOps(ops); err == nil {
+			t.Logf("history saved in %s (WEFT_LINZ_REPLAY=%s checks it again)", name, name)
+		}
 		f, err := os.CreateTemp("", "weft-linz-*.html")
 		if err == nil {
 			if err := porcupine.Visualize(linzModel, info, f); err == nil {
@@ -448,4 +453,74 @@ func minimalIllegal(ops []porcupine.Operation) string {
 	}
 	fmt.Fprintf(&b, "  > %s\n", describeOp(last))
 	return b.String()
+}
+
+// linzCheckTime bounds one check (WEFT_LINZ_CHECK_TIME, default 1 minute).
+func linzCheckTime(t *testing.T) time.Duration {
+	t.Helper()
+	s := os.Getenv("WEFT_LINZ_CHECK_TIME")
+	if s == "" {
+		return time.Minute
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		t.Fatalf("WEFT_LINZ_CHECK_TIME=%q: want a duration such as 5m", s)
+	}
+	return d
+}
+
+// linzRecord is an operation as saveLinzOps writes it.
+type linzRecord struct {
+	Client    int
+	Call, Ret int64
+	Op        uint8
+	Slot, To  int
+	Mode      uint32
+	Ino       uint64
+	Data      string
+	Res       uint8
+	OutIno    uint64
+	OutMode   uint32
+	Size      int64
+	OutData   string
+	Names     string
+}
+
+// saveLinzOps writes ops to a temporary file, one JSON record a line.
+func saveLinzOps(ops []porcupine.Operation) (string, error) {
+	f, err := os.CreateTemp("", "weft-linz-*.jsonl")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	for _, o := range ops {
+		in, out := o.Input.(linzInput), o.Output.(linzOutput)
+		if err := enc.Encode(linzRecord{Client: o.ClientId, Call: o.Call, Ret: o.Return, Op: uint8(in.op), Slot: in.slot, To: in.to,
+			Mode: in.mode, Ino: in.ino, Data: in.data, Res: uint8(out.res), OutIno: out.ino, OutMode: out.mode, Size: out.size,
+			OutData: out.data, Names: out.names}); err != nil {
+			return "", err
+		}
+	}
+	return f.Name(), f.Close()
+}
+
+// loadLinzOps reads a file saveLinzOps wrote.
+func loadLinzOps(name string) ([]porcupine.Operation, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	var ops []porcupine.Operation
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for dec.More() {
+		var r linzRecord
+		if err := dec.Decode(&r); err != nil {
+			return nil, err
+		}
+		ops = append(ops, porcupine.Operation{ClientId: r.Client, Call: r.Call, Return: r.Ret,
+			Input:  linzInput{op: linzOp(r.Op), slot: r.Slot, to: r.To, mode: r.Mode, ino: r.Ino, data: r.Data},
+			Output: linzOutput{res: linzResult(r.Res), ino: r.OutIno, mode: r.OutMode, size: r.Size, data: r.OutData, names: r.Names}})
+	}
+	return ops, nil
 }

@@ -24,6 +24,9 @@ import (
 //	                    make linz sets it
 //	WEFT_LINZ_DURATION  how long the workload runs (default 3s; make linz: 60s)
 //	WEFT_LINZ_SEED      the workload's seed (printed by every run)
+//	WEFT_LINZ_CHECK_TIME  how long the checker may take (default 1m)
+//	WEFT_LINZ_REPLAY    a history a failed run saved, to check again
+//	                    (TestLinzReplay)
 //	WEFT_MOUNT_LOGS     a directory where every weft mount process these tests
 //	                    start keeps its log, with every FUSE request and
 //	                    notification (to match a violation with what the
@@ -143,5 +146,21 @@ func TestLinzCatchesStaleMount(t *testing.T) {
 	r.runFor(t, time.Second)
 	if res := r.check(t); res != porcupine.Illegal {
 		t.Errorf("checker: %s; want Illegal: the mount without leases served a name renamed away", res)
+	}
+}
+
+// TestLinzReplay checks a history a failed run saved (WEFT_LINZ_REPLAY),
+// with WEFT_LINZ_CHECK_TIME to bound it.
+func TestLinzReplay(t *testing.T) {
+	name := os.Getenv("WEFT_LINZ_REPLAY")
+	if name == "" {
+		t.Skip("WEFT_LINZ_REPLAY names a saved history to check again")
+	}
+	ops, err := loadLinzOps(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := checkLinzOps(t, ops); res != porcupine.Ok {
+		t.Errorf("checker: %s", res)
 	}
 }

@@ -96,8 +96,13 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 		return nil
 	})
 	if err != nil {
+		if errs.KindOf(err) != errs.WrongServer {
+			s.wbRefused.Add(1)
+		}
 		return nil, err
 	}
+	s.wbBatches.Add(1)
+	s.wbOps.Add(uint64(len(ops)))
 	if freed {
 		s.reclaim.poke()
 	}
