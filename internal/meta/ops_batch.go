@@ -81,6 +81,7 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 	dir := core.Ino(req.Dir)
 	ops, err := s.checkBatch(ctx, req.Ops)
 	if err != nil {
+		s.wbRefused.Add(1)
 		return nil, err
 	}
 	var freed bool
