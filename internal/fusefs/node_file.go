@@ -102,7 +102,10 @@ func (n *Node) openFlags(h *handle, existing bool) uint32 {
 	}
 	a, _ := n.fsys.c.OpenAttr(core.Attr{Ino: n.ino()})
 	n.mu.Lock()
-	keep := n.mu.cacheValid && n.mu.cacheSize == a.Size && n.mu.cacheMtime.Equal(a.Mtime)
+	// A stale open state (client.File.Stale: a change may have landed
+	// since the open read the file) may still show the old size and
+	// mtime: the kernel's pages go.
+	keep := n.mu.cacheValid && n.mu.cacheSize == a.Size && n.mu.cacheMtime.Equal(a.Mtime) && !h.f.Stale()
 	seen := n.mu.attr.Size == a.Size && n.mu.attr.Mtime.Equal(a.Mtime)
 	n.mu.cacheSize, n.mu.cacheMtime, n.mu.cacheValid = a.Size, a.Mtime, true
 	n.mu.Unlock()
