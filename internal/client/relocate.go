@@ -22,6 +22,15 @@ import (
 // holds another file now), which would tell the caller to look the name up
 // again, while it is the file that is gone.
 
+// byName marks the calls of ctx as reaching a node by the name the caller
+// gave, not through an open file: an open by path must open what the name
+// holds now, never follow a file open here that moved away from it.
+type byNameKey struct{}
+
+func byName(ctx context.Context) context.Context { return context.WithValue(ctx, byNameKey{}, true) }
+
+func isByName(ctx context.Context) bool { return ctx.Value(byNameKey{}) != nil }
+
 // maxRelocations bounds the tries of one request whose file keeps moving.
 const maxRelocations = 3
 

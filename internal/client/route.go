@@ -138,7 +138,7 @@ func (c *Client) callName(ctx context.Context, dir core.Ino, name string, method
 func (c *Client) callRef(ctx context.Context, node *pb.NodeRef, clear func(), method uint16, req, resp proto.Message, idempotent bool) error {
 	err := c.callRefOnce(ctx, node, clear, method, req, resp, idempotent)
 	for range maxRelocations {
-		if !relocatable(err) || node.GetIno() == 0 || node.GetParent() == 0 || node.GetName() == "" {
+		if !relocatable(err) || node.GetIno() == 0 || node.GetParent() == 0 || node.GetName() == "" || isByName(ctx) {
 			return err
 		}
 		to, r := c.relocateOpen(ctx, Ref{Ino: core.Ino(node.Ino), Parent: core.Ino(node.Parent), Name: node.Name})

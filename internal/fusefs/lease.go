@@ -124,6 +124,9 @@ func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 		for _, ino := range fsys.c.OpenIn(k.Ino) {
 			fsys.c.MarkStale(ino)
 			for _, n := range fsys.index.get(ino) {
+				if _, p := n.Parent(); p != nil && p.StableAttr().Ino == uint64(k.Ino) {
+					continue // a child of the directory: forget did it
+				}
 				_ = n.NotifyContent(0, 0)
 			}
 		}

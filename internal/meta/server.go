@@ -477,7 +477,7 @@ func (s *Server) registerMetrics() {
 		}, func() float64 { return float64(s.dirs.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "weft", Subsystem: "meta", Name: "writeback_batches_total",
-			Help: "Write-back batches applied (apply_batch; weft_rpc_request_duration_seconds{method=\"apply_batch\"} has their latency).", ConstLabels: labels,
+			Help: "Write-back batches applied (apply_batch; weft_meta_rpc_request_duration_seconds{method=\"apply_batch\"} has their latency).", ConstLabels: labels,
 		}, func() float64 { return float64(s.wbBatches.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "weft", Subsystem: "meta", Name: "writeback_ops_total",
