@@ -127,7 +127,7 @@ func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 				if _, p := n.Parent(); p != nil && p.StableAttr().Ino == uint64(k.Ino) {
 					continue // a child of the directory: forget did it
 				}
-				_ = n.NotifyContent(0, 0)
+				n.invalidate(0)
 			}
 		}
 	}
@@ -204,18 +204,23 @@ func (n *Node) forget() {
 	if !n.IsDir() {
 		n.fsys.c.MarkStale(n.ino())
 	}
-	_ = n.NotifyContent(0, 0)
+	n.invalidate(0)
 	if !n.IsDir() {
 		return
 	}
 	children := n.Children()
 	for _, ch := range children {
+		cn, ok := ch.Operations().(*Node)
+		if !ok {
+			_ = ch.NotifyContent(-1, 0)
+			continue
+		}
 		off := int64(-1) // attributes only
-		if cn, ok := ch.Operations().(*Node); ok && cn.isOpen() {
+		if cn.isOpen() {
 			off = 0
 			n.fsys.c.MarkStale(cn.ino())
 		}
-		_ = ch.NotifyContent(off, 0)
+		cn.invalidate(off)
 	}
 	// names are listed once the kernel's lock on the directory was free:
 	// a listing or lookup in flight when the recall came (it holds the
@@ -257,6 +262,56 @@ func (n *Node) forget() {
 			}
 		}
 	}
+}
+
+// Invalidating attributes while the kernel waits for a GETATTR of the node
+// makes it drop that reply (its attr_version is older), and a read past the
+// kernel's cached end of file that asked for it then ends at the old size
+// instead of asking again: a reread of a file another mount grew and closed
+// returned nothing. So a recall's invalidation of a node waits for the
+// node's Getattr calls in flight (bounded), and a moment more, for the
+// reply, written after the handler returns, to be taken by the kernel. A
+// GETATTR sent after the invalidation is answered under a new lease.
+const (
+	getattrWait  = 100 * time.Millisecond
+	getattrReply = time.Millisecond
+)
+
+// startGetattr notes a Getattr in flight until the returned function is
+// called.
+func (n *Node) startGetattr() (done func()) {
+	n.mu.Lock()
+	if n.mu.getattrs == 0 {
+		n.mu.getattrsDone = make(chan struct{})
+	}
+	n.mu.getattrs++
+	n.mu.Unlock()
+	return func() {
+		n.mu.Lock()
+		if n.mu.getattrs--; n.mu.getattrs == 0 {
+			close(n.mu.getattrsDone)
+		}
+		n.mu.Unlock()
+	}
+}
+
+// invalidate makes the kernel forget n's attributes and, from off on, its
+// pages (off -1: attributes only), once no Getattr of n is in flight.
+func (n *Node) invalidate(off int64) {
+	n.mu.Lock()
+	busy, done := n.mu.getattrs > 0, n.mu.getattrsDone
+	n.mu.Unlock()
+	if busy {
+		t := time.NewTimer(getattrWait)
+		select {
+		case <-done:
+			t.Reset(getattrReply)
+			<-t.C
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	_ = n.NotifyContent(off, 0)
 }
 
 func (n *Node) isOpen() bool {

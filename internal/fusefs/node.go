@@ -29,6 +29,10 @@ type Node struct {
 		cacheMtime time.Time
 		cacheValid bool
 		noCapUntil time.Time // security.capability known absent until then
+		// getattrs counts the Getattr calls in flight; getattrsDone is
+		// closed when it drops to 0 (lease.go: invalidateAttrs).
+		getattrs     int
+		getattrsDone chan struct{}
 	}
 }
 
@@ -139,6 +143,7 @@ func (n *Node) fillEntryLeased(out *fuse.EntryOut, child *fs.Inode, a core.Attr,
 // still has it open answers from what this mount knows (see the package
 // doc).
 func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	defer n.startGetattr()()
 	lctx, cancel := n.fsys.callCtx(ctx)
 	l := n.attrLease(lctx)
 	cancel()
