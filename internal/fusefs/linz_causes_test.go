@@ -146,3 +146,37 @@ func TestOpenFileReplacedElsewhere(t *testing.T) {
 		t.Errorf("the new file: %q, %v; want \"new\"", got, err)
 	}
 }
+
+// TestChmodOfFileOpenHereAfterOtherWrite: a chmod on a mount where the file
+// is open reports the size the server has, not the one the open read: the
+// setattr reply put the open state's size (from before another mount's
+// write and close) in the kernel's cache, and a reread then ended at 0
+// (linz: reread(ino 14) -> "" right after this mount's chmod).
+func TestChmodOfFileOpenHereAfterOtherWrite(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := os.WriteFile(b+"/f", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(a+"/f", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(a + "/f"); err != nil || st.Size() != 4 {
+		t.Errorf("stat after the chmod: %v, %v; want size 4", st.Size(), err)
+	}
+	buf := make([]byte, 16)
+	n, _ := held.ReadAt(buf, 0)
+	if got := string(buf[:n]); got != "data" {
+		t.Errorf("reread through the descriptor: %q, want \"data\"", got)
+	}
+}

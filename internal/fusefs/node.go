@@ -233,8 +233,10 @@ func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	} else {
 		a, err = n.fsys.c.SetAttr(cctx, n.ref(), s)
 		// The kernel truncates its page cache to the size in this reply:
-		// it must be this mount's size, buffered writes included.
-		a, _ = n.fsys.c.OpenAttr(a)
+		// it must be this mount's size, buffered writes included, and
+		// otherwise the server's (an open state's size may predate
+		// another mount's write).
+		a = n.fsys.c.OwnWrites(a)
 	}
 	if err != nil {
 		return n.fsys.fail("setattr", err)
