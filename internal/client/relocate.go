@@ -29,6 +29,12 @@ type byNameKey struct{}
 
 func byName(ctx context.Context) context.Context { return context.WithValue(ctx, byNameKey{}, true) }
 
+// ByName marks the calls of ctx as reaching their node by the name the
+// caller gave (a chmod by path), so that they never follow a file open
+// here that another client moved away from that name: the server's
+// ESTALE then makes the kernel look the name up again.
+func ByName(ctx context.Context) context.Context { return byName(ctx) }
+
 func isByName(ctx context.Context) bool { return ctx.Value(byNameKey{}) != nil }
 
 // maxRelocations bounds the tries of one request whose file keeps moving.

@@ -183,6 +183,11 @@ func (n *Node) getattr(ctx context.Context) (core.Attr, error) {
 func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	if fh == nil {
+		// A chmod, chown or utimes by path (the kernel names no handle
+		// but for a truncate): it must change what the name holds now.
+		cctx = client.ByName(cctx)
+	}
 	// The reply is cached under the attributes' lease, taken first: the
 	// server spares this client's leases for its own change, and a recall
 	// for a later change by another mount ends it.
