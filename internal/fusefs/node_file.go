@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"time"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
