@@ -271,9 +271,12 @@ func (n *Node) forget() {
 // returned nothing. So a recall's invalidation of a node waits for the
 // node's Getattr calls in flight (bounded), and a moment more, for the
 // reply, written after the handler returns, to be taken by the kernel. A
-// GETATTR sent after the invalidation is answered under a new lease.
+// GETATTR sent after the invalidation is answered under a new lease. The
+// bound is short: a Getattr may itself wait, at the server, for the change
+// this recall is for (a lease on another key of it), which waits for this
+// release; then nothing helps, and the read ends short (docs/design.md).
 const (
-	getattrWait  = 100 * time.Millisecond
+	getattrWait  = 20 * time.Millisecond
 	getattrReply = time.Millisecond
 )
 
