@@ -32,9 +32,11 @@ import (
 //	                    notification (to match a violation with what the
 //	                    mounts did)
 //
-// The random workload still finds violations (docs/design.md, "Leases as
-// built"), so it runs only when asked; the targeted histories (the model's
-// own test, a mount without leases, the failure tests) run every time.
+// The random workload still finds a violation in some runs (docs/design.md,
+// "Leases as built", has the count and the windows left), so it runs only
+// when asked; the targeted histories (the model's own test, a mount without
+// leases, the failure tests, and one deterministic test per cause found,
+// linz_causes_test.go) run every time.
 
 // linzDuration is how long a workload runs.
 func linzDuration(t *testing.T) time.Duration {
