@@ -36,6 +36,15 @@ type clusterStatus struct {
 	Top         []partitionStatus `json:"top_partitions"`
 	Replicas    *replicaStatus    `json:"replicas,omitempty"`
 	Leases      *leaseStatus      `json:"leases,omitempty"`
+	Writeback   *writebackStatus  `json:"writeback,omitempty"`
+}
+
+// writebackStatus sums the meta servers' write-back batches since they
+// started (writeback mounts, apply_batch).
+type writebackStatus struct {
+	Batches uint64 `json:"batches"`
+	Ops     uint64 `json:"ops"`
+	Refused uint64 `json:"refused"` // refused whole: the writer had lost its lease
 }
 
 // leaseStatus sums the meta servers' lease counts (internal/lease).
@@ -219,6 +228,16 @@ func gatherStatus(ctx context.Context, cfg *config.Cluster, dial rpc.DialOptions
 	}
 	wg.Wait()
 	st.sumCounts(byOwner)
+	for _, r := range byOwner {
+		if r != nil && (r.GetWritebackBatches() != 0 || r.GetWritebackRefused() != 0) {
+			if st.Writeback == nil {
+				st.Writeback = &writebackStatus{}
+			}
+			st.Writeback.Batches += r.GetWritebackBatches()
+			st.Writeback.Ops += r.GetWritebackOps()
+			st.Writeback.Refused += r.GetWritebackRefused()
+		}
+	}
 	for _, lr := range leases {
 		if lr != nil {
 			if st.Leases == nil {
@@ -381,6 +400,9 @@ func printStatus(w io.Writer, st *clusterStatus) {
 	if l := st.Leases; l != nil {
 		fmt.Fprintf(w, "\nleases: %d held by %d client sessions; since start %d granted, %d recalled, %d expired unreleased\n",
 			l.Held, l.Sessions, l.Granted, l.Recalled, l.Expired)
+	}
+	if wb := st.Writeback; wb != nil {
+		fmt.Fprintf(w, "write-back: since start %d batches of %d operations applied, %d refused\n", wb.Batches, wb.Ops, wb.Refused)
 	}
 
 	if len(st.Top) > 0 {

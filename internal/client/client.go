@@ -172,6 +172,10 @@ type Client struct {
 
 	maps dirMaps // GIGA+ partition bitmaps of directories (route.go)
 
+	// afterOpenReply, set by tests only, runs between an open's reply
+	// and the open state it makes (a change racing the open).
+	afterOpenReply func()
+
 	mu struct {
 		sync.Mutex
 		open map[core.Ino]*openInode // files with open handles

@@ -52,14 +52,22 @@ type File struct {
 // OpenRef opens the file ref names with flags (O_RDONLY, O_WRONLY, O_RDWR,
 // O_TRUNC, O_APPEND).
 func (c *Client) OpenRef(ctx context.Context, ref Ref, flags int) (*File, error) {
+	l := c.openLease(ctx, ref)
 	var r pb.OpenReply
 	req := &pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: uint32(flags),
 		ChunkSize: c.cfg.ChunkSize, Replication: c.layoutReplication()}
-	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodOpen, req, &r, false)
+	err := c.callRef(byName(ctx), req.Node, req.Node.ToOwner, pb.MethodOpen, req, &r, false)
 	if err != nil {
 		return nil, err
 	}
-	return c.newFile(ctx, ref, &r, flags, flags&oTRUNC != 0)
+	if c.afterOpenReply != nil {
+		c.afterOpenReply()
+	}
+	f, err := c.newFile(ctx, ref, &r, flags, flags&oTRUNC != 0)
+	if err == nil {
+		f.n.staleUnless(l, r.Attr)
+	}
+	return f, err
 }
 
 // newFile wraps an open (or create) reply in a handle. truncated says the

@@ -133,6 +133,22 @@ type leaseCache struct {
 // fn must not block for long (the client waits recallNotifyWait at most).
 func (c *Client) OnRecall(fn func([]LeaseKey)) { c.leases.onRecall.Store(&fn) }
 
+// LeasesOn reports whether ReadLease may grant leases: a layer registered
+// OnRecall and every meta server is reached over a connection (one in this
+// process has none to recall a lease over). A layer that caches under
+// leases must then cache nothing that no live lease covers.
+func (c *Client) LeasesOn() bool {
+	if c.leases.onRecall.Load() == nil {
+		return false
+	}
+	for _, addr := range c.cfg.MetaAddrs {
+		if c.cfg.Local[addr] != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // EntryLease is the key of the lease covering name in dir and, for a file
 // with one link, its attributes: dir's key on the server of name's
 // partition.

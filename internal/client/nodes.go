@@ -222,6 +222,7 @@ func (c *Client) CreateAtAttr(ctx context.Context, parent core.Ino, name string,
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name,
 		Mode: core.ModeFile | mode&core.ModeBits, Exclusive: flags&oEXCL != 0, OpenFlags: uint32(flags),
 	}
+	l := c.openLease(ctx, Ref{Parent: parent, Name: name})
 	var r pb.CreateReply
 	if err := c.callName(ctx, parent, name, pb.MethodCreate, req, &r, false); err != nil {
 		return nil, core.Attr{}, err
@@ -238,6 +239,7 @@ func (c *Client) CreateAtAttr(ctx context.Context, parent core.Ino, name string,
 	if err != nil {
 		return nil, core.Attr{}, err
 	}
+	f.n.staleUnless(l, r.Attr)
 	return f, attrFromPB(r.Attr), nil
 }
 

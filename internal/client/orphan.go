@@ -33,6 +33,12 @@ func (c *Client) OpenAttr(a core.Attr) (core.Attr, bool) {
 	return a, true
 }
 
+// OwnWrites returns a with the size and mtime of this client's writes to
+// a.Ino not yet committed, if there are any; otherwise a as it is. Unlike
+// OpenAttr, it never puts the size an open state read at its open in place
+// of a newer one from the server (another client may have written since).
+func (c *Client) OwnWrites(a core.Attr) core.Attr { return c.overlayOpen(a) }
+
 // RepointOpen tells the client how the meta server now finds an open file,
 // when the caller knows better than the client can (the FUSE layer knows a
 // hard-linked file's other names when one of them is removed).

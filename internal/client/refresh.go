@@ -31,6 +31,43 @@ func (c *Client) MarkStale(ino core.Ino) {
 	c.releaseOpen(n)
 }
 
+// openLease is the lease an open of ref takes before the server is asked:
+// the entry's, which covers a one-link file's attributes. A change that
+// lands after the server answered recalls it, maybe before the open state
+// exists for MarkStale to find: staleUnless then sees it recalled.
+func (c *Client) openLease(ctx context.Context, ref Ref) Lease {
+	if ref.Parent == 0 || ref.Name == "" || !c.LeasesOn() {
+		return Lease{}
+	}
+	return c.ReadLease(ctx, c.EntryLease(ref.Parent, ref.Name))
+}
+
+// staleUnless marks the open state stale after an open that read a, unless
+// lease l (openLease) still covers what it read: with leases on, a change
+// by another client may have landed since, and its recall may have come
+// before this state existed. The next read then asks the server again
+// (refreshIfStale). With leases off, opens keep close-to-open as before.
+func (n *openInode) staleUnless(l Lease, a *pb.Attr) {
+	if !n.c.LeasesOn() {
+		return
+	}
+	covered := l.Remaining() > 0 && !core.IsDir(a.GetMode()) && a.GetNlink() <= 1
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !covered && !n.mu.modified && n.mu.buffered == 0 {
+		n.mu.stale = true
+	}
+}
+
+// Stale reports whether the file's next read asks the server again: what
+// this client holds of it may predate another client's change. A cache
+// above (the kernel's pages) should not be kept across such an open.
+func (f *File) Stale() bool {
+	f.n.mu.Lock()
+	defer f.n.mu.Unlock()
+	return f.n.mu.stale
+}
+
 // refreshIfStale takes the server's view of a file marked stale that has
 // no writes of this client pending. If the server cannot be asked, the
 // read goes on with what the client has (as before the mark), and the next
@@ -49,14 +86,34 @@ func (n *openInode) refreshIfStale(ctx context.Context) {
 	}
 	n.mu.Unlock()
 	c := n.c
-	// The lease is what makes the read wait for the change it was warned
-	// of: the server grants none while a change of its key runs.
-	l := c.ReadLease(ctx, c.AttrLease(ref, core.Attr{Mode: mode, Nlink: 1}))
-	var r pb.OpenReply
-	req := &pb.OpenRequest{Creds: credsPB(creds), Node: ref.pb(), Flags: uint32(oRDONLY)}
-	if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodOpen, req, &r, true); err != nil {
-		c.log.Debug("refresh of an open file failed; reading what the client has", "ino", n.ino, "err", err)
-		return
+	var (
+		l Lease
+		r pb.OpenReply
+	)
+	for try := 0; ; try++ {
+		// The lease is what makes the read wait for the change it was
+		// warned of: the server grants none while a change of its key
+		// runs.
+		l = c.ReadLease(ctx, c.AttrLease(ref, core.Attr{Mode: mode, Nlink: 1}))
+		req := &pb.OpenRequest{Creds: credsPB(creds), Node: ref.pb(), Flags: uint32(oRDONLY)}
+		if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodOpen, req, &r, true); err != nil {
+			c.log.Debug("refresh of an open file failed; reading what the client has", "ino", n.ino, "err", err)
+			return
+		}
+		at := Ref{Ino: ref.Ino, Parent: core.Ino(req.Node.Parent), Name: req.Node.Name}
+		if req.Node.Parent == 0 || at == ref {
+			break
+		}
+		if try == maxRelocations {
+			l = Lease{} // it keeps moving: ask again at the next read
+			break
+		}
+		// Another client moved the file (callRef found it again): the
+		// lease taken covers the old name's directory, not the new
+		// one, whose changes this client would not hear of. Again,
+		// under the right lease.
+		ref = at
+		r.Reset()
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -133,12 +133,31 @@ func (c *Client) callName(ctx context.Context, dir core.Ino, name string, method
 // callRef sends a request about the node that node (a field of req) names:
 // by its entry when it has one, else, or when the server says the node's
 // attributes live with its owner, by ino to the owner. node is changed in
-// place for the second try.
-func (c *Client) callRef(ctx context.Context, node interface {
-	GetParent() uint64
-	GetName() string
-	GetIno() uint64
-}, clear func(), method uint16, req, resp proto.Message, idempotent bool) error {
+// place for the next try. A file open here that another client renamed is
+// found again and asked there (relocate.go).
+func (c *Client) callRef(ctx context.Context, node *pb.NodeRef, clear func(), method uint16, req, resp proto.Message, idempotent bool) error {
+	err := c.callRefOnce(ctx, node, clear, method, req, resp, idempotent)
+	for range maxRelocations {
+		if !relocatable(err) || node.GetIno() == 0 || node.GetParent() == 0 || node.GetName() == "" || isByName(ctx) {
+			return err
+		}
+		to, r := c.relocateOpen(ctx, Ref{Ino: core.Ino(node.Ino), Parent: core.Ino(node.Parent), Name: node.Name})
+		switch r {
+		case notOpen:
+			return err
+		case gone:
+			if errs.Is(err, errs.Stale) {
+				return errs.Wrap(errs.NotExist, pb.MethodName(method), node.Name, err)
+			}
+			return err
+		}
+		node.Parent, node.Name = uint64(to.Parent), to.Name
+		err = c.callRefOnce(ctx, node, clear, method, req, resp, idempotent)
+	}
+	return err
+}
+
+func (c *Client) callRefOnce(ctx context.Context, node *pb.NodeRef, clear func(), method uint16, req, resp proto.Message, idempotent bool) error {
 	if node.GetParent() != 0 && node.GetName() != "" {
 		err := c.callName(ctx, core.Ino(node.GetParent()), node.GetName(), method, req, resp, idempotent)
 		if !isOwnerRedirect(err) || node.GetIno() == 0 {

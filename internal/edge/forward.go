@@ -17,7 +17,7 @@ var forwarded = []uint16{
 	weftpb.MethodLink, weftpb.MethodOpen, weftpb.MethodCommit,
 	weftpb.MethodAccess, weftpb.MethodStatFS, weftpb.MethodGetXattr, weftpb.MethodSetXattr,
 	weftpb.MethodListXattr, weftpb.MethodRemoveXattr, weftpb.MethodStatus, weftpb.MethodScan,
-	weftpb.MethodReleaseReclaim, weftpb.MethodGetCapability, weftpb.MethodFind, weftpb.MethodSyncMeta,
+	weftpb.MethodReleaseReclaim, weftpb.MethodGetCapability, weftpb.MethodFind, weftpb.MethodSyncMeta, weftpb.MethodLocate,
 	weftpb.MethodSetLock, weftpb.MethodGetLock, weftpb.MethodLockKeepAlive,
 }
 

@@ -111,10 +111,24 @@ func (n *Node) OnForget() { n.fsys.index.remove(n) }
 // name the kernel knows in it and the attributes those embed (the pages of
 // files open here too: their size and times may have changed); for any
 // other inode, its attributes and pages.
+//
+// Files open here through an entry of a recalled directory go too, however
+// the kernel knows them: one another mount renamed is addressed by its new
+// entry once the client found it again (client.OpenIn), while the kernel
+// may still know it under its old parent, or under none.
 func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 	for _, k := range keys {
 		for _, n := range fsys.index.get(k.Ino) {
 			n.forget()
+		}
+		for _, ino := range fsys.c.OpenIn(k.Ino) {
+			fsys.c.MarkStale(ino)
+			for _, n := range fsys.index.get(ino) {
+				if _, p := n.Parent(); p != nil && p.StableAttr().Ino == uint64(k.Ino) {
+					continue // a child of the directory: forget did it
+				}
+				n.invalidate(0)
+			}
 		}
 	}
 }
@@ -190,18 +204,23 @@ func (n *Node) forget() {
 	if !n.IsDir() {
 		n.fsys.c.MarkStale(n.ino())
 	}
-	_ = n.NotifyContent(0, 0)
+	n.invalidate(0)
 	if !n.IsDir() {
 		return
 	}
 	children := n.Children()
 	for _, ch := range children {
+		cn, ok := ch.Operations().(*Node)
+		if !ok {
+			_ = ch.NotifyContent(-1, 0)
+			continue
+		}
 		off := int64(-1) // attributes only
-		if cn, ok := ch.Operations().(*Node); ok && cn.isOpen() {
+		if cn.isOpen() {
 			off = 0
 			n.fsys.c.MarkStale(cn.ino())
 		}
-		_ = ch.NotifyContent(off, 0)
+		cn.invalidate(off)
 	}
 	// names are listed once the kernel's lock on the directory was free:
 	// a listing or lookup in flight when the recall came (it holds the
@@ -245,20 +264,76 @@ func (n *Node) forget() {
 	}
 }
 
+// Invalidating attributes while the kernel waits for a GETATTR of the node
+// makes it drop that reply (its attr_version is older), and a read past the
+// kernel's cached end of file that asked for it then ends at the old size
+// instead of asking again: a reread of a file another mount grew and closed
+// returned nothing. So a recall's invalidation of a node waits for the
+// node's Getattr calls in flight (bounded), and a moment more, for the
+// reply, written after the handler returns, to be taken by the kernel. A
+// GETATTR sent after the invalidation is answered under a new lease. The
+// bound is short: a Getattr may itself wait, at the server, for the change
+// this recall is for (a lease on another key of it), which waits for this
+// release; then nothing helps, and the read ends short (docs/design.md).
+const (
+	getattrWait  = 20 * time.Millisecond
+	getattrReply = time.Millisecond
+)
+
+// startGetattr notes a Getattr in flight until the returned function is
+// called.
+func (n *Node) startGetattr() (done func()) {
+	n.mu.Lock()
+	if n.mu.getattrs == 0 {
+		n.mu.getattrsDone = make(chan struct{})
+	}
+	n.mu.getattrs++
+	n.mu.Unlock()
+	return func() {
+		n.mu.Lock()
+		if n.mu.getattrs--; n.mu.getattrs == 0 {
+			close(n.mu.getattrsDone)
+		}
+		n.mu.Unlock()
+	}
+}
+
+// invalidate makes the kernel forget n's attributes and, from off on, its
+// pages (off -1: attributes only), once no Getattr of n is in flight.
+func (n *Node) invalidate(off int64) {
+	n.mu.Lock()
+	busy, done := n.mu.getattrs > 0, n.mu.getattrsDone
+	n.mu.Unlock()
+	if busy {
+		t := time.NewTimer(getattrWait)
+		select {
+		case <-done:
+			t.Reset(getattrReply)
+			<-t.C
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	_ = n.NotifyContent(off, 0)
+}
+
 func (n *Node) isOpen() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.mu.opens > 0
 }
 
-// leaseTimeout is how long the kernel may keep what l covers: what is left
-// of the lease; nothing if the server refused it (what was read may be
-// about to change); def if leases are off.
-func leaseTimeout(l client.Lease, def time.Duration) time.Duration {
+// cacheFor is how long the kernel may keep what a reply read under l said:
+// what is left of the lease; with leases off (the in-process mount), def.
+// With leases on, nothing when no live lease covers it: the server refused
+// the lease, it was never taken, or it was recalled or ran out since it was
+// taken (the reply may then predate the change it was recalled for). The
+// kernel's own invalidations cover only what a lease covered.
+func (fsys *fileSystem) cacheFor(l client.Lease, def time.Duration) time.Duration {
 	if rem := l.Remaining(); rem > 0 {
 		return rem
 	}
-	if l.Denied() {
+	if fsys.leases {
 		return 0
 	}
 	return def

@@ -1,6 +1,8 @@
 package fusefs
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,7 +44,7 @@ type linzWorker struct {
 	// unexpected counts errors that are neither ENOENT nor EEXIST.
 	unexpected []string
 	// lostCloses are writes whose close failed because another mount
-	// renamed or removed the file meanwhile.
+	// removed the file meanwhile.
 	lostCloses []string
 }
 
@@ -203,12 +205,12 @@ func (w *linzWorker) write(slot int) {
 	out := linzOutput{}
 	switch {
 	case err == nil:
-	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE):
-		// A known limit, not a lease matter: the client commits a file
-		// by (parent, name, inode), and a close after another mount
-		// renamed the file fails. What it wrote may or may not be there.
+	case errors.Is(err, fs.ErrNotExist):
+		// Another mount removed the file: the commit at close found no
+		// name holding it (one that renamed it is followed), and the
+		// model checks that none did.
 		w.lostCloses = append(w.lostCloses, err.Error())
-		out.res = resUnknown
+		out.res = resNoEnt
 	default:
 		out.res = w.linzErr("write", err)
 	}
@@ -322,7 +324,7 @@ func (r *linzRun) check(t *testing.T) porcupine.CheckResult {
 			t.Logf("mount %d: %d unexpected errors, first: %s", w.id, len(w.unexpected), w.unexpected[0])
 		}
 		if len(w.lostCloses) > 0 {
-			t.Logf("mount %d: %d closes failed after another mount renamed or removed the file, first: %s", w.id, len(w.lostCloses), w.lostCloses[0])
+			t.Logf("mount %d: %d closes failed after another mount removed the file, first: %s", w.id, len(w.lostCloses), w.lostCloses[0])
 		}
 	}
 	return checkLinzOps(t, ops)
@@ -332,8 +334,11 @@ func (r *linzRun) check(t *testing.T) porcupine.CheckResult {
 // the visualization for a person to look at.
 func checkLinzOps(t *testing.T, ops []porcupine.Operation) porcupine.CheckResult {
 	t.Helper()
-	res, info := porcupine.CheckOperationsVerbose(linzModel, ops, time.Minute)
+	res, info := porcupine.CheckOperationsVerbose(linzModel, ops, linzCheckTime(t))
 	if res != porcupine.Ok {
+		if name, err := saveLinzOps(ops); err == nil {
+			t.Logf("history saved in %s (WEFT_LINZ_REPLAY=%s checks it again)", name, name)
+		}
 		f, err := os.CreateTemp("", "weft-linz-*.html")
 		if err == nil {
 			if err := porcupine.Visualize(linzModel, info, f); err == nil {
@@ -343,6 +348,7 @@ func checkLinzOps(t *testing.T, ops []porcupine.Operation) porcupine.CheckResult
 		}
 		if res == porcupine.Illegal {
 			t.Logf("where the check got stuck:\n%s", explainIllegal(ops, info))
+			t.Logf("the shortest illegal prefix of the history:\n%s", minimalIllegal(ops))
 		}
 	}
 	return res
@@ -395,4 +401,128 @@ func explainIllegal(ops []porcupine.Operation, info porcupine.LinearizationInfo)
 func describeOp(o porcupine.Operation) string {
 	return fmt.Sprintf("mount %d [%9.3f ms, %9.3f ms] %s", o.ClientId, float64(o.Call)/1e6, float64(min(o.Return, 1<<53))/1e6,
 		describeLinz(o.Input.(linzInput), o.Output.(linzOutput)))
+}
+
+// minimalIllegal finds the shortest prefix of ops (in call order) that is
+// not linearizable, by bisection, and describes its last operation, the
+// one no order can fit, with the operations before it that touched the
+// same names or inode in the 100 ms before its call: the smallest failing
+// sub-history to read. A prefix leaves out the changes called later; a read
+// that overlapped one of them may then be the one that cannot be placed
+// (its return time shows it).
+func minimalIllegal(ops []porcupine.Operation) string {
+	// A check that runs out of time counts as illegal: proving a
+	// violation is what takes the checker long (it tries every order).
+	illegal := func(n int) bool {
+		res, _ := porcupine.CheckOperationsVerbose(linzModel, ops[:n], 30*time.Second)
+		return res != porcupine.Ok
+	}
+	lo, hi := 0, len(ops) // ops[:lo] legal, ops[:hi] illegal
+	if !illegal(hi) {
+		return "  (the whole history is not found illegal again)"
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if illegal(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	last := ops[hi-1]
+	in := last.Input.(linzInput)
+	touches := func(o porcupine.Operation) bool {
+		oi, oo := o.Input.(linzInput), o.Output.(linzOutput)
+		slots := map[int]bool{oi.slot: true}
+		if oi.op == opRename {
+			slots[oi.to] = true
+		}
+		switch {
+		case in.op == opReaddir:
+			return oi.op != opReaddir && oi.op != opWrite && oi.op != opReread &&
+				(oi.slot/len(linzNames) == in.slot || oi.op == opRename && oi.to/len(linzNames) == in.slot)
+		case in.op == opWrite || in.op == opReread:
+			return oi.ino == in.ino || oo.ino == in.ino || oi.op == opRename || oi.op == opUnlink
+		}
+		return slots[in.slot] || in.op == opRename && slots[in.to] || oi.op == opRename && (oi.to == in.slot || oi.slot == in.slot)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %d of %d operations; the last one cannot be placed:\n", hi, len(ops))
+	for _, o := range ops[:hi-1] {
+		if o.Return >= last.Call-int64(100*time.Millisecond) && touches(o) {
+			fmt.Fprintf(&b, "    %s\n", describeOp(o))
+		}
+	}
+	fmt.Fprintf(&b, "  > %s\n", describeOp(last))
+	return b.String()
+}
+
+// linzCheckTime bounds one check (WEFT_LINZ_CHECK_TIME, default 1 minute).
+func linzCheckTime(t *testing.T) time.Duration {
+	t.Helper()
+	s := os.Getenv("WEFT_LINZ_CHECK_TIME")
+	if s == "" {
+		return time.Minute
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		t.Fatalf("WEFT_LINZ_CHECK_TIME=%q: want a duration such as 5m", s)
+	}
+	return d
+}
+
+// linzRecord is an operation as saveLinzOps writes it.
+type linzRecord struct {
+	Client    int
+	Call, Ret int64
+	Op        uint8
+	Slot, To  int
+	Mode      uint32
+	Ino       uint64
+	Data      string
+	Res       uint8
+	OutIno    uint64
+	OutMode   uint32
+	Size      int64
+	OutData   string
+	Names     string
+}
+
+// saveLinzOps writes ops to a temporary file, one JSON record a line.
+func saveLinzOps(ops []porcupine.Operation) (string, error) {
+	f, err := os.CreateTemp("", "weft-linz-*.jsonl")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	for _, o := range ops {
+		in, out := o.Input.(linzInput), o.Output.(linzOutput)
+		if err := enc.Encode(linzRecord{Client: o.ClientId, Call: o.Call, Ret: o.Return, Op: uint8(in.op), Slot: in.slot, To: in.to,
+			Mode: in.mode, Ino: in.ino, Data: in.data, Res: uint8(out.res), OutIno: out.ino, OutMode: out.mode, Size: out.size,
+			OutData: out.data, Names: out.names}); err != nil {
+			return "", err
+		}
+	}
+	return f.Name(), f.Close()
+}
+
+// loadLinzOps reads a file saveLinzOps wrote.
+func loadLinzOps(name string) ([]porcupine.Operation, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	var ops []porcupine.Operation
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for dec.More() {
+		var r linzRecord
+		if err := dec.Decode(&r); err != nil {
+			return nil, err
+		}
+		ops = append(ops, porcupine.Operation{ClientId: r.Client, Call: r.Call, Return: r.Ret,
+			Input:  linzInput{op: linzOp(r.Op), slot: r.Slot, to: r.To, mode: r.Mode, ino: r.Ino, data: r.Data},
+			Output: linzOutput{res: linzResult(r.Res), ino: r.OutIno, mode: r.OutMode, size: r.Size, data: r.OutData, names: r.Names}})
+	}
+	return ops, nil
 }

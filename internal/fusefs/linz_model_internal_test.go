@@ -1,6 +1,8 @@
 package fusefs
 
 import (
+	"sort"
+	"strings"
 	"testing"
 
 	"github.com/anishathalye/porcupine"
@@ -73,6 +75,25 @@ func TestLinzModel(t *testing.T) {
 			{0, 6, 7, linzInput{op: opWrite, ino: 7, data: "A001"}, ok},
 			{1, 8, 9, linzInput{op: opStat, slot: y}, statOf(7, 0o644, 4)},
 		}, porcupine.Ok},
+		{"stale reread of a file renamed while open", []op{
+			{0, 0, 1, linzInput{op: opCreate, slot: x}, created(7)},
+			{1, 2, 3, linzInput{op: opOpen, slot: x}, created(7)},
+			{0, 4, 5, linzInput{op: opRename, slot: x, to: y}, ok},
+			{0, 6, 7, linzInput{op: opWrite, ino: 7, data: "A001"}, ok},
+			{1, 8, 9, linzInput{op: opReread, ino: 7, slot: x}, linzOutput{data: ""}},
+		}, porcupine.Illegal},
+		{"close of a file another mount removed", []op{
+			{0, 0, 1, linzInput{op: opCreate, slot: x}, created(7)},
+			{0, 2, 3, linzInput{op: opOpen, slot: x}, created(7)},
+			{1, 4, 5, linzInput{op: opUnlink, slot: x}, ok},
+			{0, 6, 7, linzInput{op: opWrite, ino: 7, data: "A001"}, noent},
+		}, porcupine.Ok},
+		{"close says removed, but the file is there", []op{
+			{0, 0, 1, linzInput{op: opCreate, slot: x}, created(7)},
+			{0, 2, 3, linzInput{op: opOpen, slot: x}, created(7)},
+			{1, 4, 5, linzInput{op: opRename, slot: x, to: y}, ok},
+			{0, 6, 7, linzInput{op: opWrite, ino: 7, data: "A001"}, noent},
+		}, porcupine.Illegal},
 		{"missing create", []op{
 			{0, 0, 1, linzInput{op: opCreate, slot: x}, created(7)},
 			{1, 2, 3, linzInput{op: opReaddir, slot: 0}, linzOutput{names: ""}},
@@ -90,6 +111,15 @@ func TestLinzModel(t *testing.T) {
 		}
 		if got := porcupine.CheckOperations(linzModel, ops); got != (tc.want == porcupine.Ok) {
 			t.Errorf("%s: linearizable = %v, want %v", tc.name, got, tc.want == porcupine.Ok)
+		}
+		if tc.want == porcupine.Illegal {
+			// The shrinker names the operation that cannot be placed.
+			sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+			last := tc.ops[len(tc.ops)-1]
+			if want := describeLinz(last.in, last.out); !strings.Contains(minimalIllegal(ops), "> ") ||
+				!strings.HasSuffix(strings.TrimSpace(minimalIllegal(ops)), want) {
+				t.Errorf("%s: shortest illegal prefix:\n%s\nwant it to end with %s", tc.name, minimalIllegal(ops), want)
+			}
 		}
 	}
 }

@@ -26,7 +26,8 @@ import (
 //	readdir  the names in one directory
 //	open     open(O_RDONLY or O_WRONLY) and fstat: the inode the name held
 //	write    pwrite of a fixed-size token at 0 and close(2) through an
-//	         open descriptor: the file's content, wherever it is now
+//	         open descriptor: the file's content, wherever it is now; or
+//	         ENOENT from close when no name holds the file any more
 //	reread   pread at 0 through a descriptor kept open: the content
 //
 // A write and a reread act on an inode, not a name, as they do through a
@@ -160,8 +161,12 @@ func linzStep(s linzState, in linzInput, out linzOutput) (bool, linzState) {
 	case opRename, opUnlink, opChmod, opWrite:
 		ok, next := linzApply(s, in)
 		switch {
+		case in.op == opWrite && out.res == resNoEnt:
+			// Its close failed: no name holds the file any more
+			// (another mount unlinked it), so nothing changed.
+			return s.find(in.ino) < 0, s
 		case in.op == opWrite:
-			return out.res == resOK, next // a write through a descriptor does not fail
+			return out.res == resOK, next
 		case !ok:
 			return out.res == resNoEnt, s
 		default:
@@ -180,12 +185,8 @@ func linzStep(s linzState, in linzInput, out linzOutput) (bool, linzState) {
 		return out.res == resOK && out.names == s.dirNames(in.slot), s
 	case opReread:
 		i := s.find(in.ino)
-		// An unlinked file left the model: any content will do. So
-		// does, unless the check is strict, one renamed since this
-		// descriptor's open: the client refreshes an open file by the
-		// name it was opened under (a known limit, not a lease matter).
-		moved := !linzStrict && i != in.slot
-		return out.res == resOK && (i < 0 || moved || out.data == s[i].data), s
+		// An unlinked file left the model: any content will do.
+		return out.res == resOK && (i < 0 || out.data == s[i].data), s
 	}
 	return false, s
 }

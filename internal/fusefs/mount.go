@@ -94,6 +94,9 @@ type fileSystem struct {
 	groups *groupCache
 	index  nodeIndex // nodes by inode, for lease recalls (lease.go)
 	pg     *pgTable  // patchgroups of the mount's programs (pgctl.go)
+	// leases: the client caches under read leases (client.LeasesOn), so
+	// the kernel may keep only what a live lease covers (cacheFor).
+	leases bool
 	// life is the mount's own context, the parent of every request's
 	// calls (callCtx); it ends when the mount is served no more.
 	life context.Context
@@ -129,12 +132,14 @@ func New(dir string, opts Options) (*Mount, error) {
 	root := &Node{fsys: fsys}
 	fsys.index.root = root
 	opts.Client.OnRecall(fsys.recalled)
-	entry, attr, neg := opts.EntryTimeout, opts.AttrTimeout, opts.NegativeTimeout
+	fsys.leases = opts.Client.LeasesOn()
+	neg := opts.NegativeTimeout
 	goFuseLog := log.New(slogWriter{opts.Logger}, "", 0)
 	fo := &fs.Options{
-		// nil would mean 0: every timeout is set explicitly.
-		EntryTimeout:    &entry,
-		AttrTimeout:     &attr,
+		// No default entry and attribute timeouts: go-fuse would put
+		// them in place of every 0 a handler sets, and 0 is what a
+		// reply no lease covers must get (cacheFor). Every handler
+		// that replies with an entry or attributes sets both itself.
 		NegativeTimeout: &neg,
 		// Mode 0 is a real mode here (chmod 000), not "unset".
 		NullPermissions: true,

@@ -29,6 +29,10 @@ type Node struct {
 		cacheMtime time.Time
 		cacheValid bool
 		noCapUntil time.Time // security.capability known absent until then
+		// getattrs counts the Getattr calls in flight; getattrsDone is
+		// closed when it drops to 0 (lease.go: invalidateAttrs).
+		getattrs     int
+		getattrsDone chan struct{}
 	}
 }
 
@@ -122,26 +126,24 @@ func (n *Node) fillEntry(out *fuse.EntryOut, child *fs.Inode, a core.Attr) {
 // them when they live in the inode's own record.
 func (n *Node) fillEntryLeased(out *fuse.EntryOut, child *fs.Inode, a core.Attr, l, al client.Lease) {
 	fillAttr(&out.Attr, a)
-	out.SetEntryTimeout(leaseTimeout(l, n.fsys.opts.EntryTimeout))
+	out.SetEntryTimeout(n.fsys.cacheFor(l, n.fsys.opts.EntryTimeout))
 	attr := n.fsys.opts.AttrTimeout
 	if cn, ok := child.Operations().(*Node); ok {
 		attr = cn.attrTimeout()
 	}
-	switch {
-	case inlineAttrs(a):
+	if inlineAttrs(a) {
 		al = l
-	case al.Remaining() == 0 && l.Remaining() > 0:
-		// Leases are in use, but none covers these attributes: the
-		// kernel should ask again (Getattr takes their lease).
-		attr = 0
 	}
-	out.SetAttrTimeout(leaseTimeout(al, attr))
+	// Under leases, attributes no lease covers are not kept: the kernel
+	// asks again (Getattr takes their lease).
+	out.SetAttrTimeout(n.fsys.cacheFor(al, attr))
 }
 
 // Getattr asks the server. A file whose last name is gone while this mount
 // still has it open answers from what this mount knows (see the package
 // doc).
 func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	defer n.startGetattr()()
 	lctx, cancel := n.fsys.callCtx(ctx)
 	l := n.attrLease(lctx)
 	cancel()
@@ -150,7 +152,7 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 		return n.fsys.fail("getattr", err)
 	}
 	fillAttr(&out.Attr, a)
-	out.SetTimeout(leaseTimeout(l, n.attrTimeout()))
+	out.SetTimeout(n.fsys.cacheFor(l, n.attrTimeout()))
 	return 0
 }
 
@@ -181,6 +183,15 @@ func (n *Node) getattr(ctx context.Context) (core.Attr, error) {
 func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	if fh == nil {
+		// A chmod, chown or utimes by path (the kernel names no handle
+		// but for a truncate): it must change what the name holds now.
+		cctx = client.ByName(cctx)
+	}
+	// The reply is cached under the attributes' lease, taken first: the
+	// server spares this client's leases for its own change, and a recall
+	// for a later change by another mount ends it.
+	l := n.attrLease(cctx)
 	var s client.SetAttr
 	if m, ok := in.GetMode(); ok {
 		s.Mode = &m
@@ -227,15 +238,17 @@ func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	} else {
 		a, err = n.fsys.c.SetAttr(cctx, n.ref(), s)
 		// The kernel truncates its page cache to the size in this reply:
-		// it must be this mount's size, buffered writes included.
-		a, _ = n.fsys.c.OpenAttr(a)
+		// it must be this mount's size, buffered writes included, and
+		// otherwise the server's (an open state's size may predate
+		// another mount's write).
+		a = n.fsys.c.OwnWrites(a)
 	}
 	if err != nil {
 		return n.fsys.fail("setattr", err)
 	}
 	n.setAttr(a)
 	fillAttr(&out.Attr, a)
-	out.SetTimeout(n.attrTimeout())
+	out.SetTimeout(n.fsys.cacheFor(l, n.attrTimeout()))
 	return 0
 }
 

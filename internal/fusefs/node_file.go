@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -102,7 +103,10 @@ func (n *Node) openFlags(h *handle, existing bool) uint32 {
 	}
 	a, _ := n.fsys.c.OpenAttr(core.Attr{Ino: n.ino()})
 	n.mu.Lock()
-	keep := n.mu.cacheValid && n.mu.cacheSize == a.Size && n.mu.cacheMtime.Equal(a.Mtime)
+	// A stale open state (client.File.Stale: a change may have landed
+	// since the open read the file) may still show the old size and
+	// mtime: the kernel's pages go.
+	keep := n.mu.cacheValid && n.mu.cacheSize == a.Size && n.mu.cacheMtime.Equal(a.Mtime) && !h.f.Stale()
 	seen := n.mu.attr.Size == a.Size && n.mu.attr.Mtime.Equal(a.Mtime)
 	n.mu.cacheSize, n.mu.cacheMtime, n.mu.cacheValid = a.Size, a.Mtime, true
 	n.mu.Unlock()
@@ -137,7 +141,34 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, h.node.fsys.fail("read", err)
 	}
+	if h.node.fsys.leases && h.f.Stale() {
+		// Served without a lease (the server refused it: a change
+		// waits for this mount's release of the one it recalled), so
+		// no recall will tell this mount when the change lands: the
+		// pages this reply fills must not stay in the kernel's cache.
+		h.node.dropPagesAfterReply(off)
+	}
 	return fuse.ReadResultData(dest[:k]), 0
+}
+
+// dropPagesAfterReply invalidates n's pages from off on once the kernel has
+// taken the READ reply being sent: the kernel holds the pages locked until
+// then, and an invalidation that came first would wait for them (and drop
+// nothing). Twice, a moment apart: the kernel inserts the pages after it
+// reads the reply.
+func (n *Node) dropPagesAfterReply(off int64) {
+	go func() {
+		for _, d := range []time.Duration{time.Millisecond, 10 * time.Millisecond} {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-n.fsys.life.Done():
+				t.Stop()
+				return
+			}
+			_ = n.NotifyContent(off, 0)
+		}
+	}()
 }
 
 // Write buffers data at off (at the client's end of file for O_APPEND).

@@ -81,6 +81,7 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 	dir := core.Ino(req.Dir)
 	ops, err := s.checkBatch(ctx, req.Ops)
 	if err != nil {
+		s.wbRefused.Add(1)
 		return nil, err
 	}
 	var freed bool
@@ -96,8 +97,13 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 		return nil
 	})
 	if err != nil {
+		if errs.KindOf(err) != errs.WrongServer {
+			s.wbRefused.Add(1)
+		}
 		return nil, err
 	}
+	s.wbBatches.Add(1)
+	s.wbOps.Add(uint64(len(ops)))
 	if freed {
 		s.reclaim.poke()
 	}

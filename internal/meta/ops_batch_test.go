@@ -58,6 +58,14 @@ func TestApplyBatchAllOrNothing(t *testing.T) {
 	if got := e.names(root); len(got) != 2 || got[0] != "a" || got[1] != "b" {
 		t.Fatalf("after the batches: %v", got)
 	}
+	// weft status counts them.
+	st, err := e.Status(ctx, &weftpb.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.WritebackBatches != 2 || st.WritebackOps != 4 || st.WritebackRefused != 2 {
+		t.Errorf("status: %d batches of %d ops, %d refused; want 2 of 4, 2 refused", st.WritebackBatches, st.WritebackOps, st.WritebackRefused)
+	}
 	if a := e.mustLookup(root, "a"); a.Ino != r.First || a.Mode != core.ModeFile|0o600 || a.Uid != 1000 {
 		t.Fatalf("a: %+v", a)
 	}

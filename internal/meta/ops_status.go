@@ -31,6 +31,10 @@ func (s *Server) Status(ctx context.Context, req *weftpb.StatusRequest) (*weftpb
 		Durability: s.cfg.Durability,
 		Splits:     s.giga.splits.Load(),
 		Redirects:  s.giga.redirects.Load(),
+
+		WritebackBatches: s.wbBatches.Load(),
+		WritebackOps:     s.wbOps.Load(),
+		WritebackRefused: s.wbRefused.Load(),
 	}
 	r.InodesByOwner, r.DirsByOwner = s.countsByOwner()
 	top := int(min(req.TopPartitions, maxTopPartitions))

@@ -33,6 +33,7 @@ func (s *Server) Register(mux *rpc.Mux) {
 	rpc.Handle(mux, weftpb.MethodGetCapability, s.GetCapability)
 	rpc.Handle(mux, weftpb.MethodSyncMeta, s.SyncMeta)
 	rpc.Handle(mux, weftpb.MethodFind, s.Find)
+	rpc.Handle(mux, weftpb.MethodLocate, s.Locate)
 	rpc.Handle(mux, weftpb.MethodAllocInos, s.AllocInos)
 	rpc.Handle(mux, weftpb.MethodApplyBatch, s.ApplyBatch)
 	rpc.Handle(mux, weftpb.MethodPeerLock, s.PeerLock)

@@ -219,8 +219,11 @@ type Server struct {
 	renameMu sync.Mutex
 	alloc    inoAllocator
 
-	inodes, dirs atomic.Int64  // mirrors of the persisted counters of this server's inodes
-	others       []ownerCounts // this server's shares of other servers' counts, by id (counters.go)
+	inodes, dirs atomic.Int64 // mirrors of the persisted counters of this server's inodes
+	// write-back batches (ops_batch.go) since start: applied, their
+	// operations, and the ones refused whole
+	wbBatches, wbOps, wbRefused atomic.Uint64
+	others                      []ownerCounts // this server's shares of other servers' counts, by id (counters.go)
 
 	n     int         // meta servers in the cluster
 	peers []*rpc.Peer // the other meta servers, by id (nil for this one)
@@ -472,6 +475,18 @@ func (s *Server) registerMetrics() {
 			Namespace: "weft", Subsystem: "meta", Name: "directories",
 			Help: "Directories whose inode this meta server holds.", ConstLabels: labels,
 		}, func() float64 { return float64(s.dirs.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "weft", Subsystem: "meta", Name: "writeback_batches_total",
+			Help: "Write-back batches applied (apply_batch; weft_meta_rpc_request_duration_seconds{method=\"apply_batch\"} has their latency).", ConstLabels: labels,
+		}, func() float64 { return float64(s.wbBatches.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "weft", Subsystem: "meta", Name: "writeback_ops_total",
+			Help: "Operations applied in write-back batches.", ConstLabels: labels,
+		}, func() float64 { return float64(s.wbOps.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "weft", Subsystem: "meta", Name: "writeback_refused_total",
+			Help: "Write-back batches refused whole (an op no longer applied: the writer lost its lease).", ConstLabels: labels,
+		}, func() float64 { return float64(s.wbRefused.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "weft", Subsystem: "meta", Name: "ino_reserved",
 			Help: "Inode sequence numbers reserved on disk (high-water mark).", ConstLabels: labels,

@@ -2647,8 +2647,13 @@ type StatusReply struct {
 	// for it (an inode allocated on one server may be removed on another).
 	InodesByOwner []int64 `protobuf:"varint,11,rep,packed,name=inodes_by_owner,json=inodesByOwner,proto3" json:"inodes_by_owner,omitempty"`
 	DirsByOwner   []int64 `protobuf:"varint,12,rep,packed,name=dirs_by_owner,json=dirsByOwner,proto3" json:"dirs_by_owner,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Write-back batches since start (apply_batch): applied, the operations
+	// they held, refused whole.
+	WritebackBatches uint64 `protobuf:"varint,50,opt,name=writeback_batches,json=writebackBatches,proto3" json:"writeback_batches,omitempty"`
+	WritebackOps     uint64 `protobuf:"varint,51,opt,name=writeback_ops,json=writebackOps,proto3" json:"writeback_ops,omitempty"`
+	WritebackRefused uint64 `protobuf:"varint,52,opt,name=writeback_refused,json=writebackRefused,proto3" json:"writeback_refused,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StatusReply) Reset() {
@@ -2763,6 +2768,27 @@ func (x *StatusReply) GetDirsByOwner() []int64 {
 		return x.DirsByOwner
 	}
 	return nil
+}
+
+func (x *StatusReply) GetWritebackBatches() uint64 {
+	if x != nil {
+		return x.WritebackBatches
+	}
+	return 0
+}
+
+func (x *StatusReply) GetWritebackOps() uint64 {
+	if x != nil {
+		return x.WritebackOps
+	}
+	return 0
+}
+
+func (x *StatusReply) GetWritebackRefused() uint64 {
+	if x != nil {
+		return x.WritebackRefused
+	}
+	return 0
 }
 
 type PartitionStatus struct {
@@ -4115,6 +4141,107 @@ func (x *ApplyBatchReply) GetApplied() uint32 {
 	return 0
 }
 
+// LocateRequest asks a meta server where it holds the entry of a one-link
+// file, from its index: a client whose open file another client renamed
+// finds it again (the file's attributes live in its entry, so the name it
+// was opened under no longer reaches it).
+type LocateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocateRequest) Reset() {
+	*x = LocateRequest{}
+	mi := &file_meta_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocateRequest) ProtoMessage() {}
+
+func (x *LocateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocateRequest.ProtoReflect.Descriptor instead.
+func (*LocateRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *LocateRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+// LocateReply: found, the entry that holds ino on this server.
+type LocateReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Node          *NodeRef               `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocateReply) Reset() {
+	*x = LocateReply{}
+	mi := &file_meta_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocateReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocateReply) ProtoMessage() {}
+
+func (x *LocateReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocateReply.ProtoReflect.Descriptor instead.
+func (*LocateReply) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *LocateReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *LocateReply) GetNode() *NodeRef {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
 var File_meta_proto protoreflect.FileDescriptor
 
 const file_meta_proto_rawDesc = "" +
@@ -4186,54 +4313,58 @@ const file_meta_proto_rawDesc = "" +
 	"ttrReply\x12\x14\n\x05names\x18\x01 \x03(\tR\x05names\"t\n\x12RemoveXattrRequest\x12$\n\x05creds\x18\x01 " +
 	"\x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node" +
 	"\x12\x12\n\x04name\x18\x03 \x01(\tR\x04name\"6\n\rStatusRequest\x12%\n\x0etop_partitions\x18\x01 \x01(\rR\rt" +
-	"opPartitions\"\xf8\x02\n\vStatusReply\x12\x1b\n\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x18\n\aser" +
+	"opPartitions\"\xf7\x03\n\vStatusReply\x12\x1b\n\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x18\n\aser" +
 	"vers\x18\x02 \x01(\rR\aservers\x12\x16\n\x06inodes\x18\x03 \x01(\x03R\x06inodes\x12\x12\n\x04dirs\x18\x04 \x01(\x03R\x04dirs\x12" +
 	"\x1e\n\npartitions\x18\x05 \x01(\x04R\npartitions\x12\x18\n\aentries\x18\x06 \x01(\x04R\aentries\x12\x16\n\x06spl" +
 	"its\x18\a \x01(\x04R\x06splits\x12\x1c\n\tredirects\x18\b \x01(\x04R\tredirects\x12*\n\x03top\x18\t \x03(\v2\x18.w" +
 	"eft.v1.PartitionStatusR\x03top\x12\x1e\n\ndurability\x18\n \x01(\tR\ndurability\x12&\n\x0fi" +
 	"nodes_by_owner\x18\v \x03(\x03R\rinodesByOwner\x12\"\n\rdirs_by_owner\x18\f \x03(\x03R\vdirs" +
-	"ByOwner\"i\n\x0fPartitionStatus\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\x14\n\x05index\x18\x02 \x01(\rR\x05ind" +
-	"ex\x12\x14\n\x05radix\x18\x03 \x01(\rR\x05radix\x12\x18\n\aentries\x18\x04 \x01(\x04R\aentries\")\n\x15ReleaseRec" +
-	"laimRequest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"\x96\x01\n\x14GetCapabilityRequest\x12$\n\x05creds\x18" +
-	"\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04no" +
-	"de\x12\x16\n\x06rights\x18\x03 \x01(\rR\x06rights\x12\x1a\n\bprevious\x18\x04 \x01(\fR\bprevious\"4\n\x12GetCap" +
-	"abilityReply\x12\x1e\n\ncapability\x18\x01 \x01(\fR\ncapability\"\x11\n\x0fSyncMetaRequest\"" +
-	"\xe1\x01\n\vFindRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x120\n\x05phase\x18\x02" +
-	" \x01(\x0e2\x1a.weft.v1.FindRequest.PhaseR\x05phase\x12(\n\x05query\x18\x03 \x01(\v2\x12.weft.v1" +
-	".FindQueryR\x05query\x12\x16\n\x06cursor\x18\x04 \x01(\fR\x06cursor\x12\x14\n\x05limit\x18\x05 \x01(\rR\x05limit\"" +
-	"\"\n\x05Phase\x12\f\n\bPOINTERS\x10\x00\x12\v\n\aMATCHES\x10\x01\"\x89\x02\n\tFindQuery\x12'\n\x05names\x18\x01 \x03(\v" +
-	"2\x11.weft.v1.FindGlobR\x05names\x12\x14\n\x05types\x18\x02 \x03(\rR\x05types\x12(\n\x05sizes\x18\x03 \x03(\v2" +
-	"\x12.weft.v1.FindRangeR\x05sizes\x12*\n\x06mtimes\x18\x04 \x03(\v2\x12.weft.v1.FindRangeR\x06" +
-	"mtimes\x12\x12\n\x04uids\x18\x05 \x03(\rR\x04uids\x12\x12\n\x04gids\x18\x06 \x03(\rR\x04gids\x12'\n\x05perms\x18\a \x03(\v2\x11." +
-	"weft.v1.FindPermR\x05perms\x12\x16\n\x06xattrs\x18\b \x03(\fR\x06xattrs\"8\n\bFindGlob\x12\x18\n\ap" +
-	"attern\x18\x01 \x01(\fR\apattern\x12\x12\n\x04fold\x18\x02 \x01(\bR\x04fold\"+\n\tFindRange\x12\x0e\n\x02lo\x18\x01 \x01" +
-	"(\x03R\x02lo\x12\x0e\n\x02hi\x18\x02 \x01(\x03R\x02hi\"2\n\bFindPerm\x12\x12\n\x04kind\x18\x01 \x01(\rR\x04kind\x12\x12\n\x04bits\x18\x02" +
-	" \x01(\rR\x04bits\"[\n\tFindReply\x12$\n\x04hits\x18\x01 \x03(\v2\x10.weft.v1.FindHitR\x04hits\x12\x16\n" +
-	"\x06cursor\x18\x02 \x01(\fR\x06cursor\x12\x10\n\x03eof\x18\x03 \x01(\bR\x03eof\"\xb5\x01\n\aFindHit\x12\x10\n\x03dir\x18\x01 \x01(\x04" +
-	"R\x03dir\x12\x12\n\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12!\n\x04attr\x18\x04 \x01(\v2\r.weft" +
-	".v1.AttrR\x04attr\x12\x1d\n\nentry_mode\x18\x05 \x01(\rR\tentryMode\x12\x16\n\x06parent\x18\x06 \x01(\x04R\x06p" +
-	"arent\x12\x18\n\arecheck\x18\a \x01(\bR\arecheck\"(\n\x10AllocInosRequest\x12\x14\n\x05count\x18\x01 \x01" +
-	"(\rR\x05count\"<\n\x0eAllocInosReply\x12\x14\n\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n\x05count\x18\x02 \x01(\r" +
-	"R\x05count\"\xea\x01\n\aBatchOp\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12,\n\x06cre" +
-	"ate\x18\x02 \x01(\v2\x14.weft.v1.BatchCreateR\x06create\x12,\n\x06unlink\x18\x03 \x01(\v2\x14.weft.v" +
-	"1.BatchUnlinkR\x06unlink\x12/\n\asetattr\x18\x04 \x01(\v2\x15.weft.v1.BatchSetAttrR\as" +
-	"etattr\x12,\n\x06rename\x18\x05 \x01(\v2\x14.weft.v1.BatchRenameR\x06rename\"g\n\vBatchCre" +
-	"ate\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04" +
-	"mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"g\n\vBatchUnlink\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 " +
-	"\x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04open\x18\x03 \x03(\x04R\x04open\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06" +
-	"timeNs\"\xb4\x01\n\fBatchSetAttr\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R" +
-	"\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x19\n\batime_ns\x18\x05 \x01(\x03" +
-	"R\aatimeNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18\a \x01(\x03R\x06timeNs\"j\n" +
-	"\vBatchRename\x12\x17\n\x03src\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x03src\x12\x17\n\x03dst\x18\x02 \x01(\tB\x05\xaa\x01\x02 \x03R\x03dst\x12\x10" +
-	"\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"I\n\x11ApplyBatchRequest\x12\x10" +
-	"\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v2\x10.weft.v1.BatchOpR\x03ops\"+\n\x0fApplyBat" +
-	"chReply\x12\x18\n\aapplied\x18\x01 \x01(\rR\aapplied*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NON" +
-	"E\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETAT" +
-	"TR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME" +
-	"_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14" +
-	"\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR" +
-	"_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftf" +
-	"s/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
+	"ByOwner\x12+\n\x11writeback_batches\x182 \x01(\x04R\x10writebackBatches\x12#\n\rwritebac" +
+	"k_ops\x183 \x01(\x04R\fwritebackOps\x12+\n\x11writeback_refused\x184 \x01(\x04R\x10writebackR" +
+	"efused\"i\n\x0fPartitionStatus\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\x14\n\x05index\x18\x02 \x01(\rR\x05inde" +
+	"x\x12\x14\n\x05radix\x18\x03 \x01(\rR\x05radix\x12\x18\n\aentries\x18\x04 \x01(\x04R\aentries\")\n\x15ReleaseRecl" +
+	"aimRequest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"\x96\x01\n\x14GetCapabilityRequest\x12$\n\x05creds\x18\x01" +
+	" \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04nod" +
+	"e\x12\x16\n\x06rights\x18\x03 \x01(\rR\x06rights\x12\x1a\n\bprevious\x18\x04 \x01(\fR\bprevious\"4\n\x12GetCapa" +
+	"bilityReply\x12\x1e\n\ncapability\x18\x01 \x01(\fR\ncapability\"\x11\n\x0fSyncMetaRequest\"\xe1" +
+	"\x01\n\vFindRequest\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x120\n\x05phase\x18\x02 " +
+	"\x01(\x0e2\x1a.weft.v1.FindRequest.PhaseR\x05phase\x12(\n\x05query\x18\x03 \x01(\v2\x12.weft.v1." +
+	"FindQueryR\x05query\x12\x16\n\x06cursor\x18\x04 \x01(\fR\x06cursor\x12\x14\n\x05limit\x18\x05 \x01(\rR\x05limit\"\"" +
+	"\n\x05Phase\x12\f\n\bPOINTERS\x10\x00\x12\v\n\aMATCHES\x10\x01\"\x89\x02\n\tFindQuery\x12'\n\x05names\x18\x01 \x03(\v2" +
+	"\x11.weft.v1.FindGlobR\x05names\x12\x14\n\x05types\x18\x02 \x03(\rR\x05types\x12(\n\x05sizes\x18\x03 \x03(\v2\x12" +
+	".weft.v1.FindRangeR\x05sizes\x12*\n\x06mtimes\x18\x04 \x03(\v2\x12.weft.v1.FindRangeR\x06m" +
+	"times\x12\x12\n\x04uids\x18\x05 \x03(\rR\x04uids\x12\x12\n\x04gids\x18\x06 \x03(\rR\x04gids\x12'\n\x05perms\x18\a \x03(\v2\x11.w" +
+	"eft.v1.FindPermR\x05perms\x12\x16\n\x06xattrs\x18\b \x03(\fR\x06xattrs\"8\n\bFindGlob\x12\x18\n\apa" +
+	"ttern\x18\x01 \x01(\fR\apattern\x12\x12\n\x04fold\x18\x02 \x01(\bR\x04fold\"+\n\tFindRange\x12\x0e\n\x02lo\x18\x01 \x01(" +
+	"\x03R\x02lo\x12\x0e\n\x02hi\x18\x02 \x01(\x03R\x02hi\"2\n\bFindPerm\x12\x12\n\x04kind\x18\x01 \x01(\rR\x04kind\x12\x12\n\x04bits\x18\x02 " +
+	"\x01(\rR\x04bits\"[\n\tFindReply\x12$\n\x04hits\x18\x01 \x03(\v2\x10.weft.v1.FindHitR\x04hits\x12\x16\n\x06" +
+	"cursor\x18\x02 \x01(\fR\x06cursor\x12\x10\n\x03eof\x18\x03 \x01(\bR\x03eof\"\xb5\x01\n\aFindHit\x12\x10\n\x03dir\x18\x01 \x01(\x04R" +
+	"\x03dir\x12\x12\n\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12!\n\x04attr\x18\x04 \x01(\v2\r.weft." +
+	"v1.AttrR\x04attr\x12\x1d\n\nentry_mode\x18\x05 \x01(\rR\tentryMode\x12\x16\n\x06parent\x18\x06 \x01(\x04R\x06pa" +
+	"rent\x12\x18\n\arecheck\x18\a \x01(\bR\arecheck\"(\n\x10AllocInosRequest\x12\x14\n\x05count\x18\x01 \x01(" +
+	"\rR\x05count\"<\n\x0eAllocInosReply\x12\x14\n\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n\x05count\x18\x02 \x01(\rR" +
+	"\x05count\"\xea\x01\n\aBatchOp\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12,\n\x06crea" +
+	"te\x18\x02 \x01(\v2\x14.weft.v1.BatchCreateR\x06create\x12,\n\x06unlink\x18\x03 \x01(\v2\x14.weft.v1" +
+	".BatchUnlinkR\x06unlink\x12/\n\asetattr\x18\x04 \x01(\v2\x15.weft.v1.BatchSetAttrR\ase" +
+	"tattr\x12,\n\x06rename\x18\x05 \x01(\v2\x14.weft.v1.BatchRenameR\x06rename\"g\n\vBatchCrea" +
+	"te\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04m" +
+	"ode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"g\n\vBatchUnlink\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03" +
+	"R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04open\x18\x03 \x03(\x04R\x04open\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06t" +
+	"imeNs\"\xb4\x01\n\fBatchSetAttr\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03" +
+	"ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x19\n\batime_ns\x18\x05 \x01(\x03R" +
+	"\aatimeNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18\a \x01(\x03R\x06timeNs\"j\n\v" +
+	"BatchRename\x12\x17\n\x03src\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x03src\x12\x17\n\x03dst\x18\x02 \x01(\tB\x05\xaa\x01\x02 \x03R\x03dst\x12\x10\n" +
+	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"I\n\x11ApplyBatchRequest\x12\x10\n" +
+	"\x03dir\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v2\x10.weft.v1.BatchOpR\x03ops\"+\n\x0fApplyBatc" +
+	"hReply\x12\x18\n\aapplied\x18\x01 \x01(\rR\aapplied\"!\n\rLocateRequest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03" +
+	"ino\"I\n\vLocateReply\x12\x14\n\x05found\x18\x01 \x01(\bR\x05found\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1" +
+	".NodeRefR\x04node*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE" +
+	"\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATT" +
+	"R_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_M" +
+	"TIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10" +
+	"\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CR" +
+	"EATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftfs/weft/proto/weftpb" +
+	"\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
@@ -4248,7 +4379,7 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_meta_proto_goTypes = []any{
 	(SetAttrBits)(0),              // 0: weft.v1.SetAttrBits
 	(RenameFlags)(0),              // 1: weft.v1.RenameFlags
@@ -4314,58 +4445,60 @@ var file_meta_proto_goTypes = []any{
 	(*BatchRename)(nil),           // 61: weft.v1.BatchRename
 	(*ApplyBatchRequest)(nil),     // 62: weft.v1.ApplyBatchRequest
 	(*ApplyBatchReply)(nil),       // 63: weft.v1.ApplyBatchReply
-	(*Creds)(nil),                 // 64: weft.v1.Creds
-	(*Attr)(nil),                  // 65: weft.v1.Attr
-	(*NodeRef)(nil),               // 66: weft.v1.NodeRef
+	(*LocateRequest)(nil),         // 64: weft.v1.LocateRequest
+	(*LocateReply)(nil),           // 65: weft.v1.LocateReply
+	(*Creds)(nil),                 // 66: weft.v1.Creds
+	(*Attr)(nil),                  // 67: weft.v1.Attr
+	(*NodeRef)(nil),               // 68: weft.v1.NodeRef
 }
 var file_meta_proto_depIdxs = []int32{
-	64, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
-	65, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
-	64, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
-	66, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
-	65, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
-	64, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
-	66, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
-	65, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
-	64, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
-	65, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
-	64, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
-	65, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
-	64, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
-	65, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
-	64, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
-	66, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
-	64, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
-	65, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
-	64, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
-	64, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
-	65, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
-	64, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
-	66, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
-	65, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
-	64, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
-	65, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
+	66, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
+	67, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
+	66, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
+	68, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
+	67, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
+	66, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
+	68, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
+	67, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
+	66, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
+	67, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
+	66, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
+	67, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
+	66, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
+	67, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
+	66, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
+	68, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
+	66, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
+	67, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
+	66, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
+	66, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
+	67, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
+	66, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
+	68, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
+	67, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
+	66, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
+	67, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
 	26, // 26: weft.v1.ReadDirReply.entries:type_name -> weft.v1.DirEntryMsg
-	64, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
-	66, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
-	65, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
-	64, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
-	66, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
-	65, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
-	64, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
-	66, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
-	64, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
-	66, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
-	64, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
-	66, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
-	64, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
-	66, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
-	64, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
-	66, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
+	66, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
+	68, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
+	67, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
+	66, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
+	68, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
+	67, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
+	66, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
+	68, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
+	66, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
+	68, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
+	66, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
+	68, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
+	66, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
+	68, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
+	66, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
+	68, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
 	43, // 43: weft.v1.StatusReply.top:type_name -> weft.v1.PartitionStatus
-	64, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
-	66, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
-	64, // 46: weft.v1.FindRequest.creds:type_name -> weft.v1.Creds
+	66, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
+	68, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
+	66, // 46: weft.v1.FindRequest.creds:type_name -> weft.v1.Creds
 	3,  // 47: weft.v1.FindRequest.phase:type_name -> weft.v1.FindRequest.Phase
 	49, // 48: weft.v1.FindRequest.query:type_name -> weft.v1.FindQuery
 	50, // 49: weft.v1.FindQuery.names:type_name -> weft.v1.FindGlob
@@ -4373,18 +4506,19 @@ var file_meta_proto_depIdxs = []int32{
 	51, // 51: weft.v1.FindQuery.mtimes:type_name -> weft.v1.FindRange
 	52, // 52: weft.v1.FindQuery.perms:type_name -> weft.v1.FindPerm
 	54, // 53: weft.v1.FindReply.hits:type_name -> weft.v1.FindHit
-	65, // 54: weft.v1.FindHit.attr:type_name -> weft.v1.Attr
-	64, // 55: weft.v1.BatchOp.creds:type_name -> weft.v1.Creds
+	67, // 54: weft.v1.FindHit.attr:type_name -> weft.v1.Attr
+	66, // 55: weft.v1.BatchOp.creds:type_name -> weft.v1.Creds
 	58, // 56: weft.v1.BatchOp.create:type_name -> weft.v1.BatchCreate
 	59, // 57: weft.v1.BatchOp.unlink:type_name -> weft.v1.BatchUnlink
 	60, // 58: weft.v1.BatchOp.setattr:type_name -> weft.v1.BatchSetAttr
 	61, // 59: weft.v1.BatchOp.rename:type_name -> weft.v1.BatchRename
 	57, // 60: weft.v1.ApplyBatchRequest.ops:type_name -> weft.v1.BatchOp
-	61, // [61:61] is the sub-list for method output_type
-	61, // [61:61] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	68, // 61: weft.v1.LocateReply.node:type_name -> weft.v1.NodeRef
+	62, // [62:62] is the sub-list for method output_type
+	62, // [62:62] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -4399,7 +4533,7 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   60,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -51,6 +51,7 @@ const (
 	MethodLeaseAcquire = 60
 	MethodLeaseRelease = 61
 	MethodLeaseStatus  = 62 // weft status: lease counts
+	MethodLocate       = 63 // where a meta server holds a one-link file's entry (an open file renamed by another client)
 
 	MethodWriteChunk         = 100
 	MethodReadChunk          = 101
@@ -89,7 +90,7 @@ var methodNames = map[uint16]string{
 	MethodRevokeCapabilities: "revoke_capabilities", MethodSyncStore: "sync_store",
 
 	MethodLeaseAcquire: "lease_acquire", MethodLeaseRelease: "lease_release",
-	MethodLeaseRecall: "lease_recall", MethodLeaseStatus: "lease_status",
+	MethodLeaseRecall: "lease_recall", MethodLeaseStatus: "lease_status", MethodLocate: "locate",
 }
 
 // MethodName returns a method's name for logs and metric labels.

@@ -1,0 +1,129 @@
+package client
+
+import (
+	"context"
+	"sync"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	pb "github.com/weftfs/weft/proto/weftpb"
+)
+
+// Open files renamed by another client. A one-link file's attributes live
+// in its entry, so the client addresses an open file by (parent, name,
+// ino), the name it was opened under; its own renames re-point it
+// (renameOpen), another client's do not. A request about such a file that
+// the server answers NotExist or Stale (the name is gone, or holds another
+// inode now) asks every meta server where its index holds the inode's
+// entry, re-points the open state there and tries again: a commit at close,
+// a refresh after a recall, a getattr through the descriptor all reach the
+// file wherever it went, as a local descriptor would. A file no server
+// holds was unlinked: NotExist, also where the server said Stale (its name
+// holds another file now), which would tell the caller to look the name up
+// again, while it is the file that is gone.
+
+// byName marks the calls of ctx as reaching a node by the name the caller
+// gave, not through an open file: an open by path must open what the name
+// holds now, never follow a file open here that moved away from it.
+type byNameKey struct{}
+
+func byName(ctx context.Context) context.Context { return context.WithValue(ctx, byNameKey{}, true) }
+
+// ByName marks the calls of ctx as reaching their node by the name the
+// caller gave (a chmod by path), so that they never follow a file open
+// here that another client moved away from that name: the server's
+// ESTALE then makes the kernel look the name up again.
+func ByName(ctx context.Context) context.Context { return byName(ctx) }
+
+func isByName(ctx context.Context) bool { return ctx.Value(byNameKey{}) != nil }
+
+// maxRelocations bounds the tries of one request whose file keeps moving.
+const maxRelocations = 3
+
+// relocatable reports the errors of a request whose name no longer reaches
+// the node it named.
+func relocatable(err error) bool {
+	return errs.Is(err, errs.NotExist) || errs.Is(err, errs.Stale)
+}
+
+// relocation is what relocateOpen found.
+type relocation int
+
+const (
+	notOpen relocation = iota // not open here: the error stands
+	moved                     // found under another name
+	gone                      // open here, but no server holds an entry for it
+)
+
+// relocateOpen finds where open file ref.Ino's entry is now, if it is open
+// here and another client moved it from ref: it re-points the open state
+// (unless something re-pointed it meanwhile) and returns the new ref.
+func (c *Client) relocateOpen(ctx context.Context, ref Ref) (Ref, relocation) {
+	n := c.lookupOpen(ref.Ino)
+	if n == nil {
+		return Ref{}, notOpen
+	}
+	defer c.releaseOpen(n)
+	to, found := c.locate(ctx, ref.Ino)
+	if !found {
+		return Ref{}, gone
+	}
+	if to.Parent == ref.Parent && to.Name == ref.Name {
+		return Ref{}, notOpen // back where it was: the server said why not
+	}
+	n.mu.Lock()
+	if r := n.mu.ref; r.Parent == ref.Parent && r.Name == ref.Name {
+		n.mu.ref = to
+	}
+	n.mu.Unlock()
+	c.log.Debug("an open file moved: found it again", "ino", ref.Ino, "parent", to.Parent, "name", to.Name)
+	return to, moved
+}
+
+// locate asks every meta server where it holds ino's entry (method
+// locate); at most one does, but a rename across servers in progress may
+// leave it on two for a moment: any answer is tried, and the server checks
+// it again.
+func (c *Client) locate(ctx context.Context, ino core.Ino) (Ref, bool) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		found *pb.NodeRef
+	)
+	for _, m := range c.metas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var r pb.LocateReply
+			if err := c.callIdempotent(ctx, m, pb.MethodLocate, &pb.LocateRequest{Ino: uint64(ino)}, &r); err != nil || !r.Found || r.Node == nil {
+				return
+			}
+			mu.Lock()
+			found = r.Node
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if found == nil || found.Parent == 0 || found.Name == "" {
+		return Ref{}, false
+	}
+	return Ref{Ino: ino, Parent: core.Ino(found.Parent), Name: found.Name}, true
+}
+
+// OpenIn returns the inodes open here whose open state addresses them
+// through an entry in dir: a recall of dir's lease may concern them even
+// where the layer above knows them by another name (one another client
+// renamed).
+func (c *Client) OpenIn(dir core.Ino) []core.Ino {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []core.Ino
+	for ino, n := range c.mu.open {
+		n.mu.Lock()
+		if n.mu.ref.Parent == dir {
+			out = append(out, ino)
+		}
+		n.mu.Unlock()
+	}
+	return out
+}
