@@ -53,6 +53,7 @@ var requests = map[uint16]func() proto.Message{
 	weftpb.MethodGetCapability:  func() proto.Message { return new(weftpb.GetCapabilityRequest) },
 	weftpb.MethodFind:           func() proto.Message { return new(weftpb.FindRequest) },
 	weftpb.MethodSyncMeta:       func() proto.Message { return new(weftpb.SyncMetaRequest) },
+	weftpb.MethodLocate:         func() proto.Message { return new(weftpb.LocateRequest) },
 	weftpb.MethodSetLock:        func() proto.Message { return new(weftpb.SetLockRequest) },
 	weftpb.MethodGetLock:        func() proto.Message { return new(weftpb.GetLockRequest) },
 	weftpb.MethodLockKeepAlive:  func() proto.Message { return new(weftpb.LockKeepAliveRequest) },

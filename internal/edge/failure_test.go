@@ -223,21 +223,21 @@ func TestEdgeKeepsAKeyInUseCached(t *testing.T) {
 	// Paced: a key in use, not a busy loop on a shared machine.
 	pace := time.NewTicker(5 * time.Millisecond)
 	defer pace.Stop()
-	for start := time.Now(); time.Since(start) < 6*time.Second; calls++ {
+	for start := time.Now(); time.Since(start) < 10*time.Second; calls++ {
 		<-pace.C
 		t0 := time.Now()
 		if _, err := c.Stat(ctx, "/f"); err != nil {
 			t.Fatal(err)
 		}
 		// A miss waits for an acquire and a read upstream: two round
-		// trips, 60 ms. (One is left to a loaded machine's hiccups.)
+		// trips, 60 ms. (Two are left to a loaded machine's hiccups.)
 		if time.Since(t0) > 55*time.Millisecond {
 			slow++
 		}
 	}
 	// Without renewal each upstream lease's trust (1.8 s) ends in a
-	// miss: three in 6 s.
-	if slow > 1 {
+	// miss: five in 10 s.
+	if slow > 2 {
 		t.Fatalf("%d of %d stats through the edge waited for the upstream", slow, calls)
 	}
 	t.Logf("%d of %d stats waited for the upstream", slow, calls)
