@@ -77,7 +77,7 @@ func runFusePostmark(ctx context.Context, env *Env) ([]Result, error) {
 		files, transactions = 100, 250
 	}
 	reps := env.repeats()
-	targets := env.leaseTargets()
+	targets := env.macroTargets()
 	env.progress(len(targets) * (1 + reps))
 	var out []Result
 	err = env.eachTarget(ctx, targets, nil, func(m *Mount) error {
@@ -247,7 +247,7 @@ func runFuseUntar(ctx context.Context, env *Env) ([]Result, error) {
 		return nil, err
 	}
 	reps := env.repeats()
-	targets := env.leaseTargets()
+	targets := env.macroTargets()
 	env.progress(len(targets) * (1 + 2*reps))
 	var out []Result
 	err = env.eachTarget(ctx, targets, nil, func(m *Mount) error {
@@ -320,4 +320,14 @@ func fuseUntarGoals(rs []Result) []string {
 		out = append(out, goalAtLeast(rs, "fuseuntar speed (peer's time / weft's)", untarCase, weftSync.name, peer, 1, true))
 	}
 	return out
+}
+
+// macroTargets are the whole-workload benchmarks' targets: peerTargets,
+// and (except with Quick, which keeps CI's run short) the mount's
+// writeback mode next to sync in separate processes.
+func (e *Env) macroTargets() []Target {
+	if e.Quick {
+		return e.peerTargets()
+	}
+	return e.leaseTargets()
 }
