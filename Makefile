@@ -36,7 +36,7 @@ up: build $(if $(MOUNT),fuse-deps)
 
 ## test: formatting, vet, staticcheck, then every test with the race detector
 test: check-go fuse-deps lint
-	$(GO) test -race -timeout 12m ./...
+	$(GO) test -race -timeout 14m ./...
 
 lint: fmt-check vet staticcheck
 
