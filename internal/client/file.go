@@ -56,7 +56,7 @@ func (c *Client) OpenRef(ctx context.Context, ref Ref, flags int) (*File, error)
 	var r pb.OpenReply
 	req := &pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: uint32(flags),
 		ChunkSize: c.cfg.ChunkSize, Replication: c.layoutReplication()}
-	err := c.callRef(byName(ctx), req.Node, req.Node.ToOwner, pb.MethodOpen, req, &r, false)
+	err := c.callRef(ByName(ctx), req.Node, req.Node.ToOwner, pb.MethodOpen, req, &r, false)
 	if err != nil {
 		return nil, err
 	}

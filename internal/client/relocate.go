@@ -22,18 +22,16 @@ import (
 // holds another file now), which would tell the caller to look the name up
 // again, while it is the file that is gone.
 
-// byName marks the calls of ctx as reaching a node by the name the caller
-// gave, not through an open file: an open by path must open what the name
-// holds now, never follow a file open here that moved away from it.
 type byNameKey struct{}
 
-func byName(ctx context.Context) context.Context { return context.WithValue(ctx, byNameKey{}, true) }
-
 // ByName marks the calls of ctx as reaching their node by the name the
-// caller gave (a chmod by path), so that they never follow a file open
-// here that another client moved away from that name: the server's
-// ESTALE then makes the kernel look the name up again.
-func ByName(ctx context.Context) context.Context { return byName(ctx) }
+// caller gave (an open or a chmod by path), not through an open file, so
+// that they never follow a file open here that another client moved away
+// from that name: the server's ESTALE then makes the kernel look the name
+// up again.
+func ByName(ctx context.Context) context.Context {
+	return context.WithValue(ctx, byNameKey{}, true)
+}
 
 func isByName(ctx context.Context) bool { return ctx.Value(byNameKey{}) != nil }
 
@@ -91,9 +89,7 @@ func (c *Client) locate(ctx context.Context, ino core.Ino) (Ref, bool) {
 		found *pb.NodeRef
 	)
 	for _, m := range c.metas {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			var r pb.LocateReply
 			if err := c.callIdempotent(ctx, m, pb.MethodLocate, &pb.LocateRequest{Ino: uint64(ino)}, &r); err != nil || !r.Found || r.Node == nil {
 				return
@@ -101,7 +97,7 @@ func (c *Client) locate(ctx context.Context, ino core.Ino) (Ref, bool) {
 			mu.Lock()
 			found = r.Node
 			mu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	if found == nil || found.Parent == 0 || found.Name == "" {

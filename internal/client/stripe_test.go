@@ -136,21 +136,26 @@ func (ec *ecCluster) clientWith(chunkSize int64, adjust func(*client.Config)) *c
 
 // repair runs a repair pass over every store.
 func (ec *ecCluster) repair(t testing.TB) *repair.Report {
-	return ec.repairVerify(t, false)
+	return ec.runRepair(t, repair.Config{})
 }
 
 // repairVerify is repair, with verify reading every unit.
 func (ec *ecCluster) repairVerify(t testing.TB, verify bool) *repair.Report {
+	return ec.runRepair(t, repair.Config{Verify: verify})
+}
+
+// runRepair runs a repair pass with cfg over every store of the cluster.
+func (ec *ecCluster) runRepair(t testing.TB, cfg repair.Config) *repair.Report {
 	t.Helper()
-	var stores []repair.Store
 	for _, s := range ec.cfg.Store {
 		p := rpc.NewPeer(s.Addr, rpc.DialOptions{})
 		defer p.Close()
-		stores = append(stores, p)
+		cfg.Stores = append(cfg.Stores, p)
 	}
+	cfg.Replication, cfg.Erasure, cfg.Only = 1, ec.cfg.Erasure(), -1
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rep, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: 1, Erasure: ec.cfg.Erasure(), Only: -1, Verify: verify})
+	rep, err := repair.Run(ctx, cfg)
 	if err != nil {
 		t.Fatalf("repair: %v", err)
 	}

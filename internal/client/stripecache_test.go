@@ -11,7 +11,6 @@ import (
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/repair"
-	"github.com/weftfs/weft/internal/rpc"
 )
 
 // writeFile creates path with data, written whole and closed.
@@ -117,20 +116,7 @@ func TestParityCacheTransfers(t *testing.T) {
 // repairMarks runs a repair pass that takes every stale mark as left by a
 // dead client.
 func repairMarks(t *testing.T, ec *ecCluster) *repair.Report {
-	t.Helper()
-	var stores []repair.Store
-	for _, s := range ec.cfg.Store {
-		p := rpc.NewPeer(s.Addr, rpc.DialOptions{})
-		defer p.Close()
-		stores = append(stores, p)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rep, err := repair.Run(ctx, repair.Config{Stores: stores, Replication: 1, Erasure: ec.cfg.Erasure(), Only: -1, MarkGrace: -1})
-	if err != nil {
-		t.Fatalf("repair: %v", err)
-	}
-	return rep
+	return ec.runRepair(t, repair.Config{MarkGrace: -1})
 }
 
 // TestParityCacheClientCrash: a client dies with parity in its cache (the

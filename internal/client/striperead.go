@@ -37,6 +37,9 @@ func (c *Client) readDataRange(ctx context.Context, ino core.Ino, index uint64, 
 	c.ec.reads.Add(1)
 	go func() {
 		d, found, err := c.readUnitOn(dctx, ino, index, s, off, n)
+		if err == nil && !found {
+			err = c.lostIfWritten(ino, index) // a hole, unless it was written
+		}
 		direct <- unitAnswer{d, found, err}
 	}()
 	wait := c.cfg.ReplicaTimeout
@@ -47,9 +50,6 @@ func (c *Client) readDataRange(ctx context.Context, ino core.Ino, index uint64, 
 	defer hedge.Stop()
 	select {
 	case a := <-direct:
-		if a.err == nil && !a.found {
-			a.err = c.lostIfWritten(ino, index) // a hole, unless it was written
-		}
 		if a.err == nil {
 			c.suspects.clear(s)
 			return a.data, nil // nil when not found: a hole
@@ -83,9 +83,6 @@ func (c *Client) readDataRange(ctx context.Context, ino core.Ino, index uint64, 
 		select {
 		case a := <-direct:
 			direct = nil
-			if a.err == nil && !a.found {
-				a.err = c.lostIfWritten(ino, index)
-			}
 			if a.err == nil {
 				c.suspects.clear(s)
 				return a.data, nil
