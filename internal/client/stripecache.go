@@ -260,12 +260,19 @@ func (c *Client) syncCachedParity(ctx context.Context, ino core.Ino) error {
 	if c.ec == nil || c.ec.cache == nil {
 		return nil
 	}
-	c.FlushParity(ino)
-	all := make(map[int]bool, len(c.stores))
-	for s := range c.stores {
-		all[s] = true
+	frames := c.ec.cache.all(ino)
+	if len(frames) == 0 {
+		return nil // nothing cached: the file's flush synced what it wrote
 	}
-	return c.syncStores(ctx, ino, all)
+	c.flushFrames(frames)
+	sc := c.ec.scheme
+	parity := map[int]bool{} // the stores the flushed parity went to
+	for _, k := range frames {
+		for _, s := range sc.Stores(ino, k.stripe, len(c.stores))[sc.K:] {
+			parity[s] = true
+		}
+	}
+	return c.syncStores(ctx, ino, parity)
 }
 
 // discardFrames drops, unwritten, the frames of ino's stripes from stripe
