@@ -18,6 +18,7 @@ import (
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/rpc"
 )
 
 // buildWeft compiles this binary once per test run.
@@ -31,14 +32,15 @@ func buildWeft(t *testing.T) string {
 	return bin
 }
 
+// freeAddr is a loopback address free a moment ago, with a port a server
+// can stop and start again on (rpc.PickAddr).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := rpc.PickAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return a
 }
 
 // server is a weft meta or store process.

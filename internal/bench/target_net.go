@@ -10,21 +10,26 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/linksim"
+	"github.com/weftfs/weft/internal/rpc"
 )
 
 // freePort returns a loopback port nobody listens on right now.
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := rpc.PickAddr()
 	if err != nil {
 		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	_, p, err := net.SplitHostPort(a)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(p)
 }
 
 // waitListening waits until addr accepts connections or c exits.

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/internal/weftbin"
 )
 
@@ -62,13 +62,13 @@ func TestMetaOnBrokenStoreExits(t *testing.T) {
 	}
 }
 
-// freeAddr is a loopback address with a port that was free a moment ago.
+// freeAddr is a loopback address free a moment ago, with a port a server
+// can stop and start again on (rpc.PickAddr).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := rpc.PickAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return a
 }

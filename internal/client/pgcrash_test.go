@@ -89,7 +89,7 @@ func (b *batchCounter) Observe(method uint16, _ time.Duration, _, _ int, err err
 func newCutCluster(t *testing.T) *cutCluster {
 	cc := &cutCluster{t: t, cfg: config.Default(), fss: []*vfs.MemFS{vfs.NewCrashableMem(), vfs.NewCrashableMem()}}
 	for range 2 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := rpc.ListenPicked()
 		if err != nil {
 			t.Fatal(err)
 		}

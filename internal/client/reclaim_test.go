@@ -37,7 +37,7 @@ func newReclaimCluster(t *testing.T, stores int) *reclaimCluster {
 	cfg := config.Default()
 	cfg.ChunkSize = reclaimChunk
 	listen := func() net.Listener {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := rpc.ListenPicked() // a killed store restarts on its address
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,7 +42,7 @@ func newECClusterBackend(t testing.TB, redundancy string, nStores int, backend s
 	dir := t.TempDir()
 	cfg := config.Default()
 	listen := func() net.Listener {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := rpc.ListenPicked() // a killed store restarts on its address
 		if err != nil {
 			t.Fatal(err)
 		}

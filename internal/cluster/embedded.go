@@ -160,15 +160,20 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (_ *Embedded, err 
 }
 
 // embeddedConfig returns the cluster to run: the one in file with opts
-// applied, or a new one with unpicked loopback ports ("127.0.0.1:0").
+// applied, or a new one on loopback ports below the ephemeral range, which
+// stay free for its restarts (rpc.PickAddrs).
 func embeddedConfig(file, dir string, opts EmbeddedOptions) (*config.Cluster, error) {
 	const op = "start embedded cluster"
 	cfg, err := config.Load(file)
 	switch {
 	case errs.Is(err, errs.NotExist):
+		addrs, err := rpc.PickAddrs(2)
+		if err != nil {
+			return nil, err
+		}
 		cfg = config.Default()
-		cfg.Meta = []config.MetaServer{config.DefaultMetaServer("127.0.0.1:0", "")}
-		cfg.Store = []config.StoreServer{config.DefaultStoreServer("127.0.0.1:0", "")}
+		cfg.Meta = []config.MetaServer{config.DefaultMetaServer(addrs[0], "")}
+		cfg.Store = []config.StoreServer{config.DefaultStoreServer(addrs[1], "")}
 		cfg.Security = opts.Security
 		if err := InitSecurity(cfg, dir); err != nil {
 			return nil, errs.WithPath(err, op, dir)

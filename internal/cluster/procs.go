@@ -482,24 +482,15 @@ func applyProcsOptions(cfg *config.Cluster, opts ProcsOptions) {
 	}
 }
 
-// pickPorts sets each address to a distinct free loopback port. The
-// listeners stay open until every port is picked, so no two are the same;
-// another program may still take one before its server listens, which the
-// server's start then reports.
+// pickPorts sets each address to a distinct free loopback port, below the
+// kernel's ephemeral range so that a restart finds it free (rpc.PickAddrs).
 func pickPorts(addrs []*string) error {
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for _, a := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return errs.Wrap(errs.Unavailable, "pick a free port", "127.0.0.1", err)
-		}
-		lns = append(lns, ln)
-		*a = ln.Addr().String()
+	picked, err := rpc.PickAddrs(len(addrs))
+	if err != nil {
+		return err
+	}
+	for i, a := range addrs {
+		*a = picked[i]
 	}
 	return nil
 }

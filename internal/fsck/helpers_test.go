@@ -15,6 +15,7 @@ import (
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/layout"
 	"github.com/weftfs/weft/internal/meta"
+	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -54,14 +55,15 @@ func newTestCluster(t *testing.T, metas, threshold int) *testCluster {
 	return tc
 }
 
+// freeAddr is a loopback address free a moment ago, with a port a server
+// can stop and start again on (rpc.PickAddr).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := rpc.PickAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return a
 }
 
 // start starts every meta server.

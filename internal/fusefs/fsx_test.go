@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/rpc"
 )
 
 // The fsx test, after the classic file system exerciser: random pwrite,
@@ -146,14 +146,15 @@ func TestFsxChild(t *testing.T) {
 	fmt.Printf("fsx: done: %d operations in %v (%s)\n", ops, time.Since(start).Round(time.Millisecond), x.counts())
 }
 
-// freeAddr returns a loopback address with a port free a moment ago.
+// freeAddr is a loopback address free a moment ago, with a port a server
+// can stop and start again on (rpc.PickAddr).
 func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	t.Helper()
+	a, err := rpc.PickAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return a
 }
 
 func newFsx(seed uint64, path string, shape fsxShape) *fsx {

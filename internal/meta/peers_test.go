@@ -41,7 +41,7 @@ func newTestCluster(t *testing.T, n int, mod func(id int, c *Config)) *testClust
 		hooks: make([]func(string) error, n)}
 	var lns []net.Listener
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := rpc.ListenPicked() // restarted on its address
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -140,7 +139,7 @@ func startTestServer(t testing.TB, opts ServerOptions) *testServer {
 	if opts.Logger == nil {
 		opts.Logger = testLogger(ts.log)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := ListenPicked() // a test may start a server on the address again
 	if err != nil {
 		t.Fatal(err)
 	}
