@@ -162,17 +162,38 @@ func TestWALFailureAsync(t *testing.T) {
 		c.AsyncInterval = time.Hour // only the failing commits see the disk
 	})
 	e.create(rootCreds(), root, "before", 0o644)
+	// Async acknowledges before the WAL is written: only what a sync made
+	// durable is on the disk the failed server reopens for reads.
+	if _, err := e.SyncMeta(ctx, &weftpb.SyncMetaRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	// Pebble aborts the process if it must rotate its WAL between the
+	// failed write and the server hearing of it (diskwatch.go). The server
+	// hears of it when pebble's WAL flusher writes the first full block
+	// (about 50 creates here) or a sync fails; a fresh memtable takes about
+	// 300 creates. So: an empty memtable, a sync after 40 creates if the
+	// flusher has not yet run (a loaded machine can delay it by hundreds
+	// of creates), and no creates past the tenth refusal.
+	if err := e.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	fault.on.Store(true)
 	var refused int
 	var wrong error
 	within(t, 20*time.Second, "creates on a full disk", func() {
 		for i := range 2000 {
 			_, err := e.Create(ctx, &weftpb.CreateRequest{Creds: rootCreds(), Parent: root, Name: fmt.Sprintf("%0100d", i), Mode: 0o644, Exclusive: true})
+			if i == 40 && refused == 0 && err == nil {
+				_, err = e.SyncMeta(ctx, &weftpb.SyncMetaRequest{})
+			}
 			if err != nil {
 				refused++
 				if errs.KindOf(err) != errs.NoSpace && wrong == nil {
 					wrong = err
 				}
+			}
+			if refused == 10 {
+				break
 			}
 		}
 	})

@@ -39,6 +39,14 @@ import (
 //     most degradeWait). If pebble panicked inside its pipeline (wedged) it
 //     cannot be closed, so the server refuses reads too.
 //   - Close never blocks on a wedged pebble: it leaves it open.
+//   - The server hears of a failed write from the file itself (diskwatch.go),
+//     not only from pebble. In async mode pebble learns late: its WAL writer
+//     flushes full blocks in the background, and if the memtable fills first,
+//     the WAL rotation meets the error and pebble aborts the process (a panic
+//     with its mutex released, which no recover catches). Hearing of the
+//     first failed flush closes the gate at once, so this is left only for a
+//     failure that starts within one WAL block (32 KiB) of a memtable's end.
+//     The restarted server then refuses to open on a full disk (below).
 //
 // A restart of a server whose disk is still full fails in Open with one
 // error (a synced probe write, and pebble's own errors on open), instead of

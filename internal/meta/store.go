@@ -49,6 +49,7 @@ func openPebble(dir string, o storeOptions) (*pebble.DB, error) {
 		ReadOnly:     o.readOnly,
 	}
 	if failed != nil {
+		opts.FS = watchWrites(o.fs, failed)
 		opts.EventListener = &pebble.EventListener{BackgroundError: func(err error) {
 			if isStorageError(err) {
 				failed(err) // logs the first one
