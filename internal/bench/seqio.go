@@ -81,7 +81,7 @@ func runSeqio(ctx context.Context, env *Env) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	env.eachLibVariant(ctx, func(name string, c *client.Client) error {
+	env.eachLibVariant(ctx, libVariants, func(name string, c *client.Client) error {
 		return measure(name, libSeqio(ctx, c))
 	})
 	return out, nil

@@ -121,10 +121,13 @@ func (lc *libCluster) Close() error {
 // libVariants are the in-process clusters latfs and seqio also measure
 // through the library, where no FUSE mount stands in between: each backend,
 // and RAM mirrored on two store servers (the Network RamDisk's mirroring).
-var libVariants = []struct {
+// libVariant is a weft cluster the library benchmarks measure.
+type libVariant struct {
 	name string
 	opts libOptions
-}{
+}
+
+var libVariants = []libVariant{
 	{"weft library (disk)", libOptions{Durability: "sync", Backend: config.BackendDisk}},
 	{"weft library (mem)", libOptions{Durability: "sync", Backend: config.BackendMem}},
 	{"weft library (mem, mirrored ×2)", libOptions{Durability: "sync", Backend: config.BackendMem, Mirrors: 2}},
@@ -135,11 +138,11 @@ var libVariants = []struct {
 // servers: ec:4+1 over five mem store servers, through the library.
 const weftParity = "weft library (mem, ec:4+1)"
 
-// eachLibVariant calls measure with a client of each of libVariants in
-// turn, started in a scratch directory and stopped afterwards. A variant
-// that fails is reported as skipped and the others go on.
-func (e *Env) eachLibVariant(ctx context.Context, measure func(name string, c *client.Client) error) {
-	for _, v := range libVariants {
+// eachLibVariant calls measure with a client of each of variants in turn,
+// started in a scratch directory and stopped afterwards. A variant that
+// fails is reported as skipped and the others go on.
+func (e *Env) eachLibVariant(ctx context.Context, variants []libVariant, measure func(name string, c *client.Client) error) {
+	for _, v := range variants {
 		err := e.withLib(ctx, nil, v.opts, func(c *linkedClient) error {
 			return measure(v.name, c.Client)
 		})
