@@ -264,3 +264,51 @@ func TestEdgeKill9LosesNothingFsynced(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgeCacheFollowsChangesUnderItsWriteLease: the edge caches reads
+// under a delegated write lease too, and a change it forwards under that
+// lease (a write-back client's batch) recalls nothing upstream; the edge
+// drops what it cached under the lease itself, so another client of the
+// edge lists the batch's creates once the fsync returned.
+func TestEdgeCacheFollowsChangesUnderItsWriteLease(t *testing.T) {
+	p := startUpstream(t, 1)
+	e := startEdge(t, p.ClusterFile())
+	ctx := testCtx(t, 60*time.Second)
+	w := writeBackClient(t, e.cfg)
+	other := newClient(t, e.cfg)
+	d, err := w.MkdirAt(ctx, core.RootIno, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func() map[string]bool {
+		names := map[string]bool{}
+		if err := other.ReadDirAt(ctx, d.Ino, true, func(e core.DirEntry) error {
+			names[e.Name] = true
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	for i := range 5 {
+		name := fmt.Sprintf("f%d", i)
+		f, err := w.CreateAt(ctx, d.Ino, name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.SyncDir(ctx, d.Ino); err != nil {
+			t.Fatal(err)
+		}
+		got := list()
+		got2 := list() // the second from the edge's cache, if it kept one
+		for j := range i + 1 {
+			n := fmt.Sprintf("f%d", j)
+			if !got[n] || !got2[n] {
+				t.Fatalf("after the fsync of %s, another client of the edge lists %v then %v: %s missing", name, got, got2, n)
+			}
+		}
+	}
+}
