@@ -335,11 +335,6 @@ func find(rs []Result, c, t string) (Result, bool) {
 	return Result{}, false
 }
 
-// notYet is a row for something weft does not have yet.
-func notYet(bench, c, target, why string) Result {
-	return Result{Bench: bench, Case: c, Target: target, Note: "not yet available (" + why + ")"}
-}
-
 // repeats is how many samples a benchmark takes: the run's setting, but at
 // least 2 so a row never rests on one sample.
 func (e *Env) repeats() int { return max(e.Repeats, 2) }

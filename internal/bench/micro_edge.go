@@ -32,6 +32,11 @@ const (
 	opEndRead      = "end_read()"
 	opGetWrite     = "get_write() — write lease"
 	opEndWrite     = "end_write()"
+	// The first acquire of each series, timed apart: through the edge it
+	// takes the upstream lease across the link (a miss), which the
+	// series' acquires then find held.
+	opGetReadFirst  = "get_read(), first of the series"
+	opGetWriteFirst = "get_write(), first of the series"
 )
 
 // microTarget is one column's client, and where its lease calls go.
@@ -123,10 +128,12 @@ func missSeries(ctx context.Context, c *client.Client, refs []client.Ref) ([]tim
 	return lat, nil
 }
 
-// acquireReleaseSeries times n pairs of a lease acquire on ino (a call) and its
-// release (a one-way message, timed until it is handed to the connection),
-// on a connection of its own to addr, under a session of its own.
-func acquireReleaseSeries(ctx context.Context, addr string, ino core.Ino, mode weftpb.LeaseMode, n int) (get, end []time.Duration, err error) {
+// acquireReleaseSeries times n+1 pairs of a lease acquire on ino (a call)
+// and its release (a one-way message, timed until it is handed to the
+// connection), on a connection of its own to addr, under a session of its
+// own. The first pair's acquire is returned apart (first), and its release
+// not at all.
+func acquireReleaseSeries(ctx context.Context, addr string, ino core.Ino, mode weftpb.LeaseMode, n int) (first time.Duration, get, end []time.Duration, err error) {
 	p := rpc.NewPeer(addr, rpc.DialOptions{})
 	defer p.Close()
 	var b [8]byte
@@ -136,30 +143,34 @@ func acquireReleaseSeries(ctx context.Context, addr string, ino core.Ino, mode w
 		var reply weftpb.Empty
 		_ = p.Call(ctx, weftpb.MethodEndLockSession, &weftpb.EndLockSessionRequest{Session: session}, &reply)
 	}()
-	for range n {
+	for i := range n + 1 {
 		start := time.Now()
 		var reply weftpb.LeaseAcquireReply
 		if err := p.Call(ctx, weftpb.MethodLeaseAcquire, &weftpb.LeaseAcquireRequest{
 			Session: session, Mode: mode, Keys: []uint64{uint64(ino)}}, &reply); err != nil {
-			return nil, nil, err
+			return 0, nil, nil, err
 		}
-		get = append(get, time.Since(start))
+		took := time.Since(start)
 		if len(reply.Granted) == 0 {
-			return nil, nil, fmt.Errorf("lease on %d not granted", ino)
+			return 0, nil, nil, fmt.Errorf("lease on %d not granted", ino)
 		}
 		start = time.Now()
 		if err := p.Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{
 			Session: session, Keys: reply.Granted, Seqs: []uint64{reply.Seq}}); err != nil {
-			return nil, nil, err
+			return 0, nil, nil, err
 		}
+		if i == 0 {
+			first = took
+			continue
+		}
+		get = append(get, took)
 		end = append(end, time.Since(start))
 	}
-	return get, end, nil
+	return first, get, end, nil
 }
 
 // microLeaseRows runs one series of the first-access getattr and of the
-// lease rows for column, adding their mean and p99 to res. Through the
-// edge, write leases are not measured: the edge grants none.
+// lease rows for column, adding their mean and p99 to res.
 func microLeaseRows(ctx context.Context, c *microTarget, ref client.Ref, missRefs []client.Ref, column string, res map[string]*Result) error {
 	add := func(op string, lat []time.Duration) {
 		mean, p99 := meanP99(lat)
@@ -171,19 +182,17 @@ func microLeaseRows(ctx context.Context, c *microTarget, ref client.Ref, missRef
 		return fmt.Errorf("%s over %s: %w", opGetRnodeMiss, column, err)
 	}
 	add(opGetRnodeMiss, lat)
-	modes := []weftpb.LeaseMode{weftpb.LeaseMode_LEASE_READ, weftpb.LeaseMode_LEASE_WRITE}
-	if column == mixedColumn {
-		modes = modes[:1]
-	}
-	for _, mode := range modes {
-		get, end, err := acquireReleaseSeries(ctx, c.metaAddr, ref.Ino, mode, len(missRefs))
+	for _, mode := range []weftpb.LeaseMode{weftpb.LeaseMode_LEASE_READ, weftpb.LeaseMode_LEASE_WRITE} {
+		first, get, end, err := acquireReleaseSeries(ctx, c.metaAddr, ref.Ino, mode, len(missRefs))
 		if err != nil {
 			return fmt.Errorf("%v lease over %s: %w", mode, column, err)
 		}
 		if mode == weftpb.LeaseMode_LEASE_READ {
+			add(opGetReadFirst, []time.Duration{first})
 			add(opGetRead, get)
 			add(opEndRead, end)
 		} else {
+			add(opGetWriteFirst, []time.Duration{first})
 			add(opGetWrite, get)
 			add(opEndWrite, end)
 		}

@@ -56,7 +56,7 @@ func (u *upstream) cachedRead(ctx context.Context, method uint16, msg []byte) ([
 		resp, _, err := u.forward(ctx, method, msg, nil)
 		return resp, err
 	}
-	hs, leased := u.ensure(ctx, keys, minCacheTrust)
+	hs, leased := u.ensure(ctx, keys, minCacheTrust, false)
 	sent := time.Now()
 	resp, _, err := u.forward(ctx, method, msg, nil)
 	if err != nil || !leased {
@@ -76,7 +76,7 @@ func (u *upstream) cachedRead(ctx context.Context, method uint16, msg []byte) ([
 	}
 	if len(more) > 0 {
 		keys = append(keys, more...)
-		if hs, leased = u.ensure(ctx, keys, minCacheTrust); !leased {
+		if hs, leased = u.ensure(ctx, keys, minCacheTrust, false); !leased {
 			return resp, nil
 		}
 		if resp, _, err = u.forward(ctx, method, msg, nil); err != nil {
@@ -116,7 +116,7 @@ func dirAttrs(method uint16, resp []byte) bool {
 func (u *upstream) refresh(key string, r *cachedReply) {
 	ctx, cancel := context.WithTimeout(u.edge.life, acquireWait)
 	defer cancel()
-	hs, ok := u.ensure(ctx, r.keys, minCacheTrust)
+	hs, ok := u.ensure(ctx, r.keys, minCacheTrust, false)
 	if ok {
 		if resp, _, err := u.forward(ctx, r.method, r.msg, nil); err == nil {
 			u.store(key, r.method, r.msg, resp, r.keys, hs)

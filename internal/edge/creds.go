@@ -57,6 +57,8 @@ var requests = map[uint16]func() proto.Message{
 	weftpb.MethodSetLock:        func() proto.Message { return new(weftpb.SetLockRequest) },
 	weftpb.MethodGetLock:        func() proto.Message { return new(weftpb.GetLockRequest) },
 	weftpb.MethodLockKeepAlive:  func() proto.Message { return new(weftpb.LockKeepAliveRequest) },
+	weftpb.MethodAllocInos:      func() proto.Message { return new(weftpb.AllocInosRequest) },
+	weftpb.MethodApplyBatch:     func() proto.Message { return new(weftpb.ApplyBatchRequest) },
 }
 
 // bindRequest returns msg, a client's request for method, with its

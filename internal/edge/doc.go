@@ -36,6 +36,9 @@
 // certificate itself (creds.go). Capabilities in replies pass through
 // unchanged; the stores check them.
 //
-// Not built: delegated write leases (a client's write lease request is
-// answered with nothing granted, so it works without one).
+// Delegation. A client's write lease is granted on a write lease the edge
+// holds upstream on a connection of its own, and the changes under it are
+// forwarded there, after the edge recalled its other clients' leases
+// (delegate.go). A write-back client's batches go through the edge like
+// any change, so the edge itself never holds one.
 package edge

@@ -98,7 +98,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.cfg.CapabilitySecret = "" // the stores' and meta servers' secret: not for clients
 	s.life, s.stop = context.WithCancel(context.Background())
-	session := newSession()
+	session, wsession := newSession(), newSession()
+	for wsession == session {
+		wsession = newSession()
+	}
 	var lns []net.Listener
 	for i, m := range cfg.Upstream.Meta {
 		addr := net.JoinHostPort(host, "0")
@@ -114,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, errs.Wrap(errs.Unavailable, op, addr, err)
 		}
 		lns = append(lns, ln)
-		u := newUpstream(s, i, m.Addr, session, cfg)
+		u := newUpstream(s, i, m.Addr, session, wsession, cfg)
 		s.ups = append(s.ups, u)
 		s.cfg.Meta[i] = config.MetaServer{Addr: ln.Addr().String(), Identity: cfg.IdentityDir}
 	}
@@ -127,7 +130,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 // newSession returns a random nonzero session id: the edge's cache
-// session on every upstream meta server.
+// session (read leases) or write session on every upstream meta server.
 func newSession() uint64 {
 	for {
 		var b [8]byte

@@ -10,13 +10,9 @@ import (
 	"time"
 
 	"github.com/weftfs/weft/internal/client"
-	"github.com/weftfs/weft/internal/core"
-	"github.com/weftfs/weft/internal/edge"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/linksim"
-	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/internal/waitfor"
-	"github.com/weftfs/weft/proto/weftpb"
 )
 
 // TestEdgeKill9LosesNothingAcknowledged: the edge forwards every change
@@ -165,32 +161,6 @@ func TestEdgePartitionStaleOnlyWithinTheLeaseTerm(t *testing.T) {
 	// The client retries an unreachable server until the caller's
 	// deadline; whatever error it gives up with is the right answer.
 	t.Logf("direct chmod waited %v; stat through the edge after it: %v (kind %v)", took, err, errs.KindOf(err))
-}
-
-// TestEdgeGrantsNoWriteLease: write leases are not delegated to the edge
-// yet; a client asking for one is granted nothing (and works without it),
-// while a read lease on the same key is granted for the edge's term.
-func TestEdgeGrantsNoWriteLease(t *testing.T) {
-	p := startUpstream(t, 1)
-	e := startEdge(t, p.ClusterFile())
-	ctx := testCtx(t, 30*time.Second)
-	peer := rpc.NewPeer(e.cfg.Meta[0].Addr, rpc.DialOptions{})
-	t.Cleanup(func() { peer.Close() })
-	acquire := func(mode weftpb.LeaseMode) *weftpb.LeaseAcquireReply {
-		var reply weftpb.LeaseAcquireReply
-		if err := peer.Call(ctx, weftpb.MethodLeaseAcquire, &weftpb.LeaseAcquireRequest{
-			Session: 42, Mode: mode, Keys: []uint64{uint64(core.RootIno)}}, &reply); err != nil {
-			t.Fatal(err)
-		}
-		return &reply
-	}
-	if r := acquire(weftpb.LeaseMode_LEASE_WRITE); len(r.Granted) != 0 {
-		t.Fatalf("the edge granted a write lease: %v", r)
-	}
-	r := acquire(weftpb.LeaseMode_LEASE_READ)
-	if len(r.Granted) != 1 || time.Duration(r.TermMs)*time.Millisecond != edge.DefaultTerm {
-		t.Fatalf("read lease through the edge: %v; want the root granted for %v", r, edge.DefaultTerm)
-	}
 }
 
 // TestEdgeKeepsAKeyInUseCached: across a dsl link (30 ms round trip), a

@@ -19,6 +19,7 @@ var forwarded = []uint16{
 	weftpb.MethodListXattr, weftpb.MethodRemoveXattr, weftpb.MethodStatus, weftpb.MethodScan,
 	weftpb.MethodReleaseReclaim, weftpb.MethodGetCapability, weftpb.MethodFind, weftpb.MethodSyncMeta, weftpb.MethodLocate,
 	weftpb.MethodSetLock, weftpb.MethodGetLock, weftpb.MethodLockKeepAlive,
+	weftpb.MethodAllocInos, weftpb.MethodApplyBatch, // a write-back client's, under a delegated lease
 }
 
 // mux returns the handlers of the listener for this upstream server.
@@ -56,8 +57,15 @@ func (u *upstream) mux() *rpc.Mux {
 // deadline) and returns the reply as it came, or the upstream's error
 // with its kind and message.
 func (u *upstream) forward(ctx context.Context, method uint16, msg, data []byte) ([]byte, rpc.Attachment, error) {
-	f := u.begin(ctx, method, msg)
-	resp, respData, err := u.fwd.CallRaw(ctx, method, msg, data)
+	keys := writeKeys(method, msg)
+	f := u.begin(ctx, keys)
+	peer, done, err := u.route(ctx, method, keys)
+	if err != nil {
+		u.finish(f)
+		return nil, rpc.Attachment{}, err
+	}
+	resp, respData, err := peer.CallRaw(ctx, method, msg, data)
+	done()
 	u.finish(f)
 	if err != nil {
 		return nil, rpc.Attachment{}, err

@@ -14,22 +14,28 @@ import (
 const renewMargin = 100 * time.Millisecond
 
 // grant serves a client's LeaseAcquire from the edge's own lease table,
-// while the edge holds the upstream read leases the grant rests on for
-// longer than the grant's term. Granting nothing (an empty reply) is the
-// protocol's "read without a lease": the answer to a write lease (not
-// delegated yet), to a client in this process, and to an upstream that
-// could not grant in time.
+// while the edge holds the upstream leases the grant rests on for longer
+// than the grant's term: a read lease on either, a write lease on a write
+// lease the edge holds upstream itself (delegated; delegate.go). Granting
+// nothing (an empty reply) is the protocol's "without a lease": the answer
+// to a client in this process, and to an upstream that could not grant in
+// time.
 func (u *upstream) grant(ctx context.Context, req *weftpb.LeaseAcquireRequest) (*weftpb.LeaseAcquireReply, error) {
 	holder := lease.HolderOf(ctx)
-	if holder == nil || req.Mode != weftpb.LeaseMode_LEASE_READ || len(req.Keys) == 0 {
+	write := req.Mode == weftpb.LeaseMode_LEASE_WRITE
+	if holder == nil || !write && req.Mode != weftpb.LeaseMode_LEASE_READ || len(req.Keys) == 0 {
 		return &weftpb.LeaseAcquireReply{}, nil
 	}
 	keys := keysOf(req.Keys)
-	hs, ok := u.ensure(ctx, keys, u.term+renewMargin)
+	hs, ok := u.ensure(ctx, keys, u.term+renewMargin, write)
 	if !ok {
 		return &weftpb.LeaseAcquireReply{}, nil
 	}
-	g, err := u.grants.Acquire(ctx, req.Session, holder, lease.Read, keys)
+	mode := lease.Read
+	if write {
+		mode = lease.Write
+	}
+	g, err := u.grants.Acquire(ctx, req.Session, holder, mode, keys)
 	if errs.Is(err, errs.Timeout) || errs.Is(err, errs.Canceled) || errs.Is(err, errs.Busy) {
 		return &weftpb.LeaseAcquireReply{}, nil
 	}

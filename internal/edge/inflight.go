@@ -89,17 +89,24 @@ func writeKeys(method uint16, msg []byte) []lease.Key {
 		onNode(&weftpb.SetXattrRequest{})
 	case weftpb.MethodRemoveXattr:
 		onNode(&weftpb.RemoveXattrRequest{})
+	case weftpb.MethodApplyBatch:
+		// A batch changes entries of one directory's partition here,
+		// and the attributes held in them.
+		var r weftpb.ApplyBatchRequest
+		if proto.Unmarshal(msg, &r) == nil {
+			add(r.Dir)
+		}
 	}
 	return keys
 }
 
-// begin notes a client's change in flight; nil if there is nothing to note.
-func (u *upstream) begin(ctx context.Context, method uint16, msg []byte) *inflight {
+// begin notes a client's change in flight, naming keys (writeKeys); nil
+// if there is nothing to note.
+func (u *upstream) begin(ctx context.Context, keys []lease.Key) *inflight {
 	holder := lease.HolderOf(ctx)
 	if holder == nil {
 		return nil
 	}
-	keys := writeKeys(method, msg)
 	if len(keys) == 0 {
 		return nil
 	}

@@ -29,6 +29,7 @@ func TestWriteKeysNameWhatAChangeWrites(t *testing.T) {
 		{weftpb.MethodCommit, &weftpb.CommitRequest{Node: node}, []lease.Key{7, 3}},
 		{weftpb.MethodSetXattr, &weftpb.SetXattrRequest{Node: node, Name: "user.x"}, []lease.Key{7, 3}},
 		{weftpb.MethodRemoveXattr, &weftpb.RemoveXattrRequest{Node: node, Name: "user.x"}, []lease.Key{7, 3}},
+		{weftpb.MethodApplyBatch, &weftpb.ApplyBatchRequest{Dir: 3}, []lease.Key{3}},
 		{weftpb.MethodReadlink, &weftpb.ReadlinkRequest{Node: node}, nil}, // not a change
 	} {
 		msg, err := proto.Marshal(c.req)

@@ -39,17 +39,24 @@ func margin(term time.Duration) time.Duration { return max(term/10, 50*time.Mill
 // cached under them and the clients' leases granted on its keys.
 type upstream struct {
 	index   int
-	servers int // upstream meta servers
-	session uint64
-	log     *slog.Logger
-	term    time.Duration // of the clients' leases
-	edge    *Server
+	servers int    // upstream meta servers
+	session uint64 // the edge's read leases (cache connection)
+	// wsession holds the edge's write leases, on the deleg connection
+	// (delegate.go).
+	wsession uint64
+	log      *slog.Logger
+	term     time.Duration // of the clients' leases
+	edge     *Server
 	// fwd carries the clients' requests; cache carries the edge's lease
 	// acquires and releases, and brings the recalls back. Separate, so
 	// that a forwarded change (requested over fwd) recalls the edge's
 	// leases like anyone's: a server spares only the requester's.
 	fwd, cache *rpc.Peer
-	grants     *lease.Service
+	// deleg holds the edge's write leases upstream and carries the
+	// clients' changes under them (delegate.go): the upstream spares the
+	// leases of the connection a change comes on.
+	deleg  *rpc.Peer
+	grants *lease.Service
 
 	mu struct {
 		sync.Mutex
@@ -59,16 +66,25 @@ type upstream struct {
 		byKey    map[lease.Key]map[string]struct{}
 		inflight map[lease.Key][]*inflight // clients' changes being forwarded (inflight.go)
 		renewing map[lease.Key]bool        // background renewals in flight
+		// wpending counts the recalls of write leases being passed to
+		// the clients: until the edge releases upstream it is still the
+		// writer there, and its clients' flushes go on deleg.
+		wpending map[lease.Key]int
 	}
 }
 
-// upLease is a read lease the edge holds upstream. A recall removes it from
-// held; a renewal updates it in place, so a pointer still in held means no
-// recall since it was taken.
+// upLease is a lease the edge holds upstream: a read lease (cache
+// session) or a write lease (wsession), never both on one key, since the
+// upstream grants a write lease only once every read lease on the key is
+// given back. A recall removes it from held; a renewal updates it in
+// place, so a pointer still in held means no recall since it was taken. A
+// change the edge forwards under its write lease replaces the pointer
+// (delegate.go): no recall tells the edge of it.
 type upLease struct {
 	seq     uint64
 	trusted time.Time // monotonic
 	since   time.Time // when the edge learnt of the grant: it covers reads sent after
+	write   bool
 }
 
 // recallMark is the latest grant of a key recalled, and when: an acquire
@@ -82,12 +98,14 @@ type recallMark struct {
 // may wait.
 const recalledKeep = 2 * acquireWait
 
-func newUpstream(s *Server, index int, addr string, session uint64, cfg Config) *upstream {
-	u := &upstream{index: index, servers: len(cfg.Upstream.Meta), session: session, log: cfg.Log.With("meta", index), term: cfg.Term, edge: s}
+func newUpstream(s *Server, index int, addr string, session, wsession uint64, cfg Config) *upstream {
+	u := &upstream{index: index, servers: len(cfg.Upstream.Meta), session: session, wsession: wsession,
+		log: cfg.Log.With("meta", index), term: cfg.Term, edge: s}
 	u.fwd = rpc.NewPeer(addr, cfg.Dial)
 	cacheOpts := cfg.Dial
 	cacheOpts.Mux = u.recallMux()
 	u.cache = rpc.NewPeer(addr, cacheOpts)
+	u.deleg = rpc.NewPeer(addr, cacheOpts)
 	u.grants = lease.New(lease.Config{Log: u.log, Term: cfg.Term, Grace: -1})
 	u.mu.held = make(map[lease.Key]*upLease)
 	u.mu.recalled = make(map[lease.Key]recallMark)
@@ -95,37 +113,45 @@ func newUpstream(s *Server, index int, addr string, session uint64, cfg Config) 
 	u.mu.byKey = make(map[lease.Key]map[string]struct{})
 	u.mu.inflight = make(map[lease.Key][]*inflight)
 	u.mu.renewing = make(map[lease.Key]bool)
+	u.mu.wpending = make(map[lease.Key]int)
 	return u
 }
 
 func (u *upstream) close() {
 	u.fwd.Close()
 	u.cache.Close()
+	u.deleg.Close()
 }
 
 // ensure returns the edge's upstream leases on keys, acquiring those it
 // does not hold or trusts for less than need; false if the upstream
-// granted not all of them.
-func (u *upstream) ensure(ctx context.Context, keys []lease.Key, need time.Duration) ([]*upLease, bool) {
+// granted not all of them. write asks for write leases; a read is served
+// by either. A write lease the edge holds is renewed as one: asking for a
+// read lease on the cache session would recall it.
+func (u *upstream) ensure(ctx context.Context, keys []lease.Key, need time.Duration, write bool) ([]*upLease, bool) {
 	out := make([]*upLease, len(keys))
-	var missing []uint64
+	var missing, renew []uint64
 	u.mu.Lock()
 	now := time.Now()
 	for i, k := range keys {
-		if h := u.mu.held[k]; h != nil && h.trusted.Sub(now) >= need {
+		h := u.mu.held[k]
+		switch {
+		case h != nil && h.trusted.Sub(now) >= need && (h.write || !write):
 			out[i] = h
-			continue
+		case write || h != nil && h.write && h.trusted.After(now):
+			renew = append(renew, uint64(k))
+		default:
+			missing = append(missing, uint64(k))
 		}
-		missing = append(missing, uint64(k))
 	}
-	if len(missing) == 0 {
+	if len(missing)+len(renew) == 0 {
 		u.renewSoonLocked(keys, now)
 	}
 	u.mu.Unlock()
-	if len(missing) == 0 {
+	if len(missing)+len(renew) == 0 {
 		return out, true
 	}
-	if !u.acquire(ctx, missing) {
+	if len(missing) > 0 && !u.acquire(ctx, missing, false) || len(renew) > 0 && !u.acquire(ctx, renew, true) {
 		return nil, false
 	}
 	u.mu.Lock()
@@ -133,7 +159,7 @@ func (u *upstream) ensure(ctx context.Context, keys []lease.Key, need time.Durat
 	now = time.Now()
 	for i, k := range keys {
 		h := u.mu.held[k]
-		if h == nil || h.trusted.Sub(now) < need {
+		if h == nil || h.trusted.Sub(now) < need || write && !h.write {
 			return nil, false // recalled already, or the acquire waited too long
 		}
 		out[i] = h
@@ -141,15 +167,19 @@ func (u *upstream) ensure(ctx context.Context, keys []lease.Key, need time.Durat
 	return out, true
 }
 
-// acquire asks the upstream for read leases on inos for the edge's
-// session; false if it granted none.
-func (u *upstream) acquire(ctx context.Context, inos []uint64) bool {
+// acquire asks the upstream for read leases (on the cache session) or
+// write leases (on wsession) on inos; false if it granted none.
+func (u *upstream) acquire(ctx context.Context, inos []uint64, write bool) bool {
 	ctx, cancel := context.WithTimeout(ctx, acquireWait)
 	defer cancel()
 	sent := time.Now()
+	peer, session, mode := u.cache, u.session, weftpb.LeaseMode_LEASE_READ
+	if write {
+		peer, session, mode = u.deleg, u.wsession, weftpb.LeaseMode_LEASE_WRITE
+	}
 	var reply weftpb.LeaseAcquireReply
-	err := u.cache.Call(ctx, weftpb.MethodLeaseAcquire, &weftpb.LeaseAcquireRequest{
-		Session: u.session, Mode: weftpb.LeaseMode_LEASE_READ, Keys: inos}, &reply)
+	err := peer.Call(ctx, weftpb.MethodLeaseAcquire, &weftpb.LeaseAcquireRequest{
+		Session: session, Mode: mode, Keys: inos}, &reply)
 	if err != nil || len(reply.Granted) == 0 {
 		return false
 	}
@@ -174,8 +204,14 @@ func (u *upstream) acquire(ctx context.Context, inos []uint64) bool {
 		}
 		h := u.mu.held[k]
 		switch {
-		case h == nil:
-			u.mu.held[k] = &upLease{seq: reply.Seq, trusted: trusted, since: time.Now()}
+		case h == nil || h.write != write && reply.Seq > h.seq:
+			// A write lease is granted only once the read lease is
+			// given back, and a read lease once the write lease is: a
+			// new lease, and nothing cached under the old one holds.
+			u.mu.held[k] = &upLease{seq: reply.Seq, trusted: trusted, since: time.Now(), write: write}
+		case h.write != write:
+			// A reply older than the lease held (a renewal of a
+			// lease since replaced): it changes nothing.
 		case reply.Seq > h.seq:
 			// A renewal: the same lease goes on, no recall came between.
 			h.seq = reply.Seq
@@ -211,28 +247,34 @@ func (u *upstream) currentLocked(keys []lease.Key, hs []*upLease, until time.Tim
 // A renewal is the same lease going on (no recall came between), so what
 // was cached under it stays valid.
 func (u *upstream) renewSoonLocked(keys []lease.Key, now time.Time) {
-	var due []uint64
+	var due [2][]uint64 // read, write
 	for _, k := range keys {
 		h := u.mu.held[k]
 		if h == nil || u.mu.renewing[k] || h.trusted.Sub(now) >= u.term+renewMargin+renewAhead {
 			continue
 		}
 		u.mu.renewing[k] = true
-		due = append(due, uint64(k))
-	}
-	if len(due) == 0 {
-		return
-	}
-	u.edge.spawn(func() {
-		ctx, cancel := context.WithTimeout(u.edge.life, acquireWait)
-		defer cancel()
-		u.acquire(ctx, due)
-		u.mu.Lock()
-		defer u.mu.Unlock()
-		for _, k := range due {
-			delete(u.mu.renewing, lease.Key(k))
+		i := 0
+		if h.write {
+			i = 1
 		}
-	})
+		due[i] = append(due[i], uint64(k))
+	}
+	for i, inos := range due {
+		if len(inos) == 0 {
+			continue
+		}
+		u.edge.spawn(func() {
+			ctx, cancel := context.WithTimeout(u.edge.life, acquireWait)
+			defer cancel()
+			u.acquire(ctx, inos, i == 1)
+			u.mu.Lock()
+			defer u.mu.Unlock()
+			for _, k := range inos {
+				delete(u.mu.renewing, lease.Key(k))
+			}
+		})
+	}
 }
 
 // heldSince returns the edge's current leases on keys if each was held
@@ -265,7 +307,7 @@ func (u *upstream) recallMux() *rpc.Mux {
 // once, then, in the background, recalls the clients' leases on the keys,
 // waits for their releases (at most their term) and releases upstream.
 func (u *upstream) recalled(session uint64, inos, seqs []uint64) {
-	if session != u.session || len(inos) != len(seqs) {
+	if session != u.session && session != u.wsession || len(inos) != len(seqs) {
 		u.log.Warn("lease recall for another session, or keys and grants that do not match; ignored", "session", session)
 		return
 	}
@@ -279,26 +321,52 @@ func (u *upstream) recalled(session uint64, inos, seqs []uint64) {
 			}
 		}
 	}
+	down := keys[:0:0]
 	for i, ino := range inos {
 		k := lease.Key(ino)
 		keys[i] = k
+		if h := u.mu.held[k]; h == nil || h.seq <= seqs[i] {
+			down = append(down, k)
+		}
 		if h := u.mu.held[k]; h != nil && h.seq <= seqs[i] {
 			delete(u.mu.held, k)
 			u.dropRepliesLocked(k)
+		}
+		if session == u.wsession {
+			u.mu.wpending[k]++
 		}
 		if u.mu.held[k] == nil {
 			r := u.mu.recalled[k]
 			u.mu.recalled[k] = recallMark{seq: max(r.seq, seqs[i]), at: now}
 		}
 	}
-	groups := u.spareLocked(keys)
+	// A recall of a lease the edge has since replaced by a newer one (a
+	// read lease's, overtaken by the write lease's grant) recalls no
+	// client: their grants rest on the newer one.
+	groups := u.spareLocked(down)
 	u.mu.Unlock()
+	peer := u.cache
+	if session == u.wsession {
+		peer = u.deleg
+	}
 	u.edge.spawn(func() {
 		// The clients' leases last u.term from their grant: the wait
-		// ends by then whatever they do.
+		// ends by then whatever they do. A client's write lease is
+		// given back once its queued changes are sent (through this
+		// edge, on deleg while wpending counts the key).
 		u.recallAllDownstream(groups)
 		ctx, cancel := context.WithTimeout(u.edge.life, releaseTimeout)
 		defer cancel()
-		_ = u.cache.Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: u.session, Keys: inos, Seqs: seqs})
+		_ = peer.Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: session, Keys: inos, Seqs: seqs})
+		if session != u.wsession {
+			return
+		}
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		for _, k := range keys {
+			if u.mu.wpending[k]--; u.mu.wpending[k] <= 0 {
+				delete(u.mu.wpending, k)
+			}
+		}
 	})
 }

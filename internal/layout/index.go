@@ -12,15 +12,19 @@ import (
 // crash. Its keys start with TagIndex and a one-byte kind:
 //
 //	"N" "n" name 0x00 dir(8)   -> ino(8) mode(4)    every entry, by name
+//	"N" "r" eman 0x00 dir(8)   -> ino(8) mode(4)    every entry, by its name reversed byte by byte
 //	"N" "p" dir(8) name        -> ino(8) mode(4)    entries whose attributes are not in them (directories, hard-linked files)
 //	"N" "a" ino(8)             -> IndexAttr         attributes held in an entry (one-link files, symlinks, ...)
 //	"N" "A" ino(8)             -> IndexAttr         attributes held in a standalone record (directories, hard-linked files; not partition stubs)
 //	"N" "x" name 0x00 ino(8)   -> empty             extended attribute names
 //
 // Names never contain NUL, so name 0x00 sorts every key of one name before
-// those of any longer name that starts with it.
+// those of any longer name that starts with it. The reversed names let a
+// pattern whose literal part is its end (-name '*.c', 'f???0000') read
+// only the names that end so, as the by-name keys serve a literal start.
 const (
 	IndexByName      = 'n'
+	IndexByReversed  = 'r'
 	IndexPointer     = 'p'
 	IndexEntryAttr   = 'a'
 	IndexRecordAttr  = 'A'
@@ -40,6 +44,42 @@ func IndexNameKey(name string, dir core.Ino) []byte {
 // IndexNamePrefix is the prefix of the by-name keys of exactly name.
 func IndexNamePrefix(name string) []byte {
 	return append(append([]byte{TagIndex, IndexByName}, name...), 0)
+}
+
+// IndexNameStartPrefix is the prefix of the by-name keys of every name
+// that starts with start.
+func IndexNameStartPrefix(start string) []byte {
+	return append([]byte{TagIndex, IndexByName}, start...)
+}
+
+// IndexReversedKey is the by-reversed-name key of name in dir.
+func IndexReversedKey(name string, dir core.Ino) []byte {
+	k := make([]byte, 0, 2+len(name)+1+8)
+	k = appendReversed(append(k, TagIndex, IndexByReversed), name)
+	return binary.BigEndian.AppendUint64(append(k, 0), uint64(dir))
+}
+
+// IndexNameEndPrefix is the prefix of the by-reversed-name keys of every
+// name that ends with end.
+func IndexNameEndPrefix(end string) []byte {
+	return appendReversed([]byte{TagIndex, IndexByReversed}, end)
+}
+
+func appendReversed(b []byte, s string) []byte {
+	for i := len(s) - 1; i >= 0; i-- {
+		b = append(b, s[i])
+	}
+	return b
+}
+
+// IndexNameKeyName returns the name bytes of a by-name or
+// by-reversed-name key, as they are in the key (reversed for the
+// latter); it aliases key.
+func IndexNameKeyName(key []byte) ([]byte, bool) {
+	if len(key) < 2+1+8 || key[0] != TagIndex || key[1] != IndexByName && key[1] != IndexByReversed || key[len(key)-9] != 0 {
+		return nil, false
+	}
+	return key[2 : len(key)-9], true
 }
 
 // IndexPointerKey is the key of a pointer entry name in dir.

@@ -207,7 +207,7 @@ func indexKeysOf(kv []indexKV, key, v []byte) []indexKV {
 			return kv
 		}
 		ref := layout.IndexRefValue(ino, mode)
-		kv = append(kv, indexKV{layout.IndexNameKey(name, dir), ref})
+		kv = append(kv, indexKV{layout.IndexNameKey(name, dir), ref}, indexKV{layout.IndexReversedKey(name, dir), ref})
 		if !hasAttr {
 			return append(kv, indexKV{layout.IndexPointerKey(dir, name), ref})
 		}

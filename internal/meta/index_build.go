@@ -14,8 +14,10 @@ import (
 // so that a store opened again with it rebuilds what it missed.
 var keyIndexVersion = []byte(layout.KeySearchIndex)
 
-// searchIndexVersion is the version of the index's layout the marker holds.
-const searchIndexVersion = 1
+// searchIndexVersion is the version of the index's layout the marker holds:
+// a store marked with another is rebuilt at Open (2 added the
+// by-reversed-name keys).
+const searchIndexVersion = 2
 
 // index adds the search index's changes to b, unless the server runs
 // without it (Config.NoSearchIndex).

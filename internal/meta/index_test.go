@@ -2,6 +2,8 @@ package meta
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -9,6 +11,7 @@ import (
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/layout"
+	"github.com/weftfs/weft/internal/search"
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -171,4 +174,58 @@ func TestIndexDecodersMatchProto(t *testing.T) {
 			t.Fatalf("entry %v: decoded %v %v %+v %v %v", e, ino, mode, attr, hasAttr, ok)
 		}
 	})
+}
+
+// TestFindNarrowsPatternsByLiteralEnds: a -name pattern with a literal
+// start or end reads only the by-name or by-reversed-name keys that have
+// it, and still finds exactly the files it matches, across pages.
+func TestFindNarrowsPatternsByLiteralEnds(t *testing.T) {
+	e := newEnv(t)
+	d := e.mkdir(rootCreds(), root, "d", 0o755)
+	var names []string
+	for i := range 120 {
+		names = append(names, fmt.Sprintf("f%04d", i*7), fmt.Sprintf("g%d.c", i))
+	}
+	for _, n := range names {
+		e.create(rootCreds(), d.Ino, n, 0o644)
+	}
+	for _, pat := range []string{"f??00", "*.c", "g1*", "*7", "f00[1-3]?", "[fg]*0", "*", "g\\1.c"} {
+		g := search.Glob{Pattern: pat}
+		want := map[string]bool{}
+		for _, n := range names {
+			if g.Match(n) {
+				want[n] = true
+			}
+		}
+		got := map[string]bool{}
+		var cursor []byte
+		for pages := 0; ; pages++ {
+			if pages > 200 {
+				t.Fatalf("%q: no end after 200 pages", pat)
+			}
+			r, err := e.Find(ctx, &weftpb.FindRequest{Creds: rootCreds(), Phase: weftpb.FindRequest_MATCHES, Cursor: cursor, Limit: 3,
+				Query: &weftpb.FindQuery{Names: []*weftpb.FindGlob{{Pattern: []byte(pat)}}}})
+			if err != nil {
+				t.Fatalf("%q: %v", pat, err)
+			}
+			for _, h := range r.Hits {
+				if len(h.Name) > 0 {
+					if got[string(h.Name)] {
+						t.Errorf("%q: %s found twice", pat, h.Name)
+					}
+					got[string(h.Name)] = true
+				}
+			}
+			if r.Eof {
+				break
+			}
+			cursor = r.Cursor
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%q: found %d names %v, want %d", pat, len(got), slices.Sorted(maps.Keys(got)), len(want))
+		}
+	}
+	if g, kind, part := nameDriven([]search.Glob{{Pattern: "f???0000"}}); kind != stageByEnd || part != "0000" || g.Pattern != "f???0000" {
+		t.Errorf("f???0000 is read by %c %q, want by its end 0000", kind, part)
+	}
 }

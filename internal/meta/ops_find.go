@@ -27,6 +27,8 @@ const (
 // Stages of the MATCHES phase; a cursor is the stage and the last key.
 const (
 	stageByName   = 'n' // the by-name keys of a literal -name
+	stageByStart  = 's' // the by-name keys that start with a pattern's literal start
+	stageByEnd    = 'e' // the by-reversed-name keys that end with a pattern's literal end
 	stageByXattr  = 'x' // the keys of the first -xattr name
 	stageEntry    = 'a' // every attribute held in an entry
 	stageRecord   = 'A' // every standalone record
@@ -88,6 +90,7 @@ type finder struct {
 	size     int
 	examined int
 	dirs     map[core.Ino]bool // may the caller list this directory here
+	name     []byte            // a reversed name put right
 	reply    *weftpb.FindReply
 }
 
@@ -125,15 +128,33 @@ func (f *finder) pointers(cursor []byte) error {
 func (f *finder) matches(cursor []byte) error {
 	var stages []byte
 	var first func() (prefix []byte, each func(k, v []byte) error)
-	switch {
-	case len(f.q.Names) > 0 && f.q.Names[0].Literal():
-		stages = []byte{stageByName, stageRecord}
-		name := f.q.Names[0].Pattern
+	switch g, kind, part := nameDriven(f.q.Names); {
+	case kind != 0:
+		stages = []byte{kind, stageRecord}
 		first = func() ([]byte, func(k, v []byte) error) {
-			return layout.IndexNamePrefix(name), func(k, v []byte) error {
-				ino, _, ok := layout.IndexRefParts(v)
-				if !ok {
+			var prefix []byte
+			switch kind {
+			case stageByName:
+				prefix = layout.IndexNamePrefix(part)
+			case stageByStart:
+				prefix = layout.IndexNameStartPrefix(part)
+			default:
+				prefix = layout.IndexNameEndPrefix(part)
+			}
+			return prefix, func(k, v []byte) error {
+				name, ok := layout.IndexNameKeyName(k)
+				ino, _, ok2 := layout.IndexRefParts(v)
+				if !ok || !ok2 {
 					return errs.New(errs.Corrupt, "find", "bad index key %q", k)
+				}
+				if kind == stageByEnd {
+					f.name = reverseInto(f.name[:0], name)
+					name = f.name
+				}
+				// Only the names that match cost a read of their
+				// attributes.
+				if kind != stageByName && !g.MatchBytes(name) {
+					return nil
 				}
 				return f.entryAttr(ino)
 			}
@@ -191,6 +212,35 @@ func (f *finder) matches(cursor []byte) error {
 	}
 	f.reply.Cursor = []byte{stageFinished}
 	return nil
+}
+
+// nameDriven picks the -name test whose index keys narrow the scan most,
+// and how: a literal name (stageByName, its by-name keys), else the
+// longest literal start (stageByStart) or end (stageByEnd) of a pattern;
+// kind 0 if no test has one (a scan of every entry's attributes is then
+// as cheap as one of every name).
+func nameDriven(names []search.Glob) (g search.Glob, kind byte, part string) {
+	for _, n := range names {
+		if n.Literal() {
+			return n, stageByName, n.Pattern
+		}
+	}
+	for _, n := range names {
+		if s := n.LiteralStart(); len(s) > len(part) {
+			g, kind, part = n, stageByStart, s
+		}
+		if e := n.LiteralEnd(); len(e) > len(part) {
+			g, kind, part = n, stageByEnd, e
+		}
+	}
+	return g, kind, part
+}
+
+func reverseInto(dst, b []byte) []byte {
+	for i := len(b) - 1; i >= 0; i-- {
+		dst = append(dst, b[i])
+	}
+	return dst
 }
 
 // scan calls each for every key with prefix after the key after, until

@@ -14,6 +14,42 @@ type Glob struct {
 // Match reports whether s matches the pattern as a whole.
 func (g Glob) Match(s string) bool { return match(g.Pattern, s, g.Fold) }
 
+// MatchBytes is Match on bytes (a name in an index key), without copying
+// them.
+func (g Glob) MatchBytes(s []byte) bool { return match(g.Pattern, s, g.Fold) }
+
+// LiteralStart returns the bytes every name the pattern matches starts
+// with: those before its first special byte ("" with Fold).
+func (g Glob) LiteralStart() string {
+	if g.Fold {
+		return ""
+	}
+	for i := 0; i < len(g.Pattern); i++ {
+		switch g.Pattern[i] {
+		case '*', '?', '[', '\\':
+			return g.Pattern[:i]
+		}
+	}
+	return g.Pattern
+}
+
+// LiteralEnd returns the bytes every name the pattern matches ends with:
+// those after its last special byte ("" with Fold). ']' counts as special
+// here, since it may close a bracket expression; a byte after a '\' is
+// literal, so the escape itself ends the run.
+func (g Glob) LiteralEnd() string {
+	if g.Fold {
+		return ""
+	}
+	for i := len(g.Pattern) - 1; i >= 0; i-- {
+		switch g.Pattern[i] {
+		case '*', '?', '[', ']', '\\':
+			return g.Pattern[i+1:]
+		}
+	}
+	return g.Pattern
+}
+
 // Literal reports whether the pattern has no special byte, so that it
 // matches exactly itself (without Fold).
 func (g Glob) Literal() bool {
@@ -35,7 +71,7 @@ func lower(c byte) byte {
 
 // match is fnmatch with backtracking over the last '*' only, which is
 // enough: a later '*' can always absorb what an earlier one would.
-func match(p, s string, fold bool) bool {
+func match[S string | []byte](p string, s S, fold bool) bool {
 	var starP, starS = -1, 0
 	pi, si := 0, 0
 	for si < len(s) {

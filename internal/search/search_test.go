@@ -190,3 +190,42 @@ func equalQuery(a, b *Query) bool {
 		slices.Equal(a.Sizes, b.Sizes) && slices.Equal(a.Mtimes, b.Mtimes) && slices.Equal(a.Uids, b.Uids) &&
 		slices.Equal(a.Gids, b.Gids) && slices.Equal(a.Perms, b.Perms) && slices.Equal(a.Xattrs, b.Xattrs)
 }
+
+// TestGlobLiteralEnds: every name a pattern matches starts with its
+// LiteralStart and ends with its LiteralEnd (the meta server reads only
+// the index keys of such names), and a pattern with a literal run at an
+// end has it there.
+func TestGlobLiteralEnds(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		pat := rapid.StringOfN(rapid.SampledFrom([]rune("ab*?[]!^-\\:")), 0, 9, -1).Draw(t, "pattern")
+		name := rapid.StringOfN(rapid.SampledFrom([]rune("ab]![^-\\:")), 0, 9, -1).Draw(t, "name")
+		g := Glob{Pattern: pat}
+		if !g.Match(name) {
+			return
+		}
+		if s := g.LiteralStart(); !strings.HasPrefix(name, s) {
+			t.Fatalf("%q matches %q but does not start with its literal start %q", name, pat, s)
+		}
+		if e := g.LiteralEnd(); !strings.HasSuffix(name, e) {
+			t.Fatalf("%q matches %q but does not end with its literal end %q", name, pat, e)
+		}
+		if g.MatchBytes([]byte(name)) != true {
+			t.Fatalf("MatchBytes(%q) disagrees with Match", name)
+		}
+	})
+	for _, c := range []struct{ pat, start, end string }{
+		{"f???0000", "f", "0000"},
+		{"*.c", "", ".c"},
+		{"ab\\*cd", "ab", "cd"},
+		{"x[ab]c]", "x", ""},
+		{"plain", "plain", "plain"},
+	} {
+		g := Glob{Pattern: c.pat}
+		if g.LiteralStart() != c.start || g.LiteralEnd() != c.end {
+			t.Errorf("%q: literal start %q end %q, want %q %q", c.pat, g.LiteralStart(), g.LiteralEnd(), c.start, c.end)
+		}
+	}
+	if (Glob{Pattern: "ab*", Fold: true}).LiteralStart() != "" {
+		t.Error("a folded pattern has no literal start")
+	}
+}

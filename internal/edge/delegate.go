@@ -1,0 +1,115 @@
+package edge
+
+import (
+	"context"
+
+	"github.com/weftfs/weft/internal/lease"
+	"github.com/weftfs/weft/internal/rpc"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// Delegated write leases. A client's write lease on a key is granted from
+// the edge's lease table on a write lease the edge holds upstream itself,
+// under a session of its own (wsession) on a connection of its own
+// (deleg). So a client that takes it again, renews it or gives it back
+// talks only to the edge; and a write-back client (internal/client
+// writeback*.go) completes its changes under it locally, as it would under
+// a meta server's lease, and sends them (ApplyBatch) through the edge.
+//
+// The upstream spares the leases of the connection a change comes on. So
+// the changes the edge forwards on deleg do not recall its write leases
+// there, and the edge must do for them what a meta server does for its
+// own leases: before such a change goes upstream, recall the other
+// clients' leases on the delegated keys it names (lease.BeginChange on the
+// edge's table, sparing the requester), and replace the upstream lease's
+// record so that no reply cached under it, or read while the change ran,
+// is served afterwards. That is only as exact as the keys the edge reads
+// in a request (writeKeys): a change goes on deleg only if its method is
+// one whose request names every key it writes on its server (delegable),
+// and names a delegated key. Every other change goes on fwd, where the
+// upstream recalls whatever of the edge's leases it touches, write leases
+// included, which the edge passes on to its clients before it gives them
+// back. A write lease being recalled still counts as delegated until the
+// edge releases it upstream (wpending): the holder's flush of its queue,
+// which the recall asked for, must be spared upstream, or the upstream
+// would wait for the edge, which waits for the holder, which waits for
+// its flush.
+//
+// Durability: the edge holds no change of its own. A write-back client's
+// queue is in the client; what reaches the edge goes upstream before it
+// is answered, so a kill -9 of the edge loses nothing its clients were
+// told was done (fsync included), and a write lease the dead edge held
+// upstream ends with its term there.
+
+// delegable are the changes whose request names every lease key on the
+// receiving server that the change writes (writeKeys): the parent whose
+// entries they change and the node whose record they change. Unlink,
+// rmdir, rename and link may write records their requests do not name (a
+// hard-linked file's record, a moved directory's parent): they go on fwd.
+var delegable = map[uint16]bool{
+	weftpb.MethodCreate: true, weftpb.MethodMkdir: true, weftpb.MethodSymlink: true,
+	weftpb.MethodSetAttr: true, weftpb.MethodCommit: true, weftpb.MethodOpen: true,
+	weftpb.MethodSetXattr: true, weftpb.MethodRemoveXattr: true, weftpb.MethodApplyBatch: true,
+}
+
+// route returns the connection a change naming keys goes upstream on, and
+// what to call once its reply is in. A change under a delegated key first
+// recalls the other clients' leases on it here, bounded by their term.
+func (u *upstream) route(ctx context.Context, method uint16, keys []lease.Key) (*rpc.Peer, func(), error) {
+	if !delegable[method] || len(keys) == 0 {
+		return u.fwd, func() {}, nil
+	}
+	u.mu.Lock()
+	dk := u.delegatedLocked(keys)
+	u.mu.Unlock()
+	if len(dk) == 0 {
+		return u.fwd, func() {}, nil
+	}
+	bctx, cancel := context.WithTimeout(ctx, u.term+recallSlack)
+	end, err := u.grants.BeginChange(bctx, lease.HolderOf(ctx), dk)
+	cancel()
+	if err != nil {
+		return nil, nil, err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.delegatedLocked(dk)) != len(dk) {
+		// Recalled upstream and given back meanwhile: the upstream
+		// recalls what the change touches, as for any change.
+		end()
+		return u.fwd, func() {}, nil
+	}
+	u.renewRecordsLocked(dk)
+	return u.deleg, func() {
+		u.mu.Lock()
+		u.renewRecordsLocked(dk)
+		u.mu.Unlock()
+		end()
+	}, nil
+}
+
+// delegatedLocked returns those of keys the edge is the writer of
+// upstream: it holds a write lease there, or is giving one back.
+func (u *upstream) delegatedLocked(keys []lease.Key) []lease.Key {
+	var out []lease.Key
+	for _, k := range keys {
+		if h := u.mu.held[k]; h != nil && h.write || u.mu.wpending[k] > 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// renewRecordsLocked replaces the records of the edge's write leases on
+// keys with copies: what was cached, or is being read, under the old ones
+// is not served again (a change on deleg recalls nothing upstream to tell
+// the edge).
+func (u *upstream) renewRecordsLocked(keys []lease.Key) {
+	for _, k := range keys {
+		if h := u.mu.held[k]; h != nil {
+			c := *h
+			u.mu.held[k] = &c
+			u.dropRepliesLocked(k)
+		}
+	}
+}
