@@ -57,12 +57,14 @@ type Grant struct {
 // for the grace period to end. holder is where recalls of the session's
 // leases go from now on (nil keeps the previous one).
 //
-// It fails at once with errs.Busy when a change on a key waits for this
-// very session to release its lease there: the holder is asking while it
-// handles the recall (a FUSE lookup in the directory, whose lock the
-// kernel must take to invalidate what the recall covers), and waiting
-// would have each wait for the other until the holder's bound. The caller
-// reads without a lease.
+// A read acquire fails at once with errs.Busy when a change on a key is in
+// progress, and the caller reads without a lease (it caches nothing). The
+// reader may be a FUSE request that the kernel sends holding a directory's
+// lock (a lookup before a rename), and the change may wait for that
+// mount's release of this or another key, whose invalidation needs the
+// lock: waiting would have each wait for the other until the holder's
+// bound, and the holder then released before its kernel had forgotten what
+// the recall covered. A write acquire waits for the change.
 func (s *Service) Acquire(ctx context.Context, id uint64, holder Holder, mode Mode, keys []Key) (Grant, error) {
 	const op = "lease acquire"
 	switch {
@@ -113,8 +115,8 @@ func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (u
 		}
 		s.expireKeyLocked(k, kl, now)
 		if kl.changes > 0 {
-			if g := kl.grants[id]; g != nil && !g.recalled.IsZero() {
-				return 0, nil, nil, errs.New(errs.Busy, "lease acquire", "a change waits for this session's release")
+			if mode == Read {
+				return 0, nil, nil, errs.New(errs.Busy, "lease acquire", "a change of the key is in progress")
 			}
 			w.blocked = true
 		}
