@@ -79,8 +79,8 @@ fuse-deps:
 
 ## linz: the linearizability check of three mounts (porcupine), a long random history and the lease failure tests (the checker gets 5 minutes: under -race a 60 s history of ~20,000 operations took over one)
 linz: check-go fuse-deps
-	WEFT_LINZ_DURATION=$${WEFT_LINZ_DURATION:-60s} WEFT_LINZ_CHECK_TIME=$${WEFT_LINZ_CHECK_TIME:-5m} $(GO) test -race -count=1 -timeout 20m -v \
-		-run 'TestLinzModel|TestLinzCatchesStaleMount|TestLinearizableThreeMounts|TestLeaseGraceAfterMetaKill|TestLeaseStalledHolder' ./internal/fusefs/
+	WEFT_LINZ=1 WEFT_LINZ_DURATION=$${WEFT_LINZ_DURATION:-60s} WEFT_LINZ_CHECK_TIME=$${WEFT_LINZ_CHECK_TIME:-5m} $(GO) test -race -count=1 -timeout 20m -v \
+		-run 'TestLinzModel|TestLinzCatchesStaleMount|TestLinearizableThreeMounts|TestLeaseGraceAfterMetaKill|TestLeaseStalledHolder|TestChangeSeenAcrossMounts' ./internal/fusefs/
 
 ## fsx-long: the randomized data-integrity test through a mount, 1,000,000 operations
 fsx-long: check-go fuse-deps

@@ -18,17 +18,18 @@ import (
 // holds the directory's read lease and its kernel caches the file's
 // attributes; mount A chmods the file again and again. Every stat on B that
 // was called after a chmod returned on A must report that chmod's mode (a
-// failure names the first that did not), and the test logs, per chmod:
+// failure names the first that did not; one that returns after the next
+// chmod was called may report either), and the test logs, per chmod:
 //
 //   - the chmod's own time on A (which includes recalling B's lease);
 //   - from the chmod's return on A until the first stat on B that reports
 //     it returns (B is stat'ing all the time, so this is at most about one
 //     stat after a recall: a FUSE round trip and a meta call).
 //
-// WEFT_SEEN_CHANGES sets how many chmods (default 100).
+// WEFT_SEEN_CHANGES sets how many chmods (default 50).
 func TestChangeSeenAcrossMounts(t *testing.T) {
 	requireFUSE(t)
-	n := 100
+	n := 50
 	if s := os.Getenv("WEFT_SEEN_CHANGES"); s != "" {
 		if _, err := fmt.Sscan(s, &n); err != nil || n <= 0 {
 			t.Fatalf("WEFT_SEEN_CHANGES=%q: want a positive count", s)
@@ -121,19 +122,20 @@ func TestChangeSeenAcrossMounts(t *testing.T) {
 		if i+1 < len(changes) {
 			next = changes[i+1].call
 		}
-		// The stats called after this change returned and before the
-		// next one was called must all report it.
+		// The stats called after this change returned must report it
+		// until the next change is called; one that returns after that
+		// overlaps the next change, and may report either.
 		for j < len(stats) && !stats[j].call.After(c.ret) {
 			j++
 		}
 		first := true
 		for k := j; k < len(stats) && (next.IsZero() || stats[k].call.Before(next)); k++ {
 			s := stats[k]
-			if s.mode != c.mode {
-				t.Fatalf("change %d: stat on mount B called %v after chmod %o returned on mount A reports %o",
-					i, s.call.Sub(c.ret), c.mode, s.mode)
+			if s.mode != c.mode && (next.IsZero() || s.ret.Before(next)) {
+				t.Fatalf("change %d: stat on mount B called %v after chmod %o returned on mount A (at %s) reports %o",
+					i, s.call.Sub(c.ret), c.mode, c.ret.UTC().Format("15:04:05.000000"), s.mode)
 			}
-			if first {
+			if first && s.mode == c.mode {
 				seen = append(seen, s.ret.Sub(c.ret))
 				first = false
 			}
