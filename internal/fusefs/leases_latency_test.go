@@ -73,9 +73,27 @@ func TestChangeSeenAcrossMounts(t *testing.T) {
 			mu.Unlock()
 		}
 	})
-	// Stop the reader even if the test fails first.
+	// Stop the reader even if the test fails first, waiting for its stat
+	// in flight at most linzEndWait: a mount that hangs must not hang the
+	// test (the mounts' cleanup, which runs next, kills their processes).
 	var once sync.Once
-	end := func() { once.Do(func() { close(stop); done.Wait() }) }
+	end := func() {
+		once.Do(func() {
+			close(stop)
+			finished := make(chan struct{})
+			go func() {
+				done.Wait()
+				close(finished)
+			}()
+			timer := time.NewTimer(linzEndWait)
+			defer timer.Stop()
+			select {
+			case <-finished:
+			case <-timer.C:
+				t.Errorf("a stat on mount B did not return within %v", linzEndWait)
+			}
+		})
+	}
 	t.Cleanup(end)
 
 	type change struct {
