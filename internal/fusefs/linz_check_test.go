@@ -271,7 +271,7 @@ func newLinz(t *testing.T, mounts []string, seed uint64) *linzRun {
 		r.workers = append(r.workers, w)
 	}
 	// Stop the workers even if the test fails before it does.
-	t.Cleanup(r.end)
+	t.Cleanup(func() { r.end() })
 	return r
 }
 
@@ -296,15 +296,34 @@ func (r *linzRun) runFor(t *testing.T, d time.Duration) {
 	<-timer.C
 }
 
+// linzEndWait bounds how long end waits for the workers' operations in
+// flight: a mount that hangs must not hang the test. The mounts' cleanup
+// (registered before newLinz's) then kills their processes, which fails
+// the stuck calls.
+const linzEndWait = 30 * time.Second
+
 // end stops the workers and waits for them (each finishes the operation
-// it is in).
-func (r *linzRun) end() {
+// it is in), at most linzEndWait; false if some are still in an
+// operation.
+func (r *linzRun) end() bool {
 	select {
 	case <-r.stop:
 	default:
 		close(r.stop)
 	}
-	r.done.Wait()
+	done := make(chan struct{})
+	go func() {
+		r.done.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(linzEndWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // checkLinz stops the run and checks its history; on a violation it
@@ -312,7 +331,9 @@ func (r *linzRun) end() {
 // fails. It returns the checker's verdict.
 func (r *linzRun) check(t *testing.T) porcupine.CheckResult {
 	t.Helper()
-	r.end()
+	if !r.end() {
+		t.Fatalf("a mount's operation did not return within %v of the end of the run", linzEndWait)
+	}
 	ops := r.h.ops()
 	counts := map[linzOp]int{}
 	for _, o := range ops {

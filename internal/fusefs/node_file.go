@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"syscall"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -146,30 +145,43 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		// waits for this mount's release of the one it recalled), so
 		// no recall will tell this mount when the change lands: the
 		// pages this reply fills must not stay in the kernel's cache.
-		h.node.dropPagesAfterReply(off)
+		if k == 0 {
+			// go-fuse writes an empty reply without calling Done. The
+			// pages are in the cache already (locked until the reply
+			// is taken): the invalidation waits for them.
+			go func() { _ = h.node.NotifyContent(off, 0) }()
+			return fuse.ReadResultData(nil), 0
+		}
+		return &dropAfterReply{data: dest[:k], node: h.node, off: off}, 0
 	}
 	return fuse.ReadResultData(dest[:k]), 0
 }
 
-// dropPagesAfterReply invalidates n's pages from off on once the kernel has
-// taken the READ reply being sent: the kernel holds the pages locked until
-// then, and an invalidation that came first would wait for them (and drop
-// nothing). Twice, a moment apart: the kernel inserts the pages after it
-// reads the reply.
-func (n *Node) dropPagesAfterReply(off int64) {
-	go func() {
-		for _, d := range []time.Duration{time.Millisecond, 10 * time.Millisecond} {
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-n.fsys.life.Done():
-				t.Stop()
-				return
-			}
-			_ = n.NotifyContent(off, 0)
-		}
-	}()
+// dropAfterReply is a READ reply after which the kernel drops the file's
+// pages from off on. The kernel puts the pages a read fills in its cache
+// (locked) before it sends the READ, and unlocks them once it has taken
+// the reply: an invalidation sent after the reply is written finds them
+// and waits for their lock, so it drops them whatever the timing (it used
+// to be sent 1 ms and 10 ms after the handler returned, a guess). go-fuse
+// calls Done after writing a reply whose data comes as slices (Slices);
+// for other results it calls Done before the write.
+type dropAfterReply struct {
+	data []byte
+	node *Node
+	off  int64
 }
+
+var _ fuse.ReadResult = (*dropAfterReply)(nil)
+
+func (r *dropAfterReply) Bytes([]byte) ([]byte, fuse.Status) { return r.data, fuse.OK }
+func (r *dropAfterReply) Size() int                          { return len(r.data) }
+
+// Slices makes go-fuse write the reply with writev and call Done after it.
+func (r *dropAfterReply) Slices() ([][]byte, fuse.Status) { return [][]byte{r.data}, fuse.OK }
+
+// Done runs after the reply was written. The invalidation may wait for the
+// reader to unlock the pages: not on go-fuse's goroutine.
+func (r *dropAfterReply) Done() { go func() { _ = r.node.NotifyContent(r.off, 0) }() }
 
 // Write buffers data at off (at the client's end of file for O_APPEND).
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {

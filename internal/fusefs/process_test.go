@@ -41,7 +41,10 @@ func mountBackground(t *testing.T, clusterFile, mnt string) int {
 	logf := filepath.Join(t.TempDir(), "mount.log")
 	args := []string{"mount", "--cluster", clusterFile, "-d", "--log-file", logf, mnt}
 	if d := os.Getenv("WEFT_MOUNT_LOGS"); d != "" {
-		logf = filepath.Join(d, filepath.Base(filepath.Dir(mnt))+".log")
+		// Named by the test too: the next test's mount points have the
+		// same numbers, and would overwrite the logs of a failed run.
+		test := strings.NewReplacer("/", "-").Replace(t.Name())
+		logf = filepath.Join(d, test+"-"+filepath.Base(filepath.Dir(mnt))+".log")
 		args = []string{"mount", "--cluster", clusterFile, "-d", "--fuse-debug", "--log-level", "debug", "--log-file", logf, mnt}
 	}
 	out, err := weft(t, args...)

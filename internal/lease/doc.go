@@ -34,9 +34,12 @@
 // ends; while the change runs, no new lease on its keys is granted (acquires
 // wait), so that nobody can read the old state under a fresh lease and miss
 // the recall. The requesting client's own session keeps its leases: it
-// knows what it changes. A session that asks again for a lease a waiting
-// change has recalled from it is refused at once rather than made to wait:
-// it is likely asking from a request that its own invalidation waits for.
+// knows what it changes. A session that owes a release (a change recalled
+// one of its leases, on any key) and asks for a read lease on a key a
+// change is in progress on is refused at once rather than made to wait: it
+// is likely asking from a request that its own invalidation waits for (the
+// kernel holds a directory's lock for a lookup, and the invalidation of
+// the recalled key's names needs it).
 //
 // Grace. Clients may still trust leases granted before a restart; they
 // stop at most one term after they asked, which was before the restart. So

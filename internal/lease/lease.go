@@ -57,12 +57,16 @@ type Grant struct {
 // for the grace period to end. holder is where recalls of the session's
 // leases go from now on (nil keeps the previous one).
 //
-// It fails at once with errs.Busy when a change on a key waits for this
-// very session to release its lease there: the holder is asking while it
-// handles the recall (a FUSE lookup in the directory, whose lock the
-// kernel must take to invalidate what the recall covers), and waiting
-// would have each wait for the other until the holder's bound. The caller
-// reads without a lease.
+// A read acquire fails at once with errs.Busy when a change on a key is
+// in progress and the session owes a release (a change recalled a lease of
+// it, on any key, and it has not answered): the holder may be asking while
+// it handles the recall, from a FUSE request the kernel sends holding a
+// directory's lock (a lookup before a rename), while the invalidation the
+// recall needs waits for that lock; the change may wait for that release,
+// and waiting would have each wait for the other until the holder's bound.
+// The caller reads without a lease. A session that owes nothing waits, so
+// that it reads the change's result: a rename's two lookups must not see
+// the two sides of another client's rename.
 func (s *Service) Acquire(ctx context.Context, id uint64, holder Holder, mode Mode, keys []Key) (Grant, error) {
 	const op = "lease acquire"
 	switch {
@@ -113,8 +117,8 @@ func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (u
 		}
 		s.expireKeyLocked(k, kl, now)
 		if kl.changes > 0 {
-			if g := kl.grants[id]; g != nil && !g.recalled.IsZero() {
-				return 0, nil, nil, errs.New(errs.Busy, "lease acquire", "a change waits for this session's release")
+			if mode == Read && ss.owed > 0 {
+				return 0, nil, nil, errs.New(errs.Busy, "lease acquire", "a change is in progress, and may wait for this session's release")
 			}
 			w.blocked = true
 		}
@@ -150,6 +154,9 @@ func (s *Service) tryAcquire(id uint64, holder Holder, mode Mode, keys []Key) (u
 		if g.mode == Write {
 			m = Write
 		}
+		if !g.recalled.IsZero() && ss.owed > 0 {
+			ss.owed--
+		}
 		g.seq, g.mode, g.expires, g.recalled = s.mu.seq, m, now.Add(s.term), time.Time{}
 	}
 	s.metrics.granted(len(keys))
@@ -176,6 +183,9 @@ func (s *Service) recallLocked(k Key, kl *keyLeases, id uint64, skip Holder, mod
 			continue
 		}
 		g.recalled = now
+		if ss != nil {
+			ss.owed++
+		}
 		s.metrics.recalled()
 		s.mu.recalled++
 		if ss != nil && ss.holder != nil {
@@ -299,13 +309,17 @@ func (s *Service) expireKeyLocked(k Key, kl *keyLeases, now time.Time) {
 
 // dropGrantLocked removes session sid's lease on k and wakes waiters.
 func (s *Service) dropGrantLocked(k Key, kl *keyLeases, sid uint64) {
-	if _, ok := kl.grants[sid]; !ok {
+	g, ok := kl.grants[sid]
+	if !ok {
 		return
 	}
 	delete(kl.grants, sid)
 	s.mu.held--
 	if ss := s.mu.sessions[sid]; ss != nil {
 		delete(ss.leases, k)
+		if !g.recalled.IsZero() && ss.owed > 0 {
+			ss.owed--
+		}
 	}
 	if len(kl.grants) == 0 && kl.changes == 0 {
 		delete(s.mu.leases, k)

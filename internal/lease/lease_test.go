@@ -290,6 +290,39 @@ func TestLeaseLateRelease(t *testing.T) {
 	}
 }
 
+// A session that owes a release (a change recalled one of its leases, and
+// it has not answered yet) is refused a read lease at once on any key a
+// change is waiting on, not only on the one recalled from it: it may be a
+// FUSE lookup that the kernel sends holding a directory's lock (before a
+// rename), while the recall it owes needs that lock to invalidate the
+// other directory's names. Waiting had each wait for the other until the
+// client's 500 ms bound (linz: a rename from b to a on one mount while
+// another renamed from a to b), and the client then released before its
+// kernel had forgotten the names. A session that owes nothing waits for
+// the change, so that what it reads then is the change's result (a rename's
+// two lookups must not see the two sides of one rename).
+func TestLeaseReadAcquireWhileOwing(t *testing.T) {
+	s := New(Config{Grace: -1, Term: time.Minute})
+	h1, h2 := newHolder("h1"), newHolder("h2")
+	acquire(t, s, 1, h1, Read, 8)
+	done := change(s, nil, 8, 9)
+	h1.recalled(t)
+	start := time.Now()
+	if _, err := s.Acquire(context.Background(), 1, h1, Read, []Key{9}); !errs.Is(err, errs.Busy) || time.Since(start) > time.Second {
+		t.Fatalf("read acquire of the change's other key by a session that owes a release: %v after %v, want Busy at once", err, time.Since(start))
+	}
+	other := background(func() error { _, err := s.Acquire(context.Background(), 2, h2, Read, []Key{9}); return err })
+	notYet(t, "a session that owes nothing, during the change", other)
+	s.Release(1, []Key{8}, nil)
+	for _, d := range []<-chan error{done, other} {
+		if err := waitResult(t, "after the release", d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Released, it owes nothing: it is granted again.
+	acquire(t, s, 1, h1, Read, 9)
+}
+
 // A session asking again for a lease that a waiting change recalled from
 // it is refused at once: it may be asking while it handles the recall.
 // Other sessions wait for the change as usual.

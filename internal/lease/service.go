@@ -88,8 +88,11 @@ type session struct {
 	expires time.Time
 	holder  Holder // nil until the session acquires a lease over a connection
 	leases  map[Key]struct{}
-	files   map[core.Ino]struct{} // files where the session may hold locks
-	locks   int                   // locks held
+	// owed counts the session's grants recalled and not yet released or
+	// expired: a change may be waiting for this session.
+	owed  int
+	files map[core.Ino]struct{} // files where the session may hold locks
+	locks int                   // locks held
 }
 
 // New returns a service with no sessions.
