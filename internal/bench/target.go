@@ -286,6 +286,56 @@ func (e *Env) mount(ctx context.Context, t Target, link *linksim.Profile) (*Moun
 	return m, nil
 }
 
+// eachTargetInterleaved mounts every target at once and runs reps rounds:
+// each round calls fn once per target (fn measures one repeat), starting one
+// target later than the round before. On a shared machine the load drifts
+// over a run; taking the targets in turn spreads the drift (and whatever one
+// target leaves behind for the next) over all of them instead of charging it
+// to whichever ran while the machine was busy. A target that cannot be
+// mounted, or whose repeat fails, is reported as skipped and measured no
+// more; a canceled run stops. Every target is torn down before it returns.
+func (e *Env) eachTargetInterleaved(ctx context.Context, ts []Target, reps int, fn func(m *Mount, rep int) error) error {
+	type live struct {
+		m   *Mount
+		err error
+	}
+	var all []*live
+	defer func() {
+		for _, l := range all {
+			if cerr := l.m.Close(); cerr != nil {
+				e.run.opts.Log.Warn("teardown failed", "target", l.m.Target.Name, "err", cerr)
+			}
+		}
+	}()
+	for _, t := range ts {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		e.step("mount " + t.Name)
+		m, err := e.mount(ctx, t, nil)
+		if err != nil {
+			e.skip(t.Name, err)
+			continue
+		}
+		all = append(all, &live{m: m})
+	}
+	for rep := range reps {
+		for j := range all {
+			l := all[(rep+j)%len(all)]
+			if l.err != nil {
+				continue
+			}
+			if l.err = fn(l.m, rep); l.err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				e.skip(l.m.Target.Name, l.err)
+			}
+		}
+	}
+	return nil
+}
+
 // eachTarget mounts every target in turn, runs fn on it and tears it down.
 // A target that cannot be mounted, or whose run fails, is reported as
 // skipped and the benchmark goes on with the next one; a canceled run stops.
