@@ -19,6 +19,14 @@ import (
 // one before, on the same file.
 var fioCases = []string{"write, cold", "write, warm", "read, cold", "read, warm"}
 
+// fioCPUCases are the CPU time the target's processes used in each case, for
+// targets whose processes the suite knows (weft as separate processes).
+var fioCPUCases = []string{"write, cold, CPU", "write, warm, CPU", "read, cold, CPU", "read, warm, CPU"}
+
+// fioCPUUnit is the unit of the CPU rows: milliseconds of CPU (user and
+// system, every process of the target) per GiB moved.
+const fioCPUUnit = "CPU ms/GiB"
+
 func fioBenchmark() Benchmark {
 	return Benchmark{
 		Name:  "fio",
@@ -68,33 +76,55 @@ func runFio(ctx context.Context, env *Env) ([]Result, error) {
 	reps := env.repeats()
 	peers, modes := env.peerTargets(), env.securityTargets()
 	env.progress((len(peers) + len(modes)) * (1 + reps*len(fioCases)))
-	// repeat measures every case once on m, in order, on one file.
-	repeat := func(m *Mount, rows caseRows) error {
+	// repeat measures every case once on m, in order, on one file: MB/s
+	// in rows, and in cpuRows (if m's processes are known) the CPU time
+	// they used per GiB.
+	repeat := func(m *Mount, rows, cpuRows caseRows) error {
 		file := filepath.Join(m.Dir, "fio.dat")
 		rates := make([]float64, len(fioCases))
+		cpus := make([]float64, len(fioCases))
+		withCPU := false
 		for i, c := range fioCases {
 			env.step(m.Target.Name + ": " + c)
 			if err := fioCool(ctx, m, c); err != nil {
 				return err
+			}
+			before, ok, err := m.CPU()
+			if err != nil {
+				return fmt.Errorf("%s: CPU time: %w", c, err)
 			}
 			rate, err := fioRun(ctx, bin, file, size, c)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c, err)
 			}
 			rates[i] = rate
+			if withCPU = ok; ok {
+				after, _, err := m.CPU()
+				if err != nil {
+					return fmt.Errorf("%s: CPU time: %w", c, err)
+				}
+				cpus[i] = float64(after-before) / float64(time.Millisecond) * float64(1<<30) / float64(size)
+			}
 		}
 		rows.add(rates)
+		if withCPU {
+			cpuRows.add(cpus)
+		}
 		return os.Remove(file)
 	}
 	var out []Result
 	err = env.eachTarget(ctx, peers, nil, func(m *Mount) error {
 		rows := newCaseRows("fio", m.Target.Name, "MB/s", fioCases)
+		cpuRows := newCaseRows("fio", m.Target.Name, fioCPUUnit, fioCPUCases)
 		for range reps {
-			if err := repeat(m, rows); err != nil {
+			if err := repeat(m, rows, cpuRows); err != nil {
 				return err
 			}
 		}
 		out = append(out, rows...)
+		if len(cpuRows[0].Samples) > 0 {
+			out = append(out, cpuRows...)
+		}
 		return nil
 	})
 	if err != nil {
@@ -103,15 +133,18 @@ func runFio(ctx context.Context, env *Env) ([]Result, error) {
 	// The security modes are compared with each other (secure within 10%
 	// of none): all mounted at once, their repeats interleaved, so that
 	// the machine's drift lands on every mode alike.
-	rows := make(map[string]caseRows)
-	failed := make(map[string]bool) // skipped: no row
+	rows := make(map[string][2]caseRows) // MB/s, CPU
+	failed := make(map[string]bool)      // skipped: no row
 	err = env.eachTargetInterleaved(ctx, modes, reps, func(m *Mount, _ int) error {
 		r, ok := rows[m.Target.Name]
 		if !ok {
-			r = newCaseRows("fio", m.Target.Name, "MB/s", fioCases)
+			r = [2]caseRows{
+				newCaseRows("fio", m.Target.Name, "MB/s", fioCases),
+				newCaseRows("fio", m.Target.Name, fioCPUUnit, fioCPUCases),
+			}
 			rows[m.Target.Name] = r
 		}
-		err := repeat(m, r)
+		err := repeat(m, r[0], r[1])
 		if err != nil {
 			failed[m.Target.Name] = true
 		}
@@ -119,7 +152,10 @@ func runFio(ctx context.Context, env *Env) ([]Result, error) {
 	})
 	for _, t := range modes {
 		if r, ok := rows[t.Name]; ok && !failed[t.Name] {
-			out = append(out, r...)
+			out = append(out, r[0]...)
+			if len(r[1][0].Samples) > 0 {
+				out = append(out, r[1]...)
+			}
 		}
 	}
 	return out, err
@@ -214,11 +250,30 @@ func parseFioBandwidth(out []byte, op string, size int64) (float64, error) {
 }
 
 func fioTables(rs []Result) []Table {
-	return []Table{caseTable(rs, fioCases, "MB/s", "Sequential I/O in 1 MiB blocks, MB/s (median over repeats, min–max):")}
+	rates, cpu := splitFioCPU(rs)
+	ts := []Table{caseTable(rates, fioCases, "MB/s", "Sequential I/O in 1 MiB blocks, MB/s (median over repeats, min–max):")}
+	if len(cpu) > 0 {
+		ts = append(ts, caseTable(cpu, fioCPUCases, "ms/GiB", "CPU time of the target's processes (its servers and the "+
+			"mount daemon; user and system), ms per GiB moved (median over repeats, min–max):"))
+	}
+	return ts
 }
 
 func fioFigures(rs []Result) []Figure {
-	return []Figure{barFigure("fio", "Sequential I/O in 1 MiB blocks (fio)", "MB/s", rs, byCase, byTarget)}
+	rates, _ := splitFioCPU(rs)
+	return []Figure{barFigure("fio", "Sequential I/O in 1 MiB blocks (fio)", "MB/s", rates, byCase, byTarget)}
+}
+
+// splitFioCPU separates the MB/s results from the CPU ones.
+func splitFioCPU(rs []Result) (rates, cpu []Result) {
+	for _, r := range rs {
+		if r.Unit == fioCPUUnit {
+			cpu = append(cpu, r)
+		} else {
+			rates = append(rates, r)
+		}
+	}
+	return rates, cpu
 }
 
 // fioGoals: sequential read and write ≥ 2× sshfs and ≥ 50% of the local
@@ -231,6 +286,14 @@ func fioGoals(rs []Result) []string {
 			goalAtLeast(rs, "fio "+c, c, weftSync.name, kindLocal, 0.5, false),
 			goalAtLeast(rs, "fio "+c, c, weftSecure.name, weftNone.name, 0.9, false),
 			goalAtLeast(rs, "fio "+c, c, weftPrivate.name, weftNone.name, 0.85, false))
+	}
+	// What secure mode costs in CPU, which load on a shared machine
+	// does not blur as it blurs a rate (lower is better). A warm read
+	// is the kernel's page cache: the processes hardly run.
+	for _, c := range fioCPUCases[:3] {
+		if _, ok := find(rs, c, weftSecure.name); ok {
+			out = append(out, goalAtLeast(rs, "fio "+c, c, weftSecure.name, weftNone.name, 0.9, true))
+		}
 	}
 	return out
 }

@@ -204,9 +204,13 @@ type Mount struct {
 	Dir    string
 
 	remount func(ctx context.Context) error
-	mu      sync.Mutex
-	stops   []func() error // teardown steps, run newest first
-	closed  bool
+	// pids, if set, lists the processes that do the target's work now
+	// (a weft target as separate processes: its servers and the mount
+	// daemon, which a remount replaces).
+	pids   func() ([]int, error)
+	mu     sync.Mutex
+	stops  []func() error // teardown steps, run newest first
+	closed bool
 }
 
 // onClose adds a teardown step.
@@ -223,6 +227,21 @@ func (m *Mount) Remount(ctx context.Context) error {
 		return nil
 	}
 	return m.remount(ctx)
+}
+
+// CPU is the CPU time the target's processes have used so far; ok is false
+// for a target whose processes the suite does not know (a kernel file
+// system, or one process shared with the benchmark).
+func (m *Mount) CPU() (_ time.Duration, ok bool, _ error) {
+	if m.pids == nil {
+		return 0, false, nil
+	}
+	pids, err := m.pids()
+	if err != nil {
+		return 0, true, err
+	}
+	d, err := processesCPU(pids)
+	return d, true, err
 }
 
 // Close tears the target down; every step runs even if one fails. Each step
