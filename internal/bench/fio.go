@@ -51,6 +51,10 @@ func fioBenchmark() Benchmark {
 				"for secure is at most 10% below none. They are mounted at once and their repeats interleaved (each " +
 				"repeat starts one mode later than the last), so that load that changes during the run lands on " +
 				"every mode alike; the other targets run one after the other.",
+			"For weft as separate processes a second table gives the CPU time (user and system, from " +
+				"/proc/PID/stat) its meta and store servers and its mount daemon used during each case, per GiB: " +
+				"on a shared machine load changes a rate from one minute to the next, but hardly the CPU a " +
+				"process spends per byte, so a mode's cost shows there first.",
 		},
 		Run:     runFio,
 		Tables:  fioTables,
