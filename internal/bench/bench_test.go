@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -366,5 +367,47 @@ func TestChoose(t *testing.T) {
 	}
 	if _, err := choose([]string{"mdtest", "nope"}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
 		t.Errorf("an unknown name gave %v", err)
+	}
+}
+
+// TestInterleavedTargets: eachTargetInterleaved mounts every target at once
+// (a weft target that cannot start is skipped), starts each round one
+// target later than the last, stops calling a target whose repeat failed,
+// and unmounts everything at the end.
+func TestInterleavedTargets(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	env := testEnv(t, "tmpfs", "weft")
+	ts := []Target{{Name: "a", Kind: kindTmpfs}, {Name: "b", Kind: kindTmpfs}, {Name: "weft", Kind: kindWeft}, {Name: "c", Kind: kindTmpfs}}
+	dirs := map[string]string{}
+	var order []string
+	err := env.eachTargetInterleaved(context.Background(), ts, 3, func(m *Mount, rep int) error {
+		order = append(order, fmt.Sprintf("%d%s", rep, m.Target.Name))
+		dirs[m.Target.Name] = m.Dir
+		for name, d := range dirs {
+			if !isMounted(d) {
+				t.Errorf("round %d, %s: %s's %s is not mounted", rep, m.Target.Name, name, d)
+			}
+		}
+		if m.Target.Name == "b" && rep == 1 {
+			return errors.New("b fails")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(order, " "), "0a 0b 0c 1b 1c 1a 2c 2a"; got != want {
+		t.Errorf("calls %q; want %q", got, want)
+	}
+	for name, d := range dirs {
+		if isMounted(d) {
+			t.Errorf("%s's %s still mounted after the benchmark", name, d)
+		}
+	}
+	skipped := strings.Join(env.run.skippedList(), "\n")
+	if !strings.Contains(skipped, "target weft skipped") || !strings.Contains(skipped, "target b skipped (in test): b fails") {
+		t.Errorf("skipped: %q", skipped)
 	}
 }

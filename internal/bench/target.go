@@ -204,9 +204,13 @@ type Mount struct {
 	Dir    string
 
 	remount func(ctx context.Context) error
-	mu      sync.Mutex
-	stops   []func() error // teardown steps, run newest first
-	closed  bool
+	// pids, if set, lists the processes that do the target's work now
+	// (a weft target as separate processes: its servers and the mount
+	// daemon, which a remount replaces).
+	pids   func() ([]int, error)
+	mu     sync.Mutex
+	stops  []func() error // teardown steps, run newest first
+	closed bool
 }
 
 // onClose adds a teardown step.
@@ -223,6 +227,21 @@ func (m *Mount) Remount(ctx context.Context) error {
 		return nil
 	}
 	return m.remount(ctx)
+}
+
+// CPU is the CPU time the target's processes have used so far; ok is false
+// for a target whose processes the suite does not know (a kernel file
+// system, or one process shared with the benchmark).
+func (m *Mount) CPU() (_ time.Duration, ok bool, _ error) {
+	if m.pids == nil {
+		return 0, false, nil
+	}
+	pids, err := m.pids()
+	if err != nil {
+		return 0, true, err
+	}
+	d, err := processesCPU(pids)
+	return d, true, err
 }
 
 // Close tears the target down; every step runs even if one fails. Each step
@@ -284,6 +303,56 @@ func (e *Env) mount(ctx context.Context, t Target, link *linksim.Profile) (*Moun
 		return nil, err
 	}
 	return m, nil
+}
+
+// eachTargetInterleaved mounts every target at once and runs reps rounds:
+// each round calls fn once per target (fn measures one repeat), starting one
+// target later than the round before. On a shared machine the load drifts
+// over a run; taking the targets in turn spreads the drift (and whatever one
+// target leaves behind for the next) over all of them instead of charging it
+// to whichever ran while the machine was busy. A target that cannot be
+// mounted, or whose repeat fails, is reported as skipped and measured no
+// more; a canceled run stops. Every target is torn down before it returns.
+func (e *Env) eachTargetInterleaved(ctx context.Context, ts []Target, reps int, fn func(m *Mount, rep int) error) error {
+	type live struct {
+		m   *Mount
+		err error
+	}
+	var all []*live
+	defer func() {
+		for _, l := range all {
+			if cerr := l.m.Close(); cerr != nil {
+				e.run.opts.Log.Warn("teardown failed", "target", l.m.Target.Name, "err", cerr)
+			}
+		}
+	}()
+	for _, t := range ts {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		e.step("mount " + t.Name)
+		m, err := e.mount(ctx, t, nil)
+		if err != nil {
+			e.skip(t.Name, err)
+			continue
+		}
+		all = append(all, &live{m: m})
+	}
+	for rep := range reps {
+		for j := range all {
+			l := all[(rep+j)%len(all)]
+			if l.err != nil {
+				continue
+			}
+			if l.err = fn(l.m, rep); l.err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				e.skip(l.m.Target.Name, l.err)
+			}
+		}
+	}
+	return nil
 }
 
 // eachTarget mounts every target in turn, runs fn on it and tears it down.

@@ -7,9 +7,14 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync/atomic"
 
+	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 )
 
@@ -57,14 +62,34 @@ func (e *Env) mountWeftProcs(ctx context.Context, m *Mount, base, bin string) er
 		return errors.Join(err, stop())
 	}
 	m.onClose(stop)
+	servers, err := cluster.OpenProcs(dir)
+	if err != nil {
+		return err
+	}
+	var mountPid atomic.Int64 // the mount daemon's, once mounted
 	mount := func(ctx context.Context) error {
 		margs := append([]string{"mount", "--cluster", filepath.Join(dir, "weft.toml"), "-d",
 			"--log-file", filepath.Join(base, "mount.log")}, mountArgs...)
-		err := run(ctx, mountTimeout, bin, append(margs, m.Dir)...)
+		out, err := runOutput(ctx, mountTimeout, bin, append(margs, m.Dir)...)
 		if err != nil {
 			return err
 		}
+		pid, err := backgroundPid(out)
+		if err != nil {
+			return err
+		}
+		mountPid.Store(int64(pid))
 		return waitMounted(ctx, m.Dir, nil)
+	}
+	m.pids = func() ([]int, error) {
+		pids := []int{int(mountPid.Load())}
+		for _, s := range servers.Servers() {
+			if !s.Running {
+				return nil, fmt.Errorf("%s server %d is not running", s.Role, s.ID)
+			}
+			pids = append(pids, s.Pid)
+		}
+		return pids, nil
 	}
 	// The mount daemon exits when its mount goes away.
 	umount := func() error {
@@ -88,4 +113,17 @@ func (e *Env) mountWeftProcs(ctx context.Context, m *Mount, base, bin string) er
 		e.run.version("weft", v)
 	}
 	return mount(ctx)
+}
+
+// backgroundPidRE finds the pid weft mount -d prints: "running in the
+// background (pid N)".
+var backgroundPidRE = regexp.MustCompile(`\(pid (\d+)\)`)
+
+// backgroundPid is the pid in the output of weft mount -d.
+func backgroundPid(out []byte) (int, error) {
+	m := backgroundPidRE.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("weft mount -d printed no pid: %q", lastLine(out))
+	}
+	return strconv.Atoi(string(m[1]))
 }

@@ -206,11 +206,17 @@ func lastLine(out []byte) string {
 // run runs a command with a deadline and returns its error with the last
 // line of its output.
 func run(ctx context.Context, timeout time.Duration, name string, args ...string) error {
+	_, err := runOutput(ctx, timeout, name, args...)
+	return err
+}
+
+// runOutput is run, returning the command's output.
+func runOutput(ctx context.Context, timeout time.Duration, name string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("%s %s: %v: %s", filepath.Base(name), strings.Join(args, " "), err, lastLine(out))
+		return out, fmt.Errorf("%s %s: %v: %s", filepath.Base(name), strings.Join(args, " "), err, lastLine(out))
 	}
-	return nil
+	return out, nil
 }
