@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -100,6 +101,9 @@ type fileSystem struct {
 	// life is the mount's own context, the parent of every request's
 	// calls (callCtx); it ends when the mount is served no more.
 	life context.Context
+	// calls counts requests that reached the mount, so that a test can
+	// tell what the kernel answered from its own caches.
+	calls struct{ lookups, fileGetattrs atomic.Int64 }
 }
 
 // Mount is a mounted weft file system.

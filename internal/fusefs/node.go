@@ -144,6 +144,9 @@ func (n *Node) fillEntryLeased(out *fuse.EntryOut, child *fs.Inode, a core.Attr,
 // doc).
 func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	defer n.startGetattr()()
+	if !n.IsDir() {
+		n.fsys.calls.fileGetattrs.Add(1)
+	}
 	lctx, cancel := n.fsys.callCtx(ctx)
 	l := n.attrLease(lctx)
 	cancel()

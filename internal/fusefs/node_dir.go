@@ -27,6 +27,7 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if name == PatchgroupControl && n == n.fsys.index.root {
 		return n.lookupControl(ctx, out), 0
 	}
+	n.fsys.calls.lookups.Add(1)
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	l := n.entryLease(cctx, name)
