@@ -309,7 +309,7 @@ func (f *File) Flush() error {
 
 // FlushContext is Flush bounded by ctx.
 func (f *File) FlushContext(ctx context.Context) error {
-	if err := f.n.flush(ctx, f.c.cfg.SyncOnClose); err != nil {
+	if err := f.n.flushClose(ctx); err != nil {
 		return err
 	}
 	return f.c.wbTakeErr(f.Ref().Parent)
@@ -355,7 +355,7 @@ func (f *File) CloseContext(ctx context.Context) error {
 	f.mu.Unlock()
 	var err error
 	if f.flags&oACCMODE != oRDONLY {
-		err = f.n.flush(ctx, f.c.cfg.SyncOnClose)
+		err = f.n.flushClose(ctx)
 	}
 	f.c.releaseOpen(f.n)
 	return err

@@ -1,0 +1,246 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/cluster"
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+)
+
+// startCountedCluster starts a one-process cluster whose clients connect
+// over loopback TCP (write-back needs a connection for its recalls) and
+// returns it with a function counting the requests of a meta method.
+func startCountedCluster(t *testing.T) (*cluster.Embedded, func(method string) float64) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	emb, err := cluster.StartEmbedded(ctx, cluster.EmbeddedOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start cluster: %v", err)
+	}
+	t.Cleanup(func() { emb.Close() })
+	return emb, func(method string) float64 { return countRequests(t, emb.Registry(), method) }
+}
+
+// countRequests sums weft_meta_rpc_requests_total of method over its statuses.
+func countRequests(t *testing.T, reg *prometheus.Registry, method string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "weft_meta_rpc_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "method" && l.GetValue() == method {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// wbContent is the content the tests write to file i.
+func wbContent(i int) []byte {
+	return bytes.Repeat(fmt.Appendf(nil, "file %d\n", i), 1+i%40)
+}
+
+// writeFiles creates, writes and closes n small files in dir, as tar and
+// PostMark do, and chowns and stamps every other one while it is open.
+func writeFiles(t *testing.T, ctx context.Context, c *client.Client, dir core.Ino, n int) {
+	t.Helper()
+	for i := range n {
+		name := fmt.Sprintf("f%03d", i)
+		f, err := c.CreateAt(ctx, dir, name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		if _, err := f.Write(wbContent(i)); err != nil {
+			t.Fatalf("write %s: %v", name, err)
+		}
+		if i%2 == 0 {
+			ref := client.Ref{Ino: f.Ino(), Parent: dir, Name: name}
+			mtime := wbMtime(i)
+			uid, gid, mode := uint32(1000+i), uint32(100), uint32(0o644)
+			for _, s := range []client.SetAttr{{Mtime: &mtime}, {UID: &uid, GID: &gid}, {Mode: &mode}} {
+				if _, err := c.SetAttr(ctx, ref, s); err != nil {
+					t.Fatalf("setattr %s: %v", name, err)
+				}
+			}
+		}
+		if err := f.Close(); err != nil {
+			t.Fatalf("close %s: %v", name, err)
+		}
+	}
+}
+
+func wbMtime(i int) time.Time { return time.Unix(1_700_000_000+int64(i), 0) }
+
+// checkFiles checks that c sees the content and attributes writeFiles made.
+func checkFiles(t *testing.T, ctx context.Context, c *client.Client, dir core.Ino, n int) {
+	t.Helper()
+	for i := range n {
+		name := fmt.Sprintf("f%03d", i)
+		a, err := c.LookupAt(ctx, dir, name)
+		if err != nil {
+			t.Errorf("lookup %s: %v", name, err)
+			continue
+		}
+		want := wbContent(i)
+		if a.Size != uint64(len(want)) {
+			t.Errorf("%s: size %d, want %d", name, a.Size, len(want))
+		}
+		if i%2 == 0 && (a.UID != uint32(1000+i) || a.GID != 100 || a.Mode&core.ModeBits != 0o644 || !a.Mtime.Equal(wbMtime(i))) {
+			t.Errorf("%s: uid %d gid %d mode %#o mtime %v, want %d 100 0644 %v", name, a.UID, a.GID, a.Mode&core.ModeBits, a.Mtime, 1000+i, wbMtime(i))
+		}
+		f, err := c.OpenRef(ctx, client.Ref{Ino: a.Ino, Parent: dir, Name: name}, os.O_RDONLY)
+		if err != nil {
+			t.Errorf("open %s: %v", name, err)
+			continue
+		}
+		got, err := io.ReadAll(f)
+		f.Close()
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: read %q (%v), want %q", name, got, err, want)
+		}
+	}
+}
+
+// Small files created, written, chowned, stamped and closed under
+// write-back cost no create, commit or setattr request: their changes go
+// in O(n/batch) apply_batch requests. The writer sees its files' sizes at
+// once without sending the queue, reads their content back, and another
+// client reads them after the recall.
+func TestWriteBackInlineContentBatched(t *testing.T) {
+	emb, count := startCountedCluster(t)
+	ctx := context.Background()
+	a := newClientOf(t, emb.Config(), true)
+	b := newClientOf(t, emb.Config(), false)
+	b.OnRecall(func([]client.LeaseKey) {})
+	d, err := a.MkdirAt(ctx, core.RootIno, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	before := map[string]float64{}
+	for _, m := range []string{"create", "commit", "setattr", "apply_batch"} {
+		before[m] = count(m)
+	}
+	writeFiles(t, ctx, a, d.Ino, n)
+	for i := range n {
+		name := fmt.Sprintf("f%03d", i)
+		at, err := a.LookupAt(ctx, d.Ino, name)
+		if err != nil || at.Size != uint64(len(wbContent(i))) {
+			t.Fatalf("the writer's stat of %s: size %d (%v), want %d", name, at.Size, err, len(wbContent(i)))
+		}
+	}
+	if got := count("apply_batch") - before["apply_batch"]; got != 0 {
+		t.Errorf("%v batches sent before any sync: the stats sent the queue", got)
+	}
+	if err := a.SyncDir(ctx, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"create", "commit", "setattr"} {
+		if got := count(m) - before[m]; got != 0 {
+			t.Errorf("%v %s requests for %d written-back files, want 0", got, m, n)
+		}
+	}
+	if got := count("apply_batch") - before["apply_batch"]; got < 1 || got > 2 {
+		t.Errorf("%v apply_batch requests for %d files, want 1 or 2 (one batch holds 1024 ops)", got, n)
+	}
+	checkFiles(t, ctx, a, d.Ino, n)
+	if l := b.ReadLease(ctx, b.DirLeases(d.Ino)...); l.Denied() {
+		t.Fatal("read lease denied")
+	}
+	checkFiles(t, ctx, b, d.Ino, n)
+}
+
+// The writer reads its files back while their content is only queued, and
+// another client reads them after its read lease recalled the writer's
+// write lease (no sync by the writer).
+func TestWriteBackInlineContentCoherent(t *testing.T) {
+	emb, _ := startCountedCluster(t)
+	ctx := context.Background()
+	a := newClientOf(t, emb.Config(), true)
+	plain := newClientOf(t, emb.Config(), false)
+	b := newClientOf(t, emb.Config(), false)
+	b.OnRecall(func([]client.LeaseKey) {})
+	d, err := a.MkdirAt(ctx, core.RootIno, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, ctx, a, d.Ino, 20)
+	if _, err := plain.LookupAt(ctx, d.Ino, "f019"); !errs.Is(err, errs.NotExist) {
+		t.Errorf("a client without leases sees a queued create at once (%v): nothing was written back", err)
+	}
+	checkFiles(t, ctx, a, d.Ino, 20)
+	// More, queued after the reads sent the first ones, then read by
+	// another client.
+	d2, err := a.MkdirAt(ctx, core.RootIno, "d2", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, ctx, a, d2.Ino, 20)
+	if l := b.ReadLease(ctx, b.DirLeases(d2.Ino)...); l.Denied() {
+		t.Fatal("read lease denied")
+	}
+	checkFiles(t, ctx, b, d2.Ino, 20)
+	if err := a.SyncDir(ctx, d2.Ino); err != nil {
+		t.Errorf("a batch was refused: %v", err)
+	}
+}
+
+// A chown the server's rules leave to the server is not written back: a
+// non-owner's chown fails with EPERM at once, as without write-back.
+func TestWriteBackChownRules(t *testing.T) {
+	emb, _ := startCountedCluster(t)
+	ctx := context.Background()
+	a := newClientOf(t, emb.Config(), true)
+	d, err := a.MkdirAt(ctx, core.RootIno, "d", 0o777)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := client.WithCreds(ctx, core.Creds{UID: 1000, GID: 1000, Groups: []uint32{1000, 2000}})
+	f, err := a.CreateAt(user, d.Ino, "mine", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	at, err := a.LookupAt(ctx, d.Ino, "mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := client.Ref{Ino: at.Ino, Parent: d.Ino, Name: "mine"}
+	g := uint32(2000)
+	if got, err := a.SetAttr(user, ref, client.SetAttr{GID: &g}); err != nil || got.GID != 2000 {
+		t.Errorf("chgrp by the owner to its group: gid %d, %v", got.GID, err)
+	}
+	other := uint32(3000)
+	if _, err := a.SetAttr(user, ref, client.SetAttr{GID: &other}); !errs.Is(err, errs.NotPermitted) {
+		t.Errorf("chgrp by the owner to a group it is not in: %v, want NotPermitted", err)
+	}
+	if _, err := a.SetAttr(user, ref, client.SetAttr{UID: &other}); !errs.Is(err, errs.NotPermitted) {
+		t.Errorf("chown by a user: %v, want NotPermitted", err)
+	}
+	if err := a.SyncDir(ctx, d.Ino); err != nil {
+		t.Fatalf("a batch was refused: %v", err)
+	}
+	if at, err = a.LookupAt(ctx, d.Ino, "mine"); err != nil || at.GID != 2000 || at.UID != 1000 {
+		t.Errorf("after the sync: uid %d gid %d (%v), want 1000 2000", at.UID, at.GID, err)
+	}
+}
