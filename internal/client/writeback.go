@@ -126,9 +126,9 @@ type wbDir struct {
 		// creates are the creates in open, by name: later changes of
 		// their files fold into them (writeback_data.go).
 		creates map[string]*weftpb.BatchCreate
-		sealed        [][]*weftpb.BatchOp
-		oldest        time.Time // of the oldest queued op
-		err           error     // a refused batch, for the next fsync or close
+		sealed  [][]*weftpb.BatchOp
+		oldest  time.Time // of the oldest queued op
+		err     error     // a refused batch, for the next fsync or close
 	}
 }
 
