@@ -52,6 +52,9 @@ type File struct {
 // OpenRef opens the file ref names with flags (O_RDONLY, O_WRONLY, O_RDWR,
 // O_TRUNC, O_APPEND).
 func (c *Client) OpenRef(ctx context.Context, ref Ref, flags int) (*File, error) {
+	if f, ok, err := c.wbOpen(ctx, ref, flags); ok {
+		return f, err
+	}
 	l := c.openLease(ctx, ref)
 	var r pb.OpenReply
 	req := &pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: uint32(flags),

@@ -100,7 +100,7 @@ func (c *Client) send(ctx context.Context, p *rpc.Peer, method uint16, req, resp
 // holds it, following redirects. A redirected request was not applied, so
 // resending a mutation is safe.
 func (c *Client) callName(ctx context.Context, dir core.Ino, name string, method uint16, req, resp proto.Message, idempotent bool) error {
-	if method != pb.MethodLookup && method != pb.MethodGetAttr {
+	if method != pb.MethodLookup && method != pb.MethodGetAttr && !c.wbOpenAlone(dir, name, req) {
 		// Queued write-back changes in dir reach the servers first.
 		if err := c.wbBarrier(ctx, dir); err != nil {
 			return err

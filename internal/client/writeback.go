@@ -86,6 +86,11 @@ type wbName struct {
 	attr    core.Attr
 	absent  bool
 	pending int // queued ops naming it, not yet applied by the servers
+	// data is the file's whole content, known (dataOK) when its create
+	// or its last commit is queued: an open needs no request
+	// (writeback_data.go).
+	data   []byte
+	dataOK bool
 }
 
 // wbDir is one directory under write-back.

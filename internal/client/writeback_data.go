@@ -67,7 +67,8 @@ func (c *Client) wbCommit(ctx context.Context, n *openInode, req *pb.CommitReque
 	w.queueChangeLocked(ref.Name, n.ino, &pb.BatchOp{Creds: credsPB(creds), Write: &pb.BatchWrite{
 		Name: ref.Name, Ino: uint64(n.ino), Data: req.InlineData, MtimeNs: req.MtimeNs, TimeNs: now.UnixNano()}})
 	a.Size, a.Mtime, a.Ctime = req.Size, mtime, now
-	w.nameLocked(ref.Name).attr = a
+	wn := w.nameLocked(ref.Name)
+	wn.attr, wn.data, wn.dataOK = a, req.InlineData, true
 	w.mu.Unlock()
 	n.mu.Lock()
 	if n.mu.gen == gen {
@@ -125,4 +126,78 @@ func ownerChange(creds core.Creds, a core.Attr, s SetAttr) (core.Attr, bool) {
 		}
 	}
 	return a, true
+}
+
+// wbOpen opens a file whose whole content this client queued (a create or
+// a commit not yet applied) without a request: under the directory's write
+// lease nobody else changes it, and the servers would answer with what the
+// queue holds once it is sent. ok = false: the servers open it (a truncate
+// or create, a name with nothing queued, a permission to check there).
+func (c *Client) wbOpen(ctx context.Context, ref Ref, flags int) (f *File, ok bool, err error) {
+	if !c.cfg.WriteBack || ref.Parent == 0 || ref.Name == "" || flags&(oTRUNC|oCREAT) != 0 {
+		return nil, false, nil
+	}
+	w := c.wbLookupDir(ref.Parent)
+	if w == nil {
+		return nil, false, nil
+	}
+	creds := c.creds(ctx)
+	w.mu.Lock()
+	n := w.mu.names[ref.Name]
+	if n == nil || n.absent || n.pending == 0 || !n.dataOK || n.attr.Ino != ref.Ino ||
+		!core.IsRegular(n.attr.Mode) || n.attr.Nlink != 1 || !w.usableLocked(time.Now()) ||
+		!mayOpen(creds, n.attr, flags) {
+		w.mu.Unlock()
+		return nil, false, nil
+	}
+	reply := &pb.OpenReply{Attr: attrToPB(n.attr, true), InlineData: n.data}
+	w.mu.Unlock()
+	f, err = c.newFile(ctx, ref, reply, flags, false)
+	return f, true, err
+}
+
+// mayOpen reports whether creds may open a file of attributes a with
+// flags (meta's openNode and checkAccess; root may read and write any).
+func mayOpen(creds core.Creds, a core.Attr, flags int) bool {
+	var want uint32
+	switch flags & oACCMODE {
+	case oRDONLY:
+		want = 0o4
+	case oWRONLY:
+		want = 0o2
+	case oRDWR:
+		want = 0o6
+	default:
+		return false
+	}
+	if creds.UID == 0 {
+		return true
+	}
+	bits := a.Mode
+	switch {
+	case creds.UID == a.UID:
+		bits >>= 6
+	case creds.InGroup(a.GID):
+		bits >>= 3
+	}
+	return bits&want == want
+}
+
+// wbOpenAlone reports whether req, about name in dir, is an open that
+// need not send dir's queue first: only a queued change of that name
+// matters to an open (the directory's own attributes are never written
+// back), and one that truncates changes what the client knows of the name.
+func (c *Client) wbOpenAlone(dir core.Ino, name string, req any) bool {
+	open, ok := req.(*pb.OpenRequest)
+	if !ok || open.Flags&oTRUNC != 0 {
+		return false
+	}
+	w := c.wbLookupDir(dir)
+	if w == nil {
+		return true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.mu.names[name]
+	return n == nil || n.pending == 0
 }

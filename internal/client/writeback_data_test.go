@@ -123,9 +123,9 @@ func checkFiles(t *testing.T, ctx context.Context, c *client.Client, dir core.In
 
 // Small files created, written, chowned, stamped and closed under
 // write-back cost no create, commit or setattr request: their changes go
-// in O(n/batch) apply_batch requests. The writer sees its files' sizes at
-// once without sending the queue, reads their content back, and another
-// client reads them after the recall.
+// in O(n/batch) apply_batch requests. The writer stats, opens and reads
+// its files while their content is queued, without a request, and
+// another client reads them after the recall.
 func TestWriteBackInlineContentBatched(t *testing.T) {
 	emb, count := startCountedCluster(t)
 	ctx := context.Background()
@@ -138,19 +138,16 @@ func TestWriteBackInlineContentBatched(t *testing.T) {
 	}
 	const n = 200
 	before := map[string]float64{}
-	for _, m := range []string{"create", "commit", "setattr", "apply_batch"} {
+	for _, m := range []string{"create", "commit", "setattr", "apply_batch", "open"} {
 		before[m] = count(m)
 	}
 	writeFiles(t, ctx, a, d.Ino, n)
-	for i := range n {
-		name := fmt.Sprintf("f%03d", i)
-		at, err := a.LookupAt(ctx, d.Ino, name)
-		if err != nil || at.Size != uint64(len(wbContent(i))) {
-			t.Fatalf("the writer's stat of %s: size %d (%v), want %d", name, at.Size, err, len(wbContent(i)))
+	// Stats, opens and reads of files whose content is queued.
+	checkFiles(t, ctx, a, d.Ino, n)
+	for _, m := range []string{"apply_batch", "open"} {
+		if got := count(m) - before[m]; got != 0 {
+			t.Errorf("%v %s requests before any sync: the writer's reads of its queued files sent them", got, m)
 		}
-	}
-	if got := count("apply_batch") - before["apply_batch"]; got != 0 {
-		t.Errorf("%v batches sent before any sync: the stats sent the queue", got)
 	}
 	if err := a.SyncDir(ctx, d.Ino); err != nil {
 		t.Fatal(err)
@@ -164,10 +161,25 @@ func TestWriteBackInlineContentBatched(t *testing.T) {
 		t.Errorf("%v apply_batch requests for %d files, want 1 or 2 (one batch holds 1024 ops)", got, n)
 	}
 	checkFiles(t, ctx, a, d.Ino, n)
+	// With a change queued again, an open of a file with nothing queued
+	// goes to the server without the queue (PostMark's reads and appends).
+	g, err := a.CreateAt(ctx, d.Ino, "g", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	batches := count("apply_batch")
+	checkFiles(t, ctx, a, d.Ino, 3)
+	if got := count("apply_batch") - batches; got != 0 {
+		t.Errorf("opens of files with nothing queued sent the queue (%v batches)", got)
+	}
 	if l := b.ReadLease(ctx, b.DirLeases(d.Ino)...); l.Denied() {
 		t.Fatal("read lease denied")
 	}
 	checkFiles(t, ctx, b, d.Ino, n)
+	if _, err := b.LookupAt(ctx, d.Ino, "g"); err != nil {
+		t.Errorf("the recall did not send the queued create: %v", err)
+	}
 }
 
 // The writer reads its files back while their content is only queued, and

@@ -226,7 +226,7 @@ func (c *Client) wbCreate(ctx context.Context, parent core.Ino, name string, fla
 		n.absent = false
 		w.mu.absent--
 	}
-	n.attr = a
+	n.attr, n.data, n.dataOK = a, nil, true
 	w.mu.mtime = now
 	w.mu.Unlock()
 	ref := Ref{Ino: ino, Parent: parent, Name: name}
@@ -266,7 +266,7 @@ func (c *Client) wbUnlink(ctx context.Context, parent core.Ino, name string) (bo
 	}
 	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Unlink: &pb.BatchUnlink{Name: name, Ino: uint64(a.Ino), Open: open, TimeNs: now.UnixNano()}}, name)
 	n := w.nameLocked(name)
-	n.absent, n.attr = true, core.Attr{}
+	n.absent, n.attr, n.data, n.dataOK = true, core.Attr{}, nil, false
 	w.mu.mtime = now
 	w.mu.Unlock()
 	c.dropped(a.Ino, true, parent, name, open)
@@ -424,14 +424,15 @@ func (c *Client) wbRename(ctx context.Context, dir core.Ino, src, dst string, fl
 	}
 	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Rename: &pb.BatchRename{Src: src, Dst: dst, Ino: uint64(a.Ino), TimeNs: now.UnixNano()}}, src, dst)
 	s := w.nameLocked(src)
-	s.absent, s.attr = true, core.Attr{}
+	data, dataOK := s.data, s.dataOK
+	s.absent, s.attr, s.data, s.dataOK = true, core.Attr{}, nil, false
 	d := w.nameLocked(dst)
 	if d.absent {
 		d.absent = false
 		w.mu.absent--
 	}
 	a.Ctime = now
-	d.attr = a
+	d.attr, d.data, d.dataOK = a, data, dataOK
 	w.mu.mtime = now
 	w.mu.Unlock()
 	// An open file follows its name: its next commit (which sends the
