@@ -157,6 +157,9 @@ func (c *Client) wbFlusher() {
 			return
 		case <-tick.C:
 		}
+		if c.stalled.Load() {
+			continue
+		}
 		now := time.Now()
 		for _, w := range c.wbDirs() {
 			if w.due(now, c.cfg.WriteBackWindow) {

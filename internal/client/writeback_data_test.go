@@ -256,3 +256,76 @@ func TestWriteBackChownRules(t *testing.T) {
 		t.Errorf("after the sync: uid %d gid %d (%v), want 1000 2000", at.UID, at.GID, err)
 	}
 }
+
+// A chown and a content commit written back by a client that then lost
+// its lease without sending them (stopped past the lease's term while
+// another client replaced the file) are refused by the server as a
+// whole: the next fsync of the directory says so, and the other client's
+// file keeps its owner and content.
+func TestWriteBackOwnerRefusedAfterLostLease(t *testing.T) {
+	emb, count := startCountedCluster(t)
+	ctx := context.Background()
+	a := newClientOf(t, emb.Config(), true)
+	b := newClientOf(t, emb.Config(), false)
+	d, err := b.MkdirAt(ctx, core.RootIno, "d", 0o777)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := b.CreateAt(ctx, d.Ino, "f", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	at, err := a.LookupAt(ctx, d.Ino, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := a.OpenRef(ctx, client.Ref{Ino: at.Ino, Parent: d.Ino, Name: "f"}, os.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Write([]byte("lost")); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	uid := uint32(5)
+	if got, err := a.SetAttr(ctx, client.Ref{Ino: at.Ino, Parent: d.Ino, Name: "f"}, client.SetAttr{UID: &uid}); err != nil || got.UID != 5 {
+		t.Fatalf("chown: uid %d, %v", got.UID, err)
+	}
+	if got := count("apply_batch"); got != 0 {
+		t.Fatalf("%v batches sent before the stall", got)
+	}
+	refusedBefore := count("apply_batch")
+	a.Stall(true)
+	// b's unlink recalls a's lease, which a does not answer: it goes on
+	// once the lease's term ran out on the server.
+	if err := b.UnlinkAt(ctx, d.Ino, "f"); err != nil {
+		t.Fatal(err)
+	}
+	f, err = b.CreateAt(ctx, d.Ino, "f", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("b's")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a.Stall(false)
+	if err := a.SyncDir(ctx, d.Ino); !errs.Is(err, errs.Stale) {
+		t.Errorf("fsync of the directory after the lost lease: %v, want Stale", err)
+	}
+	if count("apply_batch") == refusedBefore {
+		t.Error("no batch was sent: the test did not check a refusal")
+	}
+	bt, err := b.LookupAt(ctx, d.Ino, "f")
+	if err != nil || bt.UID != 0 || bt.Size != 3 {
+		t.Errorf("b's file: uid %d size %d (%v), want 0 3: a's refused changes applied", bt.UID, bt.Size, err)
+	}
+	if err := a.SyncDir(ctx, d.Ino); err != nil {
+		t.Errorf("the refusal is reported once: %v", err)
+	}
+}
