@@ -1,9 +1,11 @@
 package fusefs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -85,6 +87,10 @@ func storm(dir string, stop <-chan struct{}, synced *atomic.Int64) *stormModel {
 			return m
 		}
 		touch(name)
+		if _, err := f.Write(stormContent(i)); err != nil {
+			f.Close()
+			return m
+		}
 		if f.Close() != nil {
 			return m
 		}
@@ -124,6 +130,12 @@ func storm(dir string, stop <-chan struct{}, synced *atomic.Int64) *stormModel {
 			synced.Add(1)
 		}
 	}
+}
+
+// stormContent is what the storm writes to its file number i (which keeps
+// its number when renamed).
+func stormContent(i int) []byte {
+	return bytes.Repeat(fmt.Appendf(nil, "storm %05d\n", i), 1+i%20)
 }
 
 // TestWriteBackMountKilledDuringStorm kills a writeback mount with SIGKILL
@@ -190,6 +202,31 @@ func TestWriteBackMountKilledDuringStorm(t *testing.T) {
 		if !m.since[n] && !onServer[n] {
 			lost++
 			t.Errorf("%s was fsynced and is gone", n)
+		}
+	}
+	// Every file holds its whole content, or (changed since the last
+	// fsync) none yet: never part of it, never another's.
+	for n := range onServer {
+		i, err := strconv.Atoi(n[1:])
+		if err != nil {
+			t.Errorf("unexpected name %q", n)
+			continue
+		}
+		f, err := c.Open(ctx, "/d/"+n, os.O_RDONLY, 0)
+		if err != nil {
+			t.Errorf("open %s: %v", n, err)
+			continue
+		}
+		got, err := io.ReadAll(f)
+		f.Close()
+		want := stormContent(i)
+		switch {
+		case err != nil:
+			t.Errorf("read %s: %v", n, err)
+		case bytes.Equal(got, want):
+		case len(got) == 0 && m.since[n]:
+		default:
+			t.Errorf("%s holds %d bytes %.20q, want %d bytes %.20q (fsynced: %v)", n, len(got), got, len(want), want, !m.since[n])
 		}
 	}
 	for n := range onServer {
