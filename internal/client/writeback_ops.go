@@ -455,13 +455,6 @@ func (c *Client) unsplit(dir core.Ino) bool {
 	return true
 }
 
-// isOpen reports whether this client has ino open.
-func (c *Client) isOpen(ino core.Ino) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.mu.open[ino] != nil
-}
-
 // wbTakeErr returns, once, the error of a refused batch of dir.
 func (c *Client) wbTakeErr(dir core.Ino) error {
 	w := c.wbLookupDir(dir)
