@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -464,6 +465,70 @@ func TestWriteBackTwoWritersAlternate(t *testing.T) {
 		ents, err := os.ReadDir(filepath.Join(m, "d"))
 		if err != nil || len(ents) != 20 {
 			t.Errorf("%s lists %d names (%v), want 20", m, len(ents), err)
+		}
+	}
+}
+
+// TestWriteBackUntarTwoMounts: tar -xf on a writeback mount (tar creates,
+// writes, stamps, chowns and chmods each file before closing it: all of
+// it is written back, folded into the file's create) and the other mount
+// sees every file's content, mode, owner and mtime at once, with no
+// fsync: its reads recall the write leases, which send the queues.
+func TestWriteBackUntarTwoMounts(t *testing.T) {
+	requireFUSE(t)
+	if _, err := exec.LookPath("tar"); err != nil {
+		t.Skip("no tar")
+	}
+	src := t.TempDir()
+	want := map[string][]byte{}
+	for i := range 60 {
+		dir := filepath.Join(src, fmt.Sprintf("d%d", i%4))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		name := filepath.Join(fmt.Sprintf("d%d", i%4), fmt.Sprintf("f%02d", i))
+		data := stormContent(i)
+		if err := os.WriteFile(filepath.Join(src, name), data, 0o600+os.FileMode(i%2)*0o044); err != nil {
+			t.Fatal(err)
+		}
+		mtime := time.Unix(1_600_000_000+int64(i), 0)
+		if err := os.Chtimes(filepath.Join(src, name), mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(src, name), 1000+i, 100); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = data
+	}
+	tarball := filepath.Join(t.TempDir(), "t.tar")
+	if out, err := exec.Command("tar", "-cf", tarball, "-C", src, ".").CombinedOutput(); err != nil {
+		t.Fatalf("tar -c: %v\n%s", err, out)
+	}
+	tc := startCluster(t)
+	file := tc.emb.ClusterFile()
+	a, b := newMountPoint(t), newMountPoint(t)
+	mountWriteBack(t, file, a)
+	mountBackground(t, file, b)
+	if out, err := exec.Command("tar", "-xf", tarball, "-C", a).CombinedOutput(); err != nil {
+		t.Fatalf("tar -x on the writeback mount: %v\n%s", err, out)
+	}
+	for name, data := range want {
+		for _, mnt := range []string{b, a} {
+			got, err := os.ReadFile(filepath.Join(mnt, name))
+			if err != nil || !bytes.Equal(got, data) {
+				t.Errorf("%s on %s: %d bytes (%v), want %d", name, mnt, len(got), err, len(data))
+				continue
+			}
+			srcSt, err1 := os.Stat(filepath.Join(src, name))
+			st, err2 := os.Stat(filepath.Join(mnt, name))
+			if err1 != nil || err2 != nil {
+				t.Fatalf("stat: %v %v", err1, err2)
+			}
+			s1, s2 := srcSt.Sys().(*syscall.Stat_t), st.Sys().(*syscall.Stat_t)
+			if st.Mode() != srcSt.Mode() || !st.ModTime().Equal(srcSt.ModTime()) || s1.Uid != s2.Uid || s1.Gid != s2.Gid {
+				t.Errorf("%s on %s: mode %v mtime %v owner %d:%d, want %v %v %d:%d", name, mnt,
+					st.Mode(), st.ModTime(), s2.Uid, s2.Gid, srcSt.Mode(), srcSt.ModTime(), s1.Uid, s1.Gid)
+			}
 		}
 	}
 }
