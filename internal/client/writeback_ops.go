@@ -35,8 +35,7 @@ func (c *Client) wbResolve(ctx context.Context, w *wbDir, name string) (a core.A
 		w.mu.Unlock()
 		return a, exists, nil
 	}
-	if w.mu.listing != nil {
-		a, exists = w.mu.listing[name]
+	if a, exists, known := w.listedLocked(name); known {
 		w.mu.Unlock()
 		return a, exists, nil
 	}
@@ -48,6 +47,15 @@ func (c *Client) wbResolve(ctx context.Context, w *wbDir, name string) (a core.A
 		return core.Attr{}, false, nil
 	}
 	return a, err == nil, err
+}
+
+// listedLocked answers from the listing, if it knows name.
+func (w *wbDir) listedLocked(name string) (a core.Attr, exists, known bool) {
+	if w.mu.listing == nil || w.mu.unknown[name] {
+		return core.Attr{}, false, false
+	}
+	a, exists = w.mu.listing[name]
+	return a, exists, true
 }
 
 // noteAbsent remembers that the servers do not have name, as a lookup
@@ -91,14 +99,15 @@ func (c *Client) lookupServer(ctx context.Context, parent core.Ino, name string)
 // wbLookup answers a lookup from the queued changes, if they say.
 func (c *Client) wbLookup(parent core.Ino, name string) (core.Attr, bool, error) {
 	w := c.wbLookupDir(parent)
-	if w == nil {
+	if w == nil || core.ValidateName("lookup", name) != nil {
+		// A bad name's error is the servers' (ENAMETOOLONG, EINVAL).
 		return core.Attr{}, false, nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := w.mu.names[name]
 	switch {
-	case n == nil && w.mu.listing != nil && w.usableLocked(time.Now()):
+	case n == nil && w.mu.listing != nil && !w.mu.unknown[name] && w.usableLocked(time.Now()):
 		if a, ok := w.mu.listing[name]; ok {
 			return a, true, nil
 		}

@@ -104,6 +104,7 @@ func (w *wbDir) appliedLocked(batch []*weftpb.BatchOp) {
 			}
 			if w.mu.listing != nil {
 				// The servers now hold the name's last state.
+				delete(w.mu.unknown, name)
 				if n.absent {
 					delete(w.mu.listing, name)
 				} else {
@@ -136,7 +137,7 @@ func (w *wbDir) refusedLocked(err error) {
 	w.mu.sealed, w.mu.open, w.mu.used, w.mu.creates = nil, nil, nil, nil
 	w.mu.names = make(map[string]*wbName)
 	w.mu.absent = 0
-	w.mu.listing, w.mu.dattrOK = nil, false
+	w.mu.listing, w.mu.unknown, w.mu.dattrOK = nil, nil, false
 	w.mu.lost = true
 }
 
