@@ -331,3 +331,46 @@ func TestWriteBackOwnerRefusedAfterLostLease(t *testing.T) {
 		t.Errorf("the refusal is reported once: %v", err)
 	}
 }
+
+// A mkdir and a chmod of a subdirectory (tar's) sent to the server cost
+// the later creates in the directory no lookup: the client forgets only
+// the name the request was about, and still knows the others.
+func TestWriteBackKeepsListingAcrossRequests(t *testing.T) {
+	emb, count := startCountedCluster(t)
+	ctx := context.Background()
+	a := newClientOf(t, emb.Config(), true)
+	d, err := a.MkdirAt(ctx, core.RootIno, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, ctx, a, d.Ino, 5)
+	sub, err := a.MkdirAt(ctx, d.Ino, "sub", 0o700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode := uint32(0o755)
+	if _, err := a.SetAttr(ctx, client.Ref{Ino: sub.Ino, Parent: d.Ino, Name: "sub"}, client.SetAttr{Mode: &mode}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := a.LookupAt(ctx, d.Ino, "sub"); err != nil || st.Mode&core.ModeBits != 0o755 {
+		t.Fatalf("lookup of the new directory: %+v, %v", st, err)
+	}
+	lookups := count("lookup")
+	for i := range 30 {
+		f, err := a.CreateAt(ctx, d.Ino, fmt.Sprintf("g%02d", i), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if got := count("lookup") - lookups; got > 0 {
+		t.Errorf("%v lookups for 30 creates after a mkdir and a chmod in the directory", got)
+	}
+	if _, err := a.CreateAt(ctx, d.Ino, "sub", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); !errs.Is(err, errs.Exist) {
+		t.Errorf("create over the new directory: %v, want Exist", err)
+	}
+	if err := a.SyncDir(ctx, d.Ino); err != nil {
+		t.Fatalf("a batch was refused: %v", err)
+	}
+	checkFiles(t, ctx, a, d.Ino, 5)
+}
