@@ -18,6 +18,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weftfs/weft/internal/auth"
@@ -175,6 +176,10 @@ type Client struct {
 	// afterOpenReply, set by tests only, runs between an open's reply
 	// and the open state it makes (a change racing the open).
 	afterOpenReply func()
+	// stalled, set by tests only, makes the client ignore lease recalls
+	// and its write-back flusher stand still, as a process stopped past
+	// its leases' term would.
+	stalled atomic.Bool
 
 	mu struct {
 		sync.Mutex

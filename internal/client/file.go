@@ -52,6 +52,9 @@ type File struct {
 // OpenRef opens the file ref names with flags (O_RDONLY, O_WRONLY, O_RDWR,
 // O_TRUNC, O_APPEND).
 func (c *Client) OpenRef(ctx context.Context, ref Ref, flags int) (*File, error) {
+	if f, ok, err := c.wbOpen(ctx, ref, flags); ok {
+		return f, err
+	}
 	l := c.openLease(ctx, ref)
 	var r pb.OpenReply
 	req := &pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: uint32(flags),
@@ -309,7 +312,7 @@ func (f *File) Flush() error {
 
 // FlushContext is Flush bounded by ctx.
 func (f *File) FlushContext(ctx context.Context) error {
-	if err := f.n.flush(ctx, f.c.cfg.SyncOnClose); err != nil {
+	if err := f.n.flushClose(ctx); err != nil {
 		return err
 	}
 	return f.c.wbTakeErr(f.Ref().Parent)
@@ -355,7 +358,7 @@ func (f *File) CloseContext(ctx context.Context) error {
 	f.mu.Unlock()
 	var err error
 	if f.flags&oACCMODE != oRDONLY {
-		err = f.n.flush(ctx, f.c.cfg.SyncOnClose)
+		err = f.n.flushClose(ctx)
 	}
 	f.c.releaseOpen(f.n)
 	return err

@@ -69,11 +69,19 @@ func (n *openInode) drainLocked(ctx context.Context) error {
 // durable) makes the chunks durable on the stores, then commits size, mtime
 // and inline content to the meta server.
 func (n *openInode) flush(ctx context.Context, durable bool) error {
-	return n.flushAs(ctx, durable, nil)
+	return n.flushAs(ctx, durable, nil, false)
 }
 
-// flushAs is flush committing as creds (nil: as the file's first opener).
-func (n *openInode) flushAs(ctx context.Context, durable bool, as *core.Creds) error {
+// flushClose is the flush of a close (or of File.Flush): under write-back
+// an inline file's commit may be queued in its directory's write-back
+// queue instead of sent (writeback_data.go), durable with the queue.
+func (n *openInode) flushClose(ctx context.Context) error {
+	return n.flushAs(ctx, n.c.cfg.SyncOnClose, nil, true)
+}
+
+// flushAs is flush committing as creds (nil: as the file's first opener);
+// queue lets write-back queue the commit (flushClose).
+func (n *openInode) flushAs(ctx context.Context, durable bool, as *core.Creds, queue bool) error {
 	select {
 	case n.flushTurn <- struct{}{}:
 	case <-ctx.Done():
@@ -131,6 +139,10 @@ func (n *openInode) flushAs(ctx context.Context, durable bool, as *core.Creds) e
 	if req == nil {
 		return nil
 	}
+	if queue && as == nil && n.c.wbCommit(ctx, n, req, gen) {
+		committed = true
+		return nil
+	}
 	var r pb.CommitReply
 	if err := n.c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodCommit, req, &r, false); err != nil {
 		return err
@@ -169,7 +181,7 @@ func (n *openInode) dropPrivileges(ctx context.Context) error {
 	if !kill {
 		return nil
 	}
-	return n.flushAs(ctx, false, &c)
+	return n.flushAs(ctx, false, &c, false)
 }
 
 // commitRequestLocked is the commit of the file's size, mtime and inline

@@ -292,6 +292,9 @@ func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*held
 func (c *Client) recallMux(server int) *rpc.Mux {
 	mux := rpc.NewMux()
 	rpc.HandleOneWay(mux, weftpb.MethodLeaseRecall, func(_ context.Context, req *weftpb.LeaseRecallRequest) {
+		if c.stalled.Load() {
+			return
+		}
 		c.recalled(server, req.Session, req.Keys, req.Seqs)
 	})
 	return mux

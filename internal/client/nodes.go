@@ -325,6 +325,10 @@ func (c *Client) RenameAt(ctx context.Context, srcParent core.Ino, srcName strin
 		}
 	} else if err := c.wbBarrier(ctx, dstParent); err != nil {
 		return err
+	} else {
+		// The rename changes dstParent too: what the client learnt of it
+		// meanwhile goes once it is done.
+		defer c.wbForgetDir(dstParent)
 	}
 	// A directory renamed over must be empty: its queue goes first.
 	if err := c.wbBarrierChild(ctx, dstParent, dstName); err != nil {

@@ -154,6 +154,14 @@ func (s pgSyncer) SyncChanges(ctx context.Context, ch patchgroup.Changes) error 
 			return err
 		}
 	}
+	if closed && c.cfg.WriteBack {
+		// A closed file's commit may wait in the write-back queue of its
+		// directory (writeback_data.go), which the group may not name
+		// (the close ran outside it): every queue goes.
+		if err := c.SyncAll(ctx); err != nil {
+			return err
+		}
+	}
 	if c.cfg.SyncOnClose {
 		return nil
 	}

@@ -100,12 +100,12 @@ func (c *Client) send(ctx context.Context, p *rpc.Peer, method uint16, req, resp
 // holds it, following redirects. A redirected request was not applied, so
 // resending a mutation is safe.
 func (c *Client) callName(ctx context.Context, dir core.Ino, name string, method uint16, req, resp proto.Message, idempotent bool) error {
-	if method != pb.MethodLookup && method != pb.MethodGetAttr {
+	if method != pb.MethodLookup && method != pb.MethodGetAttr && !c.wbOpenAlone(dir, name, req) {
 		// Queued write-back changes in dir reach the servers first.
-		if err := c.wbBarrier(ctx, dir); err != nil {
+		if err := c.wbBarrierName(ctx, dir, name, method); err != nil {
 			return err
 		}
-		defer c.wbForget(dir)
+		defer c.wbForgetName(dir, name, method)
 	}
 	if len(c.metas) == 1 {
 		return c.send(ctx, c.metas[0], method, req, resp, idempotent)

@@ -86,6 +86,11 @@ type wbName struct {
 	attr    core.Attr
 	absent  bool
 	pending int // queued ops naming it, not yet applied by the servers
+	// data is the file's whole content, known (dataOK) when its create
+	// or its last commit is queued: an open needs no request
+	// (writeback_data.go).
+	data   []byte
+	dataOK bool
 }
 
 // wbDir is one directory under write-back.
@@ -115,6 +120,9 @@ type wbDir struct {
 		// directory; nil if unknown. With it, a create or unlink needs
 		// no lookup on the servers.
 		listing map[string]core.Attr
+		// unknown are names of listing a request to the servers may have
+		// changed since (forgetName): asked again.
+		unknown map[string]bool
 		// listingWanted: a fresh lease asks for the listing
 		// (loadListing, by the next operation).
 		listingWanted bool
@@ -123,9 +131,12 @@ type wbDir struct {
 		absent        int
 		open          []*weftpb.BatchOp // the batch being filled
 		used          map[string]bool   // names in open
-		sealed        [][]*weftpb.BatchOp
-		oldest        time.Time // of the oldest queued op
-		err           error     // a refused batch, for the next fsync or close
+		// creates are the creates in open, by name: later changes of
+		// their files fold into them (writeback_data.go).
+		creates map[string]*weftpb.BatchCreate
+		sealed  [][]*weftpb.BatchOp
+		oldest  time.Time // of the oldest queued op
+		err     error     // a refused batch, for the next fsync or close
 	}
 }
 
@@ -148,6 +159,9 @@ func (c *Client) wbFlusher() {
 		case <-c.life.Done():
 			return
 		case <-tick.C:
+		}
+		if c.stalled.Load() {
+			continue
 		}
 		now := time.Now()
 		for _, w := range c.wbDirs() {
@@ -328,7 +342,7 @@ func (c *Client) wbGrant(ctx context.Context, w *wbDir) bool {
 // the lease (not its queued changes).
 func (w *wbDir) forgetLocked() {
 	w.mu.gen++
-	w.mu.listing, w.mu.dattrOK = nil, false
+	w.mu.listing, w.mu.unknown, w.mu.dattrOK = nil, nil, false
 	for name, n := range w.mu.names {
 		if n.pending == 0 {
 			delete(w.mu.names, name)
@@ -374,7 +388,7 @@ func (c *Client) loadListing(ctx context.Context, w *wbDir) {
 	defer w.mu.Unlock()
 	if !w.mu.lost && w.mu.gen == gen {
 		// Queued changes are in names, which take precedence.
-		w.mu.listing = listing
+		w.mu.listing, w.mu.unknown = listing, nil
 	}
 }
 
@@ -444,7 +458,7 @@ func (c *Client) wbFlushRecalled(ws []*wbDir) {
 // must see after it, and forgets what the client knew of the directory
 // beyond its queue (the listing, names it knew absent, the directory's
 // attributes): the request may change them. The caller forgets again once
-// the request is done (wbForget). A refused batch is not its error (fsync and close
+// the request is done (wbForgetDir). A refused batch is not its error (fsync and close
 // report it): the request itself goes on.
 func (c *Client) wbBarrier(ctx context.Context, dir core.Ino) error {
 	w := c.wbLookupDir(dir)
@@ -455,9 +469,59 @@ func (c *Client) wbBarrier(ctx context.Context, dir core.Ino) error {
 	return w.flush(ctx)
 }
 
-// wbForget forgets, after a request that went to the servers about dir,
-// what the client learnt of dir meanwhile (it may predate the request).
-func (c *Client) wbForget(dir core.Ino) {
+// wbBarrierName is wbBarrier before a request about name in dir (method):
+// what the client knew of the directory's other names stays (forgetName).
+func (c *Client) wbBarrierName(ctx context.Context, dir core.Ino, name string, method uint16) error {
+	w := c.wbLookupDir(dir)
+	if w == nil {
+		return nil
+	}
+	w.forgetName(name, method)
+	return w.flush(ctx)
+}
+
+// wbForgetName is wbForget after a request about name in dir (method).
+func (c *Client) wbForgetName(dir core.Ino, name string, method uint16) {
+	if w := c.wbLookupDir(dir); w != nil {
+		w.forgetName(name, method)
+	}
+}
+
+// forgetName forgets what a request about name (method) may change: the
+// name and the directory's attributes. A rename or link changes another
+// name too, and a change of a file with several links changes what the
+// client knows of its other names: then everything goes (forgetLocked).
+// Keeping the listing matters to tar, whose mkdir and utimes of each
+// subdirectory would otherwise cost every later create in the directory a
+// lookup.
+func (w *wbDir) forgetName(name string, method uint16) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.mu.listing[name]
+	if method == weftpb.MethodRename || method == weftpb.MethodLink || ok && !e.IsDir() && e.Nlink != 1 ||
+		len(w.mu.unknown) >= wbMaxAbsent {
+		w.forgetLocked()
+		return
+	}
+	w.mu.gen++
+	w.mu.dattrOK = false
+	if w.mu.listing != nil {
+		if w.mu.unknown == nil {
+			w.mu.unknown = make(map[string]bool)
+		}
+		w.mu.unknown[name] = true
+	}
+	if n := w.mu.names[name]; n != nil && n.pending == 0 {
+		if n.absent {
+			w.mu.absent--
+		}
+		delete(w.mu.names, name)
+	}
+}
+
+// wbForgetDir forgets, after a request that went to the servers about
+// dir, what the client learnt of dir meanwhile (it may predate it).
+func (c *Client) wbForgetDir(dir core.Ino) {
 	if w := c.wbLookupDir(dir); w != nil {
 		w.forget()
 	}

@@ -12,7 +12,8 @@ import (
 // The operations write-back completes in the client (writeback.go). Each
 // returns handled = false when it cannot decide alone (no lease, a name it
 // cannot resolve, a check only the server makes: a sticky directory, a
-// hard-linked or open file, a size or owner change); the caller then sends
+// hard-linked or chunked open file, a size change, an owner change the
+// caller may not make); the caller then sends
 // the queue and the operation to the servers as without write-back. The
 // checks here are the servers' (ApplyBatch makes them again); a change
 // the client answered is applied by the servers unless the lease was lost
@@ -34,8 +35,7 @@ func (c *Client) wbResolve(ctx context.Context, w *wbDir, name string) (a core.A
 		w.mu.Unlock()
 		return a, exists, nil
 	}
-	if w.mu.listing != nil {
-		a, exists = w.mu.listing[name]
+	if a, exists, known := w.listedLocked(name); known {
 		w.mu.Unlock()
 		return a, exists, nil
 	}
@@ -47,6 +47,15 @@ func (c *Client) wbResolve(ctx context.Context, w *wbDir, name string) (a core.A
 		return core.Attr{}, false, nil
 	}
 	return a, err == nil, err
+}
+
+// listedLocked answers from the listing, if it knows name.
+func (w *wbDir) listedLocked(name string) (a core.Attr, exists, known bool) {
+	if w.mu.listing == nil || w.mu.unknown[name] {
+		return core.Attr{}, false, false
+	}
+	a, exists = w.mu.listing[name]
+	return a, exists, true
 }
 
 // noteAbsent remembers that the servers do not have name, as a lookup
@@ -90,14 +99,15 @@ func (c *Client) lookupServer(ctx context.Context, parent core.Ino, name string)
 // wbLookup answers a lookup from the queued changes, if they say.
 func (c *Client) wbLookup(parent core.Ino, name string) (core.Attr, bool, error) {
 	w := c.wbLookupDir(parent)
-	if w == nil {
+	if w == nil || core.ValidateName("lookup", name) != nil {
+		// A bad name's error is the servers' (ENAMETOOLONG, EINVAL).
 		return core.Attr{}, false, nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := w.mu.names[name]
 	switch {
-	case n == nil && w.mu.listing != nil && w.usableLocked(time.Now()):
+	case n == nil && w.mu.listing != nil && !w.mu.unknown[name] && w.usableLocked(time.Now()):
 		if a, ok := w.mu.listing[name]; ok {
 			return a, true, nil
 		}
@@ -214,14 +224,18 @@ func (c *Client) wbCreate(ctx context.Context, parent core.Ino, name string, fla
 		return nil, core.Attr{}, false, nil
 	}
 	a := newAttr(creds, w.mu.dattr, ino, core.ModeFile|mode&core.ModeBits, now)
-	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Create: &pb.BatchCreate{
-		Name: name, Ino: uint64(ino), Mode: a.Mode, TimeNs: now.UnixNano()}}, name)
+	create := &pb.BatchCreate{Name: name, Ino: uint64(ino), Mode: a.Mode, TimeNs: now.UnixNano()}
+	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Create: create}, name)
+	if w.mu.creates == nil {
+		w.mu.creates = make(map[string]*pb.BatchCreate)
+	}
+	w.mu.creates[name] = create
 	n := w.nameLocked(name)
 	if n.absent {
 		n.absent = false
 		w.mu.absent--
 	}
-	n.attr = a
+	n.attr, n.data, n.dataOK = a, nil, true
 	w.mu.mtime = now
 	w.mu.Unlock()
 	ref := Ref{Ino: ino, Parent: parent, Name: name}
@@ -261,37 +275,103 @@ func (c *Client) wbUnlink(ctx context.Context, parent core.Ino, name string) (bo
 	}
 	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Unlink: &pb.BatchUnlink{Name: name, Ino: uint64(a.Ino), Open: open, TimeNs: now.UnixNano()}}, name)
 	n := w.nameLocked(name)
-	n.absent, n.attr = true, core.Attr{}
+	n.absent, n.attr, n.data, n.dataOK = true, core.Attr{}, nil, false
 	w.mu.mtime = now
 	w.mu.Unlock()
 	c.dropped(a.Ino, true, parent, name, open)
 	return true, nil
 }
 
-// wbSetAttrBits: what a written-back setattr may change.
+// wbSetAttrOK reports whether a setattr may be written back: a change of
+// mode and times, or of owner and group, not both at once (they are
+// different ops), and no size.
 func wbSetAttrOK(s SetAttr) bool {
-	return s.Size == nil && s.UID == nil && s.GID == nil &&
-		(s.Mode != nil || s.Atime != nil || s.Mtime != nil || s.AtimeNow || s.MtimeNow)
+	owner := s.UID != nil || s.GID != nil
+	other := s.Mode != nil || s.Atime != nil || s.Mtime != nil || s.AtimeNow || s.MtimeNow
+	return s.Size == nil && owner != other
 }
 
-// wbSetAttr changes the mode or times of a file under write-back.
+// wbSetAttr changes the mode, times or owner of a file under write-back. A
+// file open here must be inline (tar sets the times, owner and mode of
+// each file it extracts before closing it); an explicit mtime first
+// queues the commit of what was written, whose own mtime would otherwise
+// overwrite it (as setMtime does on the synchronous path).
 func (c *Client) wbSetAttr(ctx context.Context, ref Ref, s SetAttr) (core.Attr, bool) {
-	if !wbSetAttrOK(s) || ref.Parent == 0 || ref.Name == "" || c.isOpen(ref.Ino) {
+	if !wbSetAttrOK(s) || ref.Parent == 0 || ref.Name == "" || !c.cfg.WriteBack {
 		return core.Attr{}, false
+	}
+	open := c.lookupOpen(ref.Ino)
+	if open != nil {
+		defer c.releaseOpen(open)
+		open.mu.Lock()
+		inline := open.mu.inline && open.mu.err == nil
+		open.mu.Unlock()
+		if !inline {
+			return core.Attr{}, false
+		}
+		if s.Mtime != nil || s.MtimeNow {
+			if open.flushAs(ctx, false, nil, true) != nil {
+				return core.Attr{}, false // the synchronous path reports it
+			}
+		}
 	}
 	w := c.wbAcquire(ctx, ref.Parent)
 	if w == nil {
 		return core.Attr{}, false
 	}
+	a, ok := c.wbQueueSetAttr(ctx, w, ref, s)
+	if ok && open != nil {
+		open.mu.Lock()
+		if (s.Mtime != nil || s.MtimeNow) && !open.mu.modified {
+			open.mu.mtime = a.Mtime
+		}
+		open.mu.mode = a.Mode
+		open.mu.Unlock()
+	}
+	return a, ok
+}
+
+// wbQueueSetAttr checks and queues the setattr s of ref in w.
+func (c *Client) wbQueueSetAttr(ctx context.Context, w *wbDir, ref Ref, s SetAttr) (core.Attr, bool) {
 	w.ops.Lock()
 	defer w.ops.Unlock()
 	a, exists, err := c.wbResolve(ctx, w, ref.Name)
 	creds := c.creds(ctx)
-	if err != nil || !exists || a.Ino != ref.Ino || a.IsDir() || a.Nlink != 1 || creds.UID != 0 && creds.UID != a.UID {
+	if err != nil || !exists || a.Ino != ref.Ino || a.IsDir() || a.Nlink != 1 {
 		return core.Attr{}, false
 	}
 	now := time.Now()
 	req := s.pb()
+	var op *pb.BatchOp
+	if s.UID != nil || s.GID != nil {
+		var ok bool
+		if a, ok = ownerChange(creds, a, s); !ok {
+			return core.Attr{}, false
+		}
+		op = &pb.BatchOp{Creds: credsPB(creds), Owner: &pb.BatchOwner{Name: ref.Name, Ino: uint64(a.Ino),
+			Valid: req.Valid, Uid: req.Uid, Gid: req.Gid, TimeNs: now.UnixNano()}}
+	} else {
+		if creds.UID != 0 && creds.UID != a.UID {
+			return core.Attr{}, false
+		}
+		a = modeTimesChange(creds, a, s, req, now)
+		op = &pb.BatchOp{Creds: credsPB(creds), Setattr: &pb.BatchSetAttr{Name: ref.Name, Ino: uint64(a.Ino),
+			Valid: req.Valid, Mode: req.Mode, AtimeNs: req.AtimeNs, MtimeNs: req.MtimeNs, TimeNs: now.UnixNano()}}
+	}
+	a.Ctime = now
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.usableLocked(now) {
+		return core.Attr{}, false
+	}
+	w.queueChangeLocked(ref.Name, a.Ino, op)
+	w.nameLocked(ref.Name).attr = a
+	return a, true
+}
+
+// modeTimesChange applies a change of mode and times to a, as the server
+// does (meta's applySetAttr).
+func modeTimesChange(creds core.Creds, a core.Attr, s SetAttr, req *pb.SetAttrRequest, now time.Time) core.Attr {
 	if s.Mode != nil {
 		a.Mode = a.Mode&core.ModeType | *s.Mode&core.ModeBits
 		if creds.UID != 0 && !creds.InGroup(a.GID) {
@@ -310,16 +390,7 @@ func (c *Client) wbSetAttr(ctx context.Context, ref Ref, s SetAttr) (core.Attr, 
 	case s.Mtime != nil:
 		a.Mtime = time.Unix(0, req.MtimeNs)
 	}
-	a.Ctime = now
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.usableLocked(now) {
-		return core.Attr{}, false
-	}
-	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Setattr: &pb.BatchSetAttr{Name: ref.Name, Ino: uint64(a.Ino),
-		Valid: req.Valid, Mode: req.Mode, AtimeNs: req.AtimeNs, MtimeNs: req.MtimeNs, TimeNs: now.UnixNano()}}, ref.Name)
-	w.nameLocked(ref.Name).attr = a
-	return a, true
+	return a
 }
 
 // wbRename renames a file to a free name in the same directory under
@@ -362,14 +433,15 @@ func (c *Client) wbRename(ctx context.Context, dir core.Ino, src, dst string, fl
 	}
 	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Rename: &pb.BatchRename{Src: src, Dst: dst, Ino: uint64(a.Ino), TimeNs: now.UnixNano()}}, src, dst)
 	s := w.nameLocked(src)
-	s.absent, s.attr = true, core.Attr{}
+	data, dataOK := s.data, s.dataOK
+	s.absent, s.attr, s.data, s.dataOK = true, core.Attr{}, nil, false
 	d := w.nameLocked(dst)
 	if d.absent {
 		d.absent = false
 		w.mu.absent--
 	}
 	a.Ctime = now
-	d.attr = a
+	d.attr, d.data, d.dataOK = a, data, dataOK
 	w.mu.mtime = now
 	w.mu.Unlock()
 	// An open file follows its name: its next commit (which sends the
@@ -390,13 +462,6 @@ func (c *Client) unsplit(dir core.Ino) bool {
 		}
 	}
 	return true
-}
-
-// isOpen reports whether this client has ino open.
-func (c *Client) isOpen(ino core.Ino) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.mu.open[ino] != nil
 }
 
 // wbTakeErr returns, once, the error of a refused batch of dir.

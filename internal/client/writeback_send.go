@@ -41,7 +41,7 @@ func (w *wbDir) sealLocked() {
 		return
 	}
 	w.mu.sealed = append(w.mu.sealed, w.mu.open)
-	w.mu.open, w.mu.used = nil, nil
+	w.mu.open, w.mu.used, w.mu.creates = nil, nil, nil
 }
 
 // nameLocked returns the overlay record of name, made if missing.
@@ -104,6 +104,7 @@ func (w *wbDir) appliedLocked(batch []*weftpb.BatchOp) {
 			}
 			if w.mu.listing != nil {
 				// The servers now hold the name's last state.
+				delete(w.mu.unknown, name)
 				if n.absent {
 					delete(w.mu.listing, name)
 				} else {
@@ -133,10 +134,10 @@ func (w *wbDir) refusedLocked(err error) {
 	if w.mu.err == nil {
 		w.mu.err = errs.Wrap(errs.KindOf(err), "write-back", "changes queued in the directory were not applied", err)
 	}
-	w.mu.sealed, w.mu.open, w.mu.used = nil, nil, nil
+	w.mu.sealed, w.mu.open, w.mu.used, w.mu.creates = nil, nil, nil, nil
 	w.mu.names = make(map[string]*wbName)
 	w.mu.absent = 0
-	w.mu.listing, w.mu.dattrOK = nil, false
+	w.mu.listing, w.mu.unknown, w.mu.dattrOK = nil, nil, false
 	w.mu.lost = true
 }
 
@@ -151,6 +152,10 @@ func opNames(op *weftpb.BatchOp) []string {
 		return []string{op.Setattr.Name}
 	case op.Rename != nil:
 		return []string{op.Rename.Src, op.Rename.Dst}
+	case op.Write != nil:
+		return []string{op.Write.Name}
+	case op.Owner != nil:
+		return []string{op.Owner.Name}
 	}
 	return nil
 }

@@ -1,10 +1,13 @@
 package fusefs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -85,6 +88,10 @@ func storm(dir string, stop <-chan struct{}, synced *atomic.Int64) *stormModel {
 			return m
 		}
 		touch(name)
+		if _, err := f.Write(stormContent(i)); err != nil {
+			f.Close()
+			return m
+		}
 		if f.Close() != nil {
 			return m
 		}
@@ -124,6 +131,12 @@ func storm(dir string, stop <-chan struct{}, synced *atomic.Int64) *stormModel {
 			synced.Add(1)
 		}
 	}
+}
+
+// stormContent is what the storm writes to its file number i (which keeps
+// its number when renamed).
+func stormContent(i int) []byte {
+	return bytes.Repeat(fmt.Appendf(nil, "storm %05d\n", i), 1+i%20)
 }
 
 // TestWriteBackMountKilledDuringStorm kills a writeback mount with SIGKILL
@@ -190,6 +203,31 @@ func TestWriteBackMountKilledDuringStorm(t *testing.T) {
 		if !m.since[n] && !onServer[n] {
 			lost++
 			t.Errorf("%s was fsynced and is gone", n)
+		}
+	}
+	// Every file holds its whole content, or (changed since the last
+	// fsync) none yet: never part of it, never another's.
+	for n := range onServer {
+		i, err := strconv.Atoi(n[1:])
+		if err != nil {
+			t.Errorf("unexpected name %q", n)
+			continue
+		}
+		f, err := c.Open(ctx, "/d/"+n, os.O_RDONLY, 0)
+		if err != nil {
+			t.Errorf("open %s: %v", n, err)
+			continue
+		}
+		got, err := io.ReadAll(f)
+		f.Close()
+		want := stormContent(i)
+		switch {
+		case err != nil:
+			t.Errorf("read %s: %v", n, err)
+		case bytes.Equal(got, want):
+		case len(got) == 0 && m.since[n]:
+		default:
+			t.Errorf("%s holds %d bytes %.20q, want %d bytes %.20q (fsynced: %v)", n, len(got), got, len(want), want, !m.since[n])
 		}
 	}
 	for n := range onServer {
@@ -427,6 +465,70 @@ func TestWriteBackTwoWritersAlternate(t *testing.T) {
 		ents, err := os.ReadDir(filepath.Join(m, "d"))
 		if err != nil || len(ents) != 20 {
 			t.Errorf("%s lists %d names (%v), want 20", m, len(ents), err)
+		}
+	}
+}
+
+// TestWriteBackUntarTwoMounts: tar -xf on a writeback mount (tar creates,
+// writes, stamps, chowns and chmods each file before closing it: all of
+// it is written back, folded into the file's create) and the other mount
+// sees every file's content, mode, owner and mtime at once, with no
+// fsync: its reads recall the write leases, which send the queues.
+func TestWriteBackUntarTwoMounts(t *testing.T) {
+	requireFUSE(t)
+	if _, err := exec.LookPath("tar"); err != nil {
+		t.Skip("no tar")
+	}
+	src := t.TempDir()
+	want := map[string][]byte{}
+	for i := range 60 {
+		dir := filepath.Join(src, fmt.Sprintf("d%d", i%4))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		name := filepath.Join(fmt.Sprintf("d%d", i%4), fmt.Sprintf("f%02d", i))
+		data := stormContent(i)
+		if err := os.WriteFile(filepath.Join(src, name), data, 0o600+os.FileMode(i%2)*0o044); err != nil {
+			t.Fatal(err)
+		}
+		mtime := time.Unix(1_600_000_000+int64(i), 0)
+		if err := os.Chtimes(filepath.Join(src, name), mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(src, name), 1000+i, 100); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = data
+	}
+	tarball := filepath.Join(t.TempDir(), "t.tar")
+	if out, err := exec.Command("tar", "-cf", tarball, "-C", src, ".").CombinedOutput(); err != nil {
+		t.Fatalf("tar -c: %v\n%s", err, out)
+	}
+	tc := startCluster(t)
+	file := tc.emb.ClusterFile()
+	a, b := newMountPoint(t), newMountPoint(t)
+	mountWriteBack(t, file, a)
+	mountBackground(t, file, b)
+	if out, err := exec.Command("tar", "-xf", tarball, "-C", a).CombinedOutput(); err != nil {
+		t.Fatalf("tar -x on the writeback mount: %v\n%s", err, out)
+	}
+	for name, data := range want {
+		for _, mnt := range []string{b, a} {
+			got, err := os.ReadFile(filepath.Join(mnt, name))
+			if err != nil || !bytes.Equal(got, data) {
+				t.Errorf("%s on %s: %d bytes (%v), want %d", name, mnt, len(got), err, len(data))
+				continue
+			}
+			srcSt, err1 := os.Stat(filepath.Join(src, name))
+			st, err2 := os.Stat(filepath.Join(mnt, name))
+			if err1 != nil || err2 != nil {
+				t.Fatalf("stat: %v %v", err1, err2)
+			}
+			s1, s2 := srcSt.Sys().(*syscall.Stat_t), st.Sys().(*syscall.Stat_t)
+			if st.Mode() != srcSt.Mode() || !st.ModTime().Equal(srcSt.ModTime()) || s1.Uid != s2.Uid || s1.Gid != s2.Gid {
+				t.Errorf("%s on %s: mode %v mtime %v owner %d:%d, want %v %v %d:%d", name, mnt,
+					st.Mode(), st.ModTime(), s2.Uid, s2.Gid, srcSt.Mode(), srcSt.ModTime(), s1.Uid, s1.Gid)
+			}
 		}
 	}
 }

@@ -11,7 +11,8 @@ import (
 )
 
 // Metadata write-back. A client holding a directory's write lease completes
-// creates, unlinks, renames and setattrs there itself and sends them here in
+// creates, unlinks, renames, setattrs (mode, times, owner) and the commits
+// of inline files' content there itself and sends them here in
 // batches (ApplyBatch). A batch is one txn and so one Pebble batch: each op
 // is checked again as if it came alone, against the state the ops before it
 // left, and one op that fails fails the batch, which changes nothing. The
@@ -85,6 +86,7 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 		return nil, err
 	}
 	var freed bool
+	var revoked []*weftpb.Revocation
 	err = s.update(ctx, op, []core.Ino{dir}, func(t *txn) error {
 		freed = false
 		for i, o := range ops {
@@ -94,6 +96,7 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 			}
 			freed = freed || f
 		}
+		revoked = t.revoked
 		return nil
 	})
 	if err != nil {
@@ -102,6 +105,9 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 		}
 		return nil, err
 	}
+	// A chmod or chown that narrowed access to a file another client has
+	// open takes its capability away, as SetAttr does.
+	s.pushRevocations(revoked)
 	s.wbBatches.Add(1)
 	s.wbOps.Add(uint64(len(ops)))
 	if freed {
@@ -159,12 +165,25 @@ func (s *Server) checkBatch(ctx context.Context, in []*weftpb.BatchOp) ([]batchO
 			if err == nil && !s.handedOut(core.Ino(o.Create.Ino)) {
 				err = errs.New(errs.Invalid, op, "inode %d was never handed out", o.Create.Ino)
 			}
+			if err == nil {
+				err = s.checkThen(ctx, o.Create)
+			}
 		case o.Unlink != nil:
 			err = use(o.Unlink.Name)
 		case o.Setattr != nil:
 			err = use(o.Setattr.Name)
-			if err == nil && o.Setattr.Valid&^batchSetAttrBits != 0 {
-				err = errs.New(errs.Invalid, op, "setattr bits %#x cannot be written back", o.Setattr.Valid)
+			if err == nil {
+				err = checkBatchChange(o)
+			}
+		case o.Write != nil:
+			err = use(o.Write.Name)
+			if err == nil {
+				err = s.checkBatchWrite(o.Write)
+			}
+		case o.Owner != nil:
+			err = use(o.Owner.Name)
+			if err == nil {
+				err = checkBatchChange(o)
 			}
 		case o.Rename != nil:
 			if err = use(o.Rename.Src); err == nil {
@@ -181,9 +200,68 @@ func (s *Server) checkBatch(ctx context.Context, in []*weftpb.BatchOp) ([]batchO
 }
 
 // batchSetAttrBits are the setattr changes a batch may carry: mode and
-// times (size and owner changes go through SetAttr).
+// times (size changes go through SetAttr, owner changes are BatchOwner).
 const batchSetAttrBits = uint32(weftpb.SetAttrBits_SETATTR_MODE | weftpb.SetAttrBits_SETATTR_ATIME |
 	weftpb.SetAttrBits_SETATTR_MTIME | weftpb.SetAttrBits_SETATTR_ATIME_NOW | weftpb.SetAttrBits_SETATTR_MTIME_NOW)
+
+// batchOwnerBits are the changes a BatchOwner may carry.
+const batchOwnerBits = uint32(weftpb.SetAttrBits_SETATTR_UID | weftpb.SetAttrBits_SETATTR_GID)
+
+// checkBatchChange checks the bits of a setattr or owner op.
+func checkBatchChange(o *weftpb.BatchOp) error {
+	const op = "apply batch"
+	switch {
+	case o.Setattr != nil && o.Setattr.Valid&^batchSetAttrBits != 0:
+		return errs.New(errs.Invalid, op, "setattr bits %#x cannot be written back", o.Setattr.Valid)
+	case o.Owner != nil && (o.Owner.Valid == 0 || o.Owner.Valid&^batchOwnerBits != 0):
+		return errs.New(errs.Invalid, op, "owner bits %#x are not uid and/or gid", o.Owner.Valid)
+	}
+	return nil
+}
+
+// checkBatchWrite checks a written-back commit's content against the
+// inline limit (as Commit does).
+func (s *Server) checkBatchWrite(w *weftpb.BatchWrite) error {
+	if len(w.Data) > s.cfg.InlineLimit {
+		return errs.New(errs.Invalid, "apply batch", "inline content of %d bytes (limit %d)", len(w.Data), s.cfg.InlineLimit)
+	}
+	return nil
+}
+
+// checkThen checks the changes folded into a create: writes, owner
+// changes and setattrs of the new file itself, each with valid creds.
+func (s *Server) checkThen(ctx context.Context, create *weftpb.BatchCreate) error {
+	const op = "apply batch"
+	if len(create.Then) > 0 && !core.IsRegular(create.Mode) {
+		return errs.New(errs.Invalid, op, "changes folded into a create of type %#o", create.Mode&core.ModeType)
+	}
+	for _, o := range create.Then {
+		if _, err := credsOf(ctx, op, o.GetCreds()); err != nil {
+			return err
+		}
+		var name string
+		var ino uint64
+		var err error
+		switch {
+		case o.Write != nil:
+			name, ino, err = o.Write.Name, o.Write.Ino, s.checkBatchWrite(o.Write)
+		case o.Owner != nil:
+			name, ino, err = o.Owner.Name, o.Owner.Ino, checkBatchChange(o)
+		case o.Setattr != nil:
+			name, ino, err = o.Setattr.Name, o.Setattr.Ino, checkBatchChange(o)
+		default:
+			err = errs.New(errs.Invalid, op, "only writes, owner changes and setattrs fold into a create")
+		}
+		if err != nil {
+			return err
+		}
+		if name != create.Name || ino != create.Ino {
+			return errs.New(errs.Invalid, op, "a change of %q (inode %d) folded into the create of %q (inode %d)",
+				name, ino, create.Name, create.Ino)
+		}
+	}
+	return nil
+}
 
 // apply applies one op in txn t; freed reports chunks to reclaim.
 func (o batchOp) apply(t *txn, dir core.Ino) (freed bool, err error) {
@@ -194,6 +272,10 @@ func (o batchOp) apply(t *txn, dir core.Ino) (freed bool, err error) {
 		return t.batchUnlink(o.c, dir, o.op.Unlink)
 	case o.op.Setattr != nil:
 		return false, t.batchSetAttr(o.c, dir, o.op.Setattr)
+	case o.op.Write != nil:
+		return false, t.batchWrite(o.c, dir, o.op.Write)
+	case o.op.Owner != nil:
+		return false, t.batchOwner(o.c, dir, o.op.Owner)
 	default:
 		return false, t.batchRename(o.c, dir, o.op.Rename)
 	}
@@ -213,6 +295,11 @@ func (t *txn) batchCreate(c core.Creds, dir core.Ino, req *weftpb.BatchCreate) e
 	}
 	r := newRecord(c, d, mode&(core.ModeType|core.ModeBits), req.TimeNs)
 	r.Inline = core.IsRegular(mode)
+	for _, then := range req.Then {
+		if err := t.applyThen(then, r); err != nil {
+			return err
+		}
+	}
 	t.putEntry(dir, d, req.Name, &weftpb.EntryRecord{Ino: req.Ino, Mode: r.Mode, Attr: r})
 	d.Entries++
 	t.grew(dir, d)
@@ -246,40 +333,131 @@ func (t *txn) batchUnlink(c core.Creds, dir core.Ino, req *weftpb.BatchUnlink) (
 	return freed, nil
 }
 
-func (t *txn) batchSetAttr(c core.Creds, dir core.Ino, req *weftpb.BatchSetAttr) error {
-	t.route(dir, req.Name)
-	d, err := t.dirFor(dir, req.Name)
+// batchNode returns the one-link file name holds in dir, which must still
+// be ino: the node a written-back change of a file applies to.
+func (t *txn) batchNode(c core.Creds, dir core.Ino, name string, ino uint64) (*node, error) {
+	t.route(dir, name)
+	d, err := t.dirFor(dir, name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := checkAccess(t.op, c, d, mayExec); err != nil {
-		return err
+		return nil, err
 	}
-	n, found, err := t.child(dir, d, req.Name)
+	n, found, err := t.child(dir, d, name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !found {
-		return &errs.Error{Kind: errs.NotExist, Op: t.op, Path: req.Name}
+		return nil, &errs.Error{Kind: errs.NotExist, Op: t.op, Path: name}
 	}
-	if err := t.sameIno(n, req.Name, req.Ino); err != nil {
-		return err
+	if err := t.sameIno(n, name, ino); err != nil {
+		return nil, err
 	}
 	if !n.embedded() {
-		return errs.New(errs.Invalid, t.op, "%q has its own inode record: its setattr is not written back", req.Name)
+		return nil, errs.New(errs.Invalid, t.op, "%q has its own inode record: its changes are not written back", name)
 	}
-	sa := &weftpb.SetAttrRequest{Valid: req.Valid, Mode: req.Mode, AtimeNs: req.AtimeNs, MtimeNs: req.MtimeNs}
-	if err := t.s.checkSetAttr(t.op, c, n.attr, sa); err != nil {
+	return n, nil
+}
+
+func (t *txn) batchSetAttr(c core.Creds, dir core.Ino, req *weftpb.BatchSetAttr) error {
+	n, err := t.batchNode(c, dir, req.Name, req.Ino)
+	if err != nil {
 		return err
 	}
-	now := t.now
-	t.now = req.TimeNs // the client's clock, as it answered its caller
-	err = t.s.applySetAttr(t, c, n.attr, sa)
-	t.now = now
+	old := capStateOf(n.attr)
+	if err := t.setAttrAt(c, n.attr, setAttrOf(req), req.TimeNs); err != nil {
+		return err
+	}
+	t.revokeIfNarrowed(n, old)
+	t.putNode(n)
+	return nil
+}
+
+func (t *txn) batchOwner(c core.Creds, dir core.Ino, req *weftpb.BatchOwner) error {
+	n, err := t.batchNode(c, dir, req.Name, req.Ino)
 	if err != nil {
+		return err
+	}
+	old := capStateOf(n.attr)
+	if err := t.setAttrAt(c, n.attr, ownerOf(req), req.TimeNs); err != nil {
+		return err
+	}
+	t.revokeIfNarrowed(n, old)
+	t.putNode(n)
+	return nil
+}
+
+func (t *txn) batchWrite(c core.Creds, dir core.Ino, req *weftpb.BatchWrite) error {
+	n, err := t.batchNode(c, dir, req.Name, req.Ino)
+	if err != nil {
+		return err
+	}
+	if err := t.writeInline(c, n.attr, req); err != nil {
 		return err
 	}
 	t.putNode(n)
+	return nil
+}
+
+// applyThen applies a change folded into a create to the new record r.
+// A new file has no capability out yet: nothing to revoke.
+func (t *txn) applyThen(o *weftpb.BatchOp, r *weftpb.InodeRecord) error {
+	c, err := credsOf(t.ctx, t.op, o.GetCreds())
+	if err != nil {
+		return err
+	}
+	switch {
+	case o.Write != nil:
+		return t.writeInline(c, r, o.Write)
+	case o.Owner != nil:
+		return t.setAttrAt(c, r, ownerOf(o.Owner), o.Owner.TimeNs)
+	default:
+		return t.setAttrAt(c, r, setAttrOf(o.Setattr), o.Setattr.TimeNs)
+	}
+}
+
+func setAttrOf(req *weftpb.BatchSetAttr) *weftpb.SetAttrRequest {
+	return &weftpb.SetAttrRequest{Valid: req.Valid, Mode: req.Mode, AtimeNs: req.AtimeNs, MtimeNs: req.MtimeNs}
+}
+
+func ownerOf(req *weftpb.BatchOwner) *weftpb.SetAttrRequest {
+	return &weftpb.SetAttrRequest{Valid: req.Valid, Uid: req.Uid, Gid: req.Gid}
+}
+
+// setAttrAt checks and applies sa to r as SetAttr does, at the client's
+// time ns (as it answered its caller).
+func (t *txn) setAttrAt(c core.Creds, r *weftpb.InodeRecord, sa *weftpb.SetAttrRequest, ns int64) error {
+	if err := t.s.checkSetAttr(t.op, c, r, sa); err != nil {
+		return err
+	}
+	now := t.now
+	t.now = ns
+	err := t.s.applySetAttr(t, c, r, sa)
+	t.now = now
+	return err
+}
+
+// writeInline applies a written-back commit of an inline file's content to
+// r, with Commit's checks and effects.
+func (t *txn) writeInline(c core.Creds, r *weftpb.InodeRecord, req *weftpb.BatchWrite) error {
+	switch {
+	case !core.IsRegular(r.Mode):
+		return errs.New(errs.Invalid, t.op, "commit to a non-regular file")
+	case !isOwner(c, r) && !allowed(c, r, mayWrite):
+		return errs.E(errs.Permission, t.op)
+	case !r.Inline:
+		return errs.New(errs.Invalid, t.op, "a chunked file's content is not written back")
+	}
+	r.Size = uint64(len(req.Data))
+	r.InlineData = req.Data
+	trimExtents(r)
+	r.MtimeNs = req.MtimeNs
+	if r.MtimeNs == 0 {
+		r.MtimeNs = req.TimeNs
+	}
+	r.CtimeNs = req.TimeNs
+	dropPrivileges(c, r)
 	return nil
 }
 

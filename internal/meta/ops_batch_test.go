@@ -93,3 +93,74 @@ func TestApplyBatchRefusals(t *testing.T) {
 		t.Fatalf("refused batches left %v", got)
 	}
 }
+
+// Changes folded into a create apply in order to the new file, each
+// checked as if it came alone: a write, an owner change the rules allow,
+// times and mode. One the rules refuse (a chgrp to a group the owner is
+// not in), a change of another name, or content past the inline limit
+// fails the batch, which changes nothing. A written-back commit of an
+// existing file needs the name to still hold the inode.
+func TestApplyBatchFoldedChanges(t *testing.T) {
+	e := newEnv(t)
+	e.chmod(rootCreds(), inoRef(root), 0o777)
+	r, err := e.AllocInos(ctx, &weftpb.AllocInosRequest{Count: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	carol := user(1002, 1002, 1002, 50)
+	create := func(name string, ino uint64, then ...*weftpb.BatchOp) []*weftpb.BatchOp {
+		op := batchCreate(carol, name, ino)
+		op.Create.Then = then
+		return []*weftpb.BatchOp{op}
+	}
+	write := func(name string, ino uint64, data string, mtime int64) *weftpb.BatchOp {
+		return &weftpb.BatchOp{Creds: carol, Write: &weftpb.BatchWrite{Name: name, Ino: ino, Data: []byte(data), MtimeNs: mtime, TimeNs: 10}}
+	}
+	chgrp := func(name string, ino uint64, gid uint32) *weftpb.BatchOp {
+		return &weftpb.BatchOp{Creds: carol, Owner: &weftpb.BatchOwner{Name: name, Ino: ino, Valid: uint32(weftpb.SetAttrBits_SETATTR_GID), Gid: gid, TimeNs: 11}}
+	}
+	stamp := &weftpb.BatchOp{Creds: carol, Setattr: &weftpb.BatchSetAttr{Name: "a", Ino: r.First,
+		Valid: uint32(weftpb.SetAttrBits_SETATTR_MTIME | weftpb.SetAttrBits_SETATTR_MODE), Mode: 0o640, MtimeNs: 7, TimeNs: 12}}
+
+	for _, bad := range []struct {
+		ops  []*weftpb.BatchOp
+		kind errs.Kind
+	}{
+		{create("a", r.First, write("a", r.First, "x", 5), chgrp("a", r.First, 99)), errs.NotPermitted},
+		{create("a", r.First, write("b", r.First, "x", 5)), errs.Invalid},
+		{create("a", r.First, write("a", r.First+1, "x", 5)), errs.Invalid},
+		{create("a", r.First, write("a", r.First, string(make([]byte, 64<<10+1)), 5)), errs.Invalid},
+	} {
+		_, err := e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: bad.ops})
+		wantKind(t, err, bad.kind)
+	}
+	if got := e.names(root); len(got) != 0 {
+		t.Fatalf("refused batches left %v", got)
+	}
+	ops := create("a", r.First, write("a", r.First, "hello", 5), chgrp("a", r.First, 50), stamp)
+	if _, err := e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: ops}); err != nil {
+		t.Fatal(err)
+	}
+	a := e.mustLookup(root, "a")
+	if a.Size != 5 || a.Gid != 50 || a.Uid != 1002 || a.Mode != core.ModeFile|0o640 || a.MtimeNs != 7 || a.CtimeNs != 12 {
+		t.Errorf("folded create: %+v", a)
+	}
+	o, err := e.openFile(carol, fileRef(root, "a", r.First), oRdOnly)
+	if err != nil || string(o.InlineData) != "hello" {
+		t.Fatalf("content %q, %v", o.GetInlineData(), err)
+	}
+	// A commit of the file as its own op; then one naming an inode the
+	// name no longer holds is stale.
+	if _, err := e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{write("a", r.First, "again", 20)}}); err != nil {
+		t.Fatal(err)
+	}
+	if a := e.mustLookup(root, "a"); a.Size != 5 || a.MtimeNs != 20 {
+		t.Errorf("after the written-back commit: %+v", a)
+	}
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{write("a", r.First+1, "other", 30)}})
+	wantKind(t, err, errs.Stale)
+	// Another user may not write a 0640 file it does not own.
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{
+		{Creds: bob, Write: &weftpb.BatchWrite{Name: "a", Ino: r.First, Data: []byte("bob"), TimeNs: 40}}}})
+	wantKind(t, err, errs.Permission)
+}

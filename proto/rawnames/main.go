@@ -48,6 +48,8 @@ var rawFields = map[string]bool{
 	"weft.v1.BatchSetAttr.name": true,
 	"weft.v1.BatchRename.src":   true,
 	"weft.v1.BatchRename.dst":   true,
+	"weft.v1.BatchWrite.name":   true,
+	"weft.v1.BatchOwner.name":   true,
 }
 
 func main() {

@@ -3669,6 +3669,8 @@ type BatchOp struct {
 	Unlink        *BatchUnlink           `protobuf:"bytes,3,opt,name=unlink,proto3" json:"unlink,omitempty"`
 	Setattr       *BatchSetAttr          `protobuf:"bytes,4,opt,name=setattr,proto3" json:"setattr,omitempty"`
 	Rename        *BatchRename           `protobuf:"bytes,5,opt,name=rename,proto3" json:"rename,omitempty"`
+	Write         *BatchWrite            `protobuf:"bytes,6,opt,name=write,proto3" json:"write,omitempty"`
+	Owner         *BatchOwner            `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3738,14 +3740,33 @@ func (x *BatchOp) GetRename() *BatchRename {
 	return nil
 }
 
+func (x *BatchOp) GetWrite() *BatchWrite {
+	if x != nil {
+		return x.Write
+	}
+	return nil
+}
+
+func (x *BatchOp) GetOwner() *BatchOwner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
 // BatchCreate creates an empty regular file (or fifo or socket) with the
 // client-allocated ino and the client's times.
 type BatchCreate struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
-	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
-	TimeNs        int64                  `protobuf:"varint,4,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Ino    uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Mode   uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	TimeNs int64                  `protobuf:"varint,4,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	// then: changes to the new file made after its create, applied to it in
+	// order in the same txn, each checked as if it came alone (write, owner
+	// or setattr; their name and ino are the create's). A file created,
+	// written, chowned and stamped under write-back is one entry write.
+	Then          []*BatchOp `protobuf:"bytes,5,rep,name=then,proto3" json:"then,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3808,6 +3829,179 @@ func (x *BatchCreate) GetTimeNs() int64 {
 	return 0
 }
 
+func (x *BatchCreate) GetThen() []*BatchOp {
+	if x != nil {
+		return x.Then
+	}
+	return nil
+}
+
+// BatchWrite commits an inline file's whole content, as a Commit with
+// inline data does (name must still hold ino, a one-link regular file
+// whose content is inline). mtime_ns is the client's mtime of the data,
+// time_ns its clock for ctime.
+type BatchWrite struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	MtimeNs       int64                  `protobuf:"varint,4,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	TimeNs        int64                  `protobuf:"varint,5,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchWrite) Reset() {
+	*x = BatchWrite{}
+	mi := &file_meta_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchWrite) ProtoMessage() {}
+
+func (x *BatchWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchWrite.ProtoReflect.Descriptor instead.
+func (*BatchWrite) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *BatchWrite) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BatchWrite) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *BatchWrite) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *BatchWrite) GetMtimeNs() int64 {
+	if x != nil {
+		return x.MtimeNs
+	}
+	return 0
+}
+
+func (x *BatchWrite) GetTimeNs() int64 {
+	if x != nil {
+		return x.TimeNs
+	}
+	return 0
+}
+
+// BatchOwner changes name's owner and/or group (valid: SETATTR_UID and/or
+// SETATTR_GID), with SetAttr's permission rules; name must still hold ino.
+type BatchOwner struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Valid         uint32                 `protobuf:"varint,3,opt,name=valid,proto3" json:"valid,omitempty"`
+	Uid           uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	TimeNs        int64                  `protobuf:"varint,6,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchOwner) Reset() {
+	*x = BatchOwner{}
+	mi := &file_meta_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchOwner) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchOwner) ProtoMessage() {}
+
+func (x *BatchOwner) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchOwner.ProtoReflect.Descriptor instead.
+func (*BatchOwner) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *BatchOwner) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BatchOwner) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *BatchOwner) GetValid() uint32 {
+	if x != nil {
+		return x.Valid
+	}
+	return 0
+}
+
+func (x *BatchOwner) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *BatchOwner) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
+func (x *BatchOwner) GetTimeNs() int64 {
+	if x != nil {
+		return x.TimeNs
+	}
+	return 0
+}
+
 // BatchUnlink removes name, which must still hold ino. open lists the
 // inodes the client has open that the name may be (UnlinkRequest.open).
 type BatchUnlink struct {
@@ -3822,7 +4016,7 @@ type BatchUnlink struct {
 
 func (x *BatchUnlink) Reset() {
 	*x = BatchUnlink{}
-	mi := &file_meta_proto_msgTypes[55]
+	mi := &file_meta_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3834,7 +4028,7 @@ func (x *BatchUnlink) String() string {
 func (*BatchUnlink) ProtoMessage() {}
 
 func (x *BatchUnlink) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[55]
+	mi := &file_meta_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3847,7 +4041,7 @@ func (x *BatchUnlink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchUnlink.ProtoReflect.Descriptor instead.
 func (*BatchUnlink) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{55}
+	return file_meta_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BatchUnlink) GetName() string {
@@ -3895,7 +4089,7 @@ type BatchSetAttr struct {
 
 func (x *BatchSetAttr) Reset() {
 	*x = BatchSetAttr{}
-	mi := &file_meta_proto_msgTypes[56]
+	mi := &file_meta_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3907,7 +4101,7 @@ func (x *BatchSetAttr) String() string {
 func (*BatchSetAttr) ProtoMessage() {}
 
 func (x *BatchSetAttr) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[56]
+	mi := &file_meta_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3920,7 +4114,7 @@ func (x *BatchSetAttr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchSetAttr.ProtoReflect.Descriptor instead.
 func (*BatchSetAttr) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{56}
+	return file_meta_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BatchSetAttr) GetName() string {
@@ -3986,7 +4180,7 @@ type BatchRename struct {
 
 func (x *BatchRename) Reset() {
 	*x = BatchRename{}
-	mi := &file_meta_proto_msgTypes[57]
+	mi := &file_meta_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3998,7 +4192,7 @@ func (x *BatchRename) String() string {
 func (*BatchRename) ProtoMessage() {}
 
 func (x *BatchRename) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[57]
+	mi := &file_meta_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4011,7 +4205,7 @@ func (x *BatchRename) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRename.ProtoReflect.Descriptor instead.
 func (*BatchRename) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{57}
+	return file_meta_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BatchRename) GetSrc() string {
@@ -4055,7 +4249,7 @@ type ApplyBatchRequest struct {
 
 func (x *ApplyBatchRequest) Reset() {
 	*x = ApplyBatchRequest{}
-	mi := &file_meta_proto_msgTypes[58]
+	mi := &file_meta_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4067,7 +4261,7 @@ func (x *ApplyBatchRequest) String() string {
 func (*ApplyBatchRequest) ProtoMessage() {}
 
 func (x *ApplyBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[58]
+	mi := &file_meta_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4080,7 +4274,7 @@ func (x *ApplyBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBatchRequest.ProtoReflect.Descriptor instead.
 func (*ApplyBatchRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{58}
+	return file_meta_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ApplyBatchRequest) GetDir() uint64 {
@@ -4106,7 +4300,7 @@ type ApplyBatchReply struct {
 
 func (x *ApplyBatchReply) Reset() {
 	*x = ApplyBatchReply{}
-	mi := &file_meta_proto_msgTypes[59]
+	mi := &file_meta_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4118,7 +4312,7 @@ func (x *ApplyBatchReply) String() string {
 func (*ApplyBatchReply) ProtoMessage() {}
 
 func (x *ApplyBatchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[59]
+	mi := &file_meta_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4131,7 +4325,7 @@ func (x *ApplyBatchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBatchReply.ProtoReflect.Descriptor instead.
 func (*ApplyBatchReply) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{59}
+	return file_meta_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ApplyBatchReply) GetApplied() uint32 {
@@ -4154,7 +4348,7 @@ type LocateRequest struct {
 
 func (x *LocateRequest) Reset() {
 	*x = LocateRequest{}
-	mi := &file_meta_proto_msgTypes[60]
+	mi := &file_meta_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4166,7 +4360,7 @@ func (x *LocateRequest) String() string {
 func (*LocateRequest) ProtoMessage() {}
 
 func (x *LocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[60]
+	mi := &file_meta_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4179,7 +4373,7 @@ func (x *LocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateRequest.ProtoReflect.Descriptor instead.
 func (*LocateRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{60}
+	return file_meta_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *LocateRequest) GetIno() uint64 {
@@ -4200,7 +4394,7 @@ type LocateReply struct {
 
 func (x *LocateReply) Reset() {
 	*x = LocateReply{}
-	mi := &file_meta_proto_msgTypes[61]
+	mi := &file_meta_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4212,7 +4406,7 @@ func (x *LocateReply) String() string {
 func (*LocateReply) ProtoMessage() {}
 
 func (x *LocateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[61]
+	mi := &file_meta_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4225,7 +4419,7 @@ func (x *LocateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateReply.ProtoReflect.Descriptor instead.
 func (*LocateReply) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{61}
+	return file_meta_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *LocateReply) GetFound() bool {
@@ -4343,28 +4537,34 @@ const file_meta_proto_rawDesc = "" +
 	"v1.AttrR\x04attr\x12\x1d\n\nentry_mode\x18\x05 \x01(\rR\tentryMode\x12\x16\n\x06parent\x18\x06 \x01(\x04R\x06pa" +
 	"rent\x12\x18\n\arecheck\x18\a \x01(\bR\arecheck\"(\n\x10AllocInosRequest\x12\x14\n\x05count\x18\x01 \x01(" +
 	"\rR\x05count\"<\n\x0eAllocInosReply\x12\x14\n\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n\x05count\x18\x02 \x01(\rR" +
-	"\x05count\"\xea\x01\n\aBatchOp\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12,\n\x06crea" +
+	"\x05count\"\xc0\x02\n\aBatchOp\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12,\n\x06crea" +
 	"te\x18\x02 \x01(\v2\x14.weft.v1.BatchCreateR\x06create\x12,\n\x06unlink\x18\x03 \x01(\v2\x14.weft.v1" +
 	".BatchUnlinkR\x06unlink\x12/\n\asetattr\x18\x04 \x01(\v2\x15.weft.v1.BatchSetAttrR\ase" +
-	"tattr\x12,\n\x06rename\x18\x05 \x01(\v2\x14.weft.v1.BatchRenameR\x06rename\"g\n\vBatchCrea" +
-	"te\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04m" +
-	"ode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"g\n\vBatchUnlink\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03" +
-	"R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04open\x18\x03 \x03(\x04R\x04open\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06t" +
-	"imeNs\"\xb4\x01\n\fBatchSetAttr\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03" +
-	"ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x19\n\batime_ns\x18\x05 \x01(\x03R" +
-	"\aatimeNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18\a \x01(\x03R\x06timeNs\"j\n\v" +
-	"BatchRename\x12\x17\n\x03src\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x03src\x12\x17\n\x03dst\x18\x02 \x01(\tB\x05\xaa\x01\x02 \x03R\x03dst\x12\x10\n" +
-	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"I\n\x11ApplyBatchRequest\x12\x10\n" +
-	"\x03dir\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v2\x10.weft.v1.BatchOpR\x03ops\"+\n\x0fApplyBatc" +
-	"hReply\x12\x18\n\aapplied\x18\x01 \x01(\rR\aapplied\"!\n\rLocateRequest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03" +
-	"ino\"I\n\vLocateReply\x12\x14\n\x05found\x18\x01 \x01(\bR\x05found\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1" +
-	".NodeRefR\x04node*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE" +
-	"\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATT" +
-	"R_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_M" +
-	"TIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10" +
-	"\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CR" +
-	"EATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftfs/weft/proto/weftpb" +
-	"\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
+	"tattr\x12,\n\x06rename\x18\x05 \x01(\v2\x14.weft.v1.BatchRenameR\x06rename\x12)\n\x05write\x18\x06 \x01" +
+	"(\v2\x13.weft.v1.BatchWriteR\x05write\x12)\n\x05owner\x18\a \x01(\v2\x13.weft.v1.BatchOwn" +
+	"erR\x05owner\"\x8d\x01\n\vBatchCreate\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(" +
+	"\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\x12$\n\x04then\x18\x05 \x03(" +
+	"\v2\x10.weft.v1.BatchOpR\x04then\"\x81\x01\n\nBatchWrite\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04n" +
+	"ame\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04data\x18\x03 \x01(\fR\x04data\x12\x19\n\bmtime_ns\x18\x04 \x01(\x03R\amti" +
+	"meNs\x12\x17\n\atime_ns\x18\x05 \x01(\x03R\x06timeNs\"\x8c\x01\n\nBatchOwner\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 " +
+	"\x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x10\n\x03uid\x18\x04 \x01(\rR\x03ui" +
+	"d\x12\x10\n\x03gid\x18\x05 \x01(\rR\x03gid\x12\x17\n\atime_ns\x18\x06 \x01(\x03R\x06timeNs\"g\n\vBatchUnlink\x12\x19\n\x04n" +
+	"ame\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04open\x18\x03 \x03(\x04R\x04open\x12\x17\n\a" +
+	"time_ns\x18\x04 \x01(\x03R\x06timeNs\"\xb4\x01\n\fBatchSetAttr\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04nam" +
+	"e\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x19\n" +
+	"\batime_ns\x18\x05 \x01(\x03R\aatimeNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18\a" +
+	" \x01(\x03R\x06timeNs\"j\n\vBatchRename\x12\x17\n\x03src\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x03src\x12\x17\n\x03dst\x18\x02 \x01(" +
+	"\tB\x05\xaa\x01\x02 \x03R\x03dst\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"I\n\x11Appl" +
+	"yBatchRequest\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v2\x10.weft.v1.BatchOpR\x03" +
+	"ops\"+\n\x0fApplyBatchReply\x12\x18\n\aapplied\x18\x01 \x01(\rR\aapplied\"!\n\rLocateReques" +
+	"t\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"I\n\vLocateReply\x12\x14\n\x05found\x18\x01 \x01(\bR\x05found\x12$\n\x04node" +
+	"\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00" +
+	"\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_" +
+	"SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NO" +
+	"W\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10R" +
+	"ENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NO" +
+	"NE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftfs/w" +
+	"eft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
@@ -4379,7 +4579,7 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_meta_proto_goTypes = []any{
 	(SetAttrBits)(0),              // 0: weft.v1.SetAttrBits
 	(RenameFlags)(0),              // 1: weft.v1.RenameFlags
@@ -4440,65 +4640,67 @@ var file_meta_proto_goTypes = []any{
 	(*AllocInosReply)(nil),        // 56: weft.v1.AllocInosReply
 	(*BatchOp)(nil),               // 57: weft.v1.BatchOp
 	(*BatchCreate)(nil),           // 58: weft.v1.BatchCreate
-	(*BatchUnlink)(nil),           // 59: weft.v1.BatchUnlink
-	(*BatchSetAttr)(nil),          // 60: weft.v1.BatchSetAttr
-	(*BatchRename)(nil),           // 61: weft.v1.BatchRename
-	(*ApplyBatchRequest)(nil),     // 62: weft.v1.ApplyBatchRequest
-	(*ApplyBatchReply)(nil),       // 63: weft.v1.ApplyBatchReply
-	(*LocateRequest)(nil),         // 64: weft.v1.LocateRequest
-	(*LocateReply)(nil),           // 65: weft.v1.LocateReply
-	(*Creds)(nil),                 // 66: weft.v1.Creds
-	(*Attr)(nil),                  // 67: weft.v1.Attr
-	(*NodeRef)(nil),               // 68: weft.v1.NodeRef
+	(*BatchWrite)(nil),            // 59: weft.v1.BatchWrite
+	(*BatchOwner)(nil),            // 60: weft.v1.BatchOwner
+	(*BatchUnlink)(nil),           // 61: weft.v1.BatchUnlink
+	(*BatchSetAttr)(nil),          // 62: weft.v1.BatchSetAttr
+	(*BatchRename)(nil),           // 63: weft.v1.BatchRename
+	(*ApplyBatchRequest)(nil),     // 64: weft.v1.ApplyBatchRequest
+	(*ApplyBatchReply)(nil),       // 65: weft.v1.ApplyBatchReply
+	(*LocateRequest)(nil),         // 66: weft.v1.LocateRequest
+	(*LocateReply)(nil),           // 67: weft.v1.LocateReply
+	(*Creds)(nil),                 // 68: weft.v1.Creds
+	(*Attr)(nil),                  // 69: weft.v1.Attr
+	(*NodeRef)(nil),               // 70: weft.v1.NodeRef
 }
 var file_meta_proto_depIdxs = []int32{
-	66, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
-	67, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
-	66, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
-	68, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
-	67, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
-	66, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
-	68, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
-	67, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
-	66, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
-	67, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
-	66, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
-	67, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
-	66, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
-	67, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
-	66, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
-	68, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
-	66, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
-	67, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
-	66, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
-	66, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
-	67, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
-	66, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
-	68, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
-	67, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
-	66, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
-	67, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
+	68, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
+	69, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
+	68, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
+	70, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
+	69, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
+	68, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
+	70, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
+	69, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
+	68, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
+	69, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
+	68, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
+	69, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
+	68, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
+	69, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
+	68, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
+	70, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
+	68, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
+	69, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
+	68, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
+	68, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
+	69, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
+	68, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
+	70, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
+	69, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
+	68, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
+	69, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
 	26, // 26: weft.v1.ReadDirReply.entries:type_name -> weft.v1.DirEntryMsg
-	66, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
-	68, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
-	67, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
-	66, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
-	68, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
-	67, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
-	66, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
-	68, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
-	66, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
-	68, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
-	66, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
-	68, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
-	66, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
-	68, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
-	66, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
-	68, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
+	68, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
+	70, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
+	69, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
+	68, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
+	70, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
+	69, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
+	68, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
+	70, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
+	68, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
+	70, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
+	68, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
+	70, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
+	68, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
+	70, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
+	68, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
+	70, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
 	43, // 43: weft.v1.StatusReply.top:type_name -> weft.v1.PartitionStatus
-	66, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
-	68, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
-	66, // 46: weft.v1.FindRequest.creds:type_name -> weft.v1.Creds
+	68, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
+	70, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
+	68, // 46: weft.v1.FindRequest.creds:type_name -> weft.v1.Creds
 	3,  // 47: weft.v1.FindRequest.phase:type_name -> weft.v1.FindRequest.Phase
 	49, // 48: weft.v1.FindRequest.query:type_name -> weft.v1.FindQuery
 	50, // 49: weft.v1.FindQuery.names:type_name -> weft.v1.FindGlob
@@ -4506,19 +4708,22 @@ var file_meta_proto_depIdxs = []int32{
 	51, // 51: weft.v1.FindQuery.mtimes:type_name -> weft.v1.FindRange
 	52, // 52: weft.v1.FindQuery.perms:type_name -> weft.v1.FindPerm
 	54, // 53: weft.v1.FindReply.hits:type_name -> weft.v1.FindHit
-	67, // 54: weft.v1.FindHit.attr:type_name -> weft.v1.Attr
-	66, // 55: weft.v1.BatchOp.creds:type_name -> weft.v1.Creds
+	69, // 54: weft.v1.FindHit.attr:type_name -> weft.v1.Attr
+	68, // 55: weft.v1.BatchOp.creds:type_name -> weft.v1.Creds
 	58, // 56: weft.v1.BatchOp.create:type_name -> weft.v1.BatchCreate
-	59, // 57: weft.v1.BatchOp.unlink:type_name -> weft.v1.BatchUnlink
-	60, // 58: weft.v1.BatchOp.setattr:type_name -> weft.v1.BatchSetAttr
-	61, // 59: weft.v1.BatchOp.rename:type_name -> weft.v1.BatchRename
-	57, // 60: weft.v1.ApplyBatchRequest.ops:type_name -> weft.v1.BatchOp
-	68, // 61: weft.v1.LocateReply.node:type_name -> weft.v1.NodeRef
-	62, // [62:62] is the sub-list for method output_type
-	62, // [62:62] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	61, // 57: weft.v1.BatchOp.unlink:type_name -> weft.v1.BatchUnlink
+	62, // 58: weft.v1.BatchOp.setattr:type_name -> weft.v1.BatchSetAttr
+	63, // 59: weft.v1.BatchOp.rename:type_name -> weft.v1.BatchRename
+	59, // 60: weft.v1.BatchOp.write:type_name -> weft.v1.BatchWrite
+	60, // 61: weft.v1.BatchOp.owner:type_name -> weft.v1.BatchOwner
+	57, // 62: weft.v1.BatchCreate.then:type_name -> weft.v1.BatchOp
+	57, // 63: weft.v1.ApplyBatchRequest.ops:type_name -> weft.v1.BatchOp
+	70, // 64: weft.v1.LocateReply.node:type_name -> weft.v1.NodeRef
+	65, // [65:65] is the sub-list for method output_type
+	65, // [65:65] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -4533,7 +4738,7 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   62,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
