@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -202,23 +201,14 @@ func mountEdge(t *testing.T, clusterFile, mnt string, more ...string) {
 	if err != nil {
 		t.Fatalf("weft mount -d %s: %v\n%s", strings.Join(more, " "), err, out)
 	}
-	m := pidRE.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("weft mount -d printed no pid: %q", out)
-	}
-	pid, _ := strconv.Atoi(m[1])
+	// Cleanups run last-registered first: the log is read after the kill.
 	t.Cleanup(func() {
-		if alive(pid) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		if Mounted(mnt) {
-			_ = Unmount(mnt)
-		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logf)
 			t.Logf("mount %s log:\n%s", mnt, b)
 		}
 	})
+	daemonAtEnd(t, out, mnt)
 }
 
 // within runs fn and fails t if it errs or has not returned after d. A

@@ -266,19 +266,7 @@ func TestUpWritebackMountStopFlushes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("weft up -d --durability writeback --mount: %v\n%s", err, out)
 	}
-	m := pidRE.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no pid in %q", out)
-	}
-	pid, _ := strconv.Atoi(m[1])
-	t.Cleanup(func() {
-		if alive(pid) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		if Mounted(mnt) {
-			_ = Unmount(mnt)
-		}
-	})
+	pid := daemonAtEnd(t, out, mnt)
 	want := map[string]bool{}
 	for i := range 100 {
 		name := fmt.Sprintf("f%03d", i)

@@ -51,9 +51,16 @@ func mountBackground(t *testing.T, clusterFile, mnt string) int {
 	if err != nil {
 		t.Fatalf("weft mount -d: %v\n%s", err, out)
 	}
+	return daemonAtEnd(t, out, mnt)
+}
+
+// daemonAtEnd returns the pid a daemon (weft mount -d, weft up -d) printed
+// in out; t.Cleanup kills it and clears its mount mnt.
+func daemonAtEnd(t *testing.T, out, mnt string) int {
+	t.Helper()
 	m := pidRE.FindStringSubmatch(out)
 	if m == nil {
-		t.Fatalf("weft mount -d printed no pid: %q", out)
+		t.Fatalf("the daemon printed no pid: %q", out)
 	}
 	pid, _ := strconv.Atoi(m[1])
 	t.Cleanup(func() {
