@@ -169,18 +169,7 @@ func TestEdgePartitionStaleOnlyWithinTheLeaseTerm(t *testing.T) {
 // so no call waits for the upstream again.
 func TestEdgeKeepsAKeyInUseCached(t *testing.T) {
 	p := startUpstream(t, 1)
-	cfg := p.Config()
-	link, err := linksim.Listen(cfg.Meta[0].Addr, linksim.DSL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { link.Close() })
-	cfg.Meta[0].Addr = link.Addr()
-	upstream := filepath.Join(t.TempDir(), "through-dsl.toml")
-	if err := cfg.Write(upstream); err != nil {
-		t.Fatal(err)
-	}
-	e := startEdge(t, upstream)
+	e := startEdge(t, dslUpstream(t, p))
 	ctx := testCtx(t, 60*time.Second)
 	if err := writeFile(ctx, newClient(t, p.Config()), "/f"); err != nil {
 		t.Fatal(err)
