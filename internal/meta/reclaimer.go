@@ -483,17 +483,26 @@ func (s *Server) ReleaseReclaim(ctx context.Context, req *weftpb.ReleaseReclaimR
 
 func (r *reclaimer) registerMetrics(reg *prometheus.Registry, labels prometheus.Labels) {
 	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "weft", Subsystem: "meta", Name: "reclaims_pending",
-			Help: "Chunk reclaim records not yet carried out (as of the reclaimer's last pass).", ConstLabels: labels,
-		}, func() float64 { return float64(r.pending.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "weft", Subsystem: "meta", Name: "reclaims_held",
-			Help: "Pending chunk reclaims held by a client's open-unlinked file.", ConstLabels: labels,
-		}, func() float64 { return float64(r.held.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "weft", Subsystem: "meta", Name: "reclaims_recorded_total",
-			Help: "Chunk reclaim records written.", ConstLabels: labels,
-		}, func() float64 { return float64(r.recorded.Load()) }),
+		metaGauge(labels, "reclaims_pending",
+			"Chunk reclaim records not yet carried out (as of the reclaimer's last pass).",
+			func() float64 { return float64(r.pending.Load()) }),
+		metaGauge(labels, "reclaims_held",
+			"Pending chunk reclaims held by a client's open-unlinked file.",
+			func() float64 { return float64(r.held.Load()) }),
+		metaCounter(labels, "reclaims_recorded_total",
+			"Chunk reclaim records written.",
+			func() float64 { return float64(r.recorded.Load()) }),
 	)
+}
+
+// metaCounter and metaGauge are a meta server's metrics read from f when
+// scraped, labelled with the server.
+func metaCounter(labels prometheus.Labels, name, help string, f func() float64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: "weft", Subsystem: "meta", Name: name, Help: help, ConstLabels: labels}, f)
+}
+
+func metaGauge(labels prometheus.Labels, name, help string, f func() float64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "weft", Subsystem: "meta", Name: name, Help: help, ConstLabels: labels}, f)
 }

@@ -463,33 +463,26 @@ func (s *Server) registerMetrics() {
 	labels := prometheus.Labels{"server": itoa(s.cfg.ID)}
 	s.reclaim.registerMetrics(reg, labels)
 	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "weft", Subsystem: "meta", Name: "wal_syncs_total",
-			Help: "fsyncs of the WAL (group commits share one): the meta server's durable writes.", ConstLabels: labels,
-		}, s.walSyncs),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "weft", Subsystem: "meta", Name: "inodes",
-			Help: "Inodes in use on this meta server.", ConstLabels: labels,
-		}, func() float64 { return float64(s.inodes.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "weft", Subsystem: "meta", Name: "directories",
-			Help: "Directories whose inode this meta server holds.", ConstLabels: labels,
-		}, func() float64 { return float64(s.dirs.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "weft", Subsystem: "meta", Name: "writeback_batches_total",
-			Help: "Write-back batches applied (apply_batch; weft_meta_rpc_request_duration_seconds{method=\"apply_batch\"} has their latency).", ConstLabels: labels,
-		}, func() float64 { return float64(s.wbBatches.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "weft", Subsystem: "meta", Name: "writeback_ops_total",
-			Help: "Operations applied in write-back batches.", ConstLabels: labels,
-		}, func() float64 { return float64(s.wbOps.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "weft", Subsystem: "meta", Name: "writeback_refused_total",
-			Help: "Write-back batches refused whole (an op no longer applied: the writer lost its lease).", ConstLabels: labels,
-		}, func() float64 { return float64(s.wbRefused.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "weft", Subsystem: "meta", Name: "ino_reserved",
-			Help: "Inode sequence numbers reserved on disk (high-water mark).", ConstLabels: labels,
-		}, func() float64 { return float64(s.alloc.reserved()) }),
+		metaCounter(labels, "wal_syncs_total",
+			"fsyncs of the WAL (group commits share one): the meta server's durable writes.",
+			s.walSyncs),
+		metaGauge(labels, "inodes",
+			"Inodes in use on this meta server.",
+			func() float64 { return float64(s.inodes.Load()) }),
+		metaGauge(labels, "directories",
+			"Directories whose inode this meta server holds.",
+			func() float64 { return float64(s.dirs.Load()) }),
+		metaCounter(labels, "writeback_batches_total",
+			"Write-back batches applied (apply_batch; weft_meta_rpc_request_duration_seconds{method=\"apply_batch\"} has their latency).",
+			func() float64 { return float64(s.wbBatches.Load()) }),
+		metaCounter(labels, "writeback_ops_total",
+			"Operations applied in write-back batches.",
+			func() float64 { return float64(s.wbOps.Load()) }),
+		metaCounter(labels, "writeback_refused_total",
+			"Write-back batches refused whole (an op no longer applied: the writer lost its lease).",
+			func() float64 { return float64(s.wbRefused.Load()) }),
+		metaGauge(labels, "ino_reserved",
+			"Inode sequence numbers reserved on disk (high-water mark).",
+			func() float64 { return float64(s.alloc.reserved()) }),
 	)
 }
