@@ -366,9 +366,24 @@ func (dc *durCluster) Close() error {
 }
 
 // durableWrites reads the servers' counters: WAL syncs and store syncs.
+// Pebble counts a WAL fsync after it has woken the commits that waited for
+// it, so a read just after a sync returned can miss that sync: the counts
+// are read again until two reads 20 ms apart agree (at most 1 s).
 func (dc *durCluster) durableWrites() (wal, chunk float64) {
 	reg := dc.e.Registry()
-	return counterValue(reg, "weft_meta_wal_syncs_total"), counterValue(reg, "weft_store_syncs_total")
+	read := func() (float64, float64) {
+		return counterValue(reg, "weft_meta_wal_syncs_total"), counterValue(reg, "weft_store_syncs_total")
+	}
+	wal, chunk = read()
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		w, c := read()
+		if w == wal && c == chunk {
+			break
+		}
+		wal, chunk = w, c
+	}
+	return wal, chunk
 }
 
 // syncfs makes everything written through the mount durable, as a syncfs
