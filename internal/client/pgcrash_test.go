@@ -53,11 +53,17 @@ func TestPatchgroupPowerCut(t *testing.T) {
 			t.Errorf("run %d with patchgroups and a write-back client: %s", run, v)
 		}
 	}
-	if v := powerCutRun(t, false, false); v == "" {
-		t.Errorf("without patchgroups the power cut lost nothing: the checker cannot tell")
-	} else {
-		t.Logf("without patchgroups: %s", v)
+	// The control run loses nothing by luck when the Saved server's WAL
+	// was synced (a WAL rotation, for one, syncs it) between the last EXPUNGE
+	// batch's copies and the cut: about 1 cut in 20. Three cuts that all
+	// lose nothing mean the checker cannot see a violation.
+	for try := range 3 {
+		if v := powerCutRun(t, false, false); v != "" {
+			t.Logf("without patchgroups (cut %d): %s", try+1, v)
+			return
+		}
 	}
+	t.Errorf("without patchgroups three power cuts lost nothing: the checker cannot tell")
 }
 
 const cutMessages, cutBatch = 200, 10

@@ -73,7 +73,10 @@ func TestParityCacheTransfers(t *testing.T) {
 	const chunk = 1 << 20
 	const writes = 256
 	ec := newECCluster(t, "ec:4+1", 5)
-	cached := ec.client(chunk)
+	// Frames do not age out during the run: a loaded machine's slow
+	// writes would otherwise flush them by the clock, and the count would
+	// measure the machine, not the cache.
+	cached := ec.clientWith(chunk, func(cc *client.Config) { cc.ParityFrameAge = time.Hour })
 	plain := ec.clientWith(chunk, func(cc *client.Config) { cc.ParityFrames = -1 })
 	type workload struct {
 		name string
