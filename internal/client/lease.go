@@ -115,6 +115,10 @@ func (c *Client) recalledKeep() time.Duration { return 2 * (c.cfg.LeaseTerm + le
 // leaseCache is what the client knows of its leases.
 type leaseCache struct {
 	onRecall atomic.Pointer[func([]LeaseKey)]
+	// slowRecalls counts recalls released after recallNotifyWait, before
+	// the layer above had invalidated its cache: each is a stall that the
+	// bound ended.
+	slowRecalls atomic.Uint64
 	mu       struct {
 		sync.Mutex
 		held map[LeaseKey]*heldLease
@@ -132,6 +136,10 @@ type leaseCache struct {
 // called with the keys of every recall before the client releases them.
 // fn must not block for long (the client waits recallNotifyWait at most).
 func (c *Client) OnRecall(fn func([]LeaseKey)) { c.leases.onRecall.Store(&fn) }
+
+// SlowRecalls is how many recalls the client released before the layer
+// above (OnRecall) had finished, because it took longer than the bound.
+func (c *Client) SlowRecalls() uint64 { return c.leases.slowRecalls.Load() }
 
 // LeasesOn reports whether ReadLease may grant leases: a layer registered
 // OnRecall and every meta server is reached over a connection (one in this
@@ -358,6 +366,7 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 			select {
 			case <-done:
 			case <-t.C:
+				c.leases.slowRecalls.Add(1)
 				c.log.Debug("lease recall: the cache's invalidation is slow; releasing anyway", "meta", server)
 			}
 			t.Stop()

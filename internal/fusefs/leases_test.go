@@ -269,8 +269,9 @@ func allStopped(pid int) bool {
 func TestSharedDirectoryNoStall(t *testing.T) {
 	requireFUSE(t)
 	tc := startCluster(t)
-	a := mount(t, tc.client(t), Options{}).Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ca, cb := tc.client(t), tc.client(t)
+	a := mount(t, ca, Options{}).Dir()
+	b := mount(t, cb, Options{}).Dir()
 	const files = 20
 	for i := range files {
 		if err := os.WriteFile(fmt.Sprintf("%s/f%d", a, i), nil, 0o644); err != nil {
@@ -306,7 +307,10 @@ func TestSharedDirectoryNoStall(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("slowest pair of renames on A while B looks up in the directory: %v", slowest)
-	if slowest > 400*time.Millisecond {
-		t.Errorf("a pair of renames took %v: A and B waited for each other", slowest)
+	// A stall ends only when B's recall gives up waiting for its
+	// invalidation: counted, not timed (a loaded machine makes slow
+	// renames without any stall).
+	if n := cb.SlowRecalls() + ca.SlowRecalls(); n > 0 {
+		t.Errorf("%d recalls waited out their bound: A and B waited for each other (slowest pair of renames %v)", n, slowest)
 	}
 }
