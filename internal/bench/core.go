@@ -239,6 +239,9 @@ const (
 	putSyncTCP  = "weft put over TCP (sync mode)"
 	putAsyncTCP = "weft put over TCP (async mode)"
 	getTCP      = "weft get over TCP"
+	// With a base build: weft put and get as processes of each build.
+	putProcess = "weft put (process)"
+	getProcess = "weft get (process)"
 )
 
 func putGetBenchmark() Benchmark {
@@ -367,7 +370,17 @@ func putGetBenchmark() Benchmark {
 			for _, t := range order {
 				out = append(out, *res[t])
 			}
-			if env.BaseWeft != "" {
+			switch {
+			case env.BaseWeft != "" && bin != "":
+				// weft put and get as processes of each build, the
+				// builds' steps interleaved.
+				env.step("base build")
+				base, err := putgetBaseInterleaved(ctx, env, bin, src, dst, size)
+				if err != nil {
+					env.skip("base build", err)
+				}
+				out = append(out, base...)
+			case env.BaseWeft != "":
 				// The library runs in this process: the base build
 				// measures itself, after the others (cp's base column
 				// shows how far the machine drifted meanwhile).

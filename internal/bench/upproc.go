@@ -47,22 +47,38 @@ const (
 // durability) and returns a root client's configuration for it and a
 // function that stops the process (SIGTERM, then SIGKILL if it lingers).
 func startUpProcess(ctx context.Context, bin, dir, durability string) (client.Config, func(), error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	file, stop, err := startUp(ctx, bin, dir, "--durability", durability, "--backend", "disk")
+	if err != nil {
 		return client.Config{}, nil, err
+	}
+	cfg, err := config.Load(file)
+	if err != nil {
+		stop()
+		return client.Config{}, nil, err
+	}
+	return cluster.ClientConfig(cfg, core.Root, nil), stop, nil
+}
+
+// startUp runs `bin up --data dir` with the flags more and returns the
+// cluster file it writes and a function that stops the process. bin may be
+// another build of weft (Options.BaseWeft): nothing of the file is read.
+func startUp(ctx context.Context, bin, dir string, more ...string) (string, func(), error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, err
 	}
 	logPath := dir + ".log"
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return client.Config{}, nil, err
+		return "", nil, err
 	}
-	cmd := exec.Command(bin, "up", "--data", dir, "--durability", durability, "--backend", "disk")
+	cmd := exec.Command(bin, append([]string{"up", "--data", dir}, more...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group: a Ctrl-C at the terminal reaches the benchmark,
 	// which stops the server itself.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return client.Config{}, nil, errs.Wrap(errs.Unavailable, "start weft up", bin, err)
+		return "", nil, errs.Wrap(errs.Unavailable, "start weft up", bin, err)
 	}
 	done := make(chan struct{})
 	var waitErr error
@@ -95,21 +111,16 @@ func startUpProcess(ctx context.Context, bin, dir, durability string) (client.Co
 		}
 		select {
 		case <-done:
-			return client.Config{}, nil, failed("exited")
+			return "", nil, failed("exited")
 		case <-ctx.Done():
 			stopProc()
-			return client.Config{}, nil, ctx.Err()
+			return "", nil, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			stopProc()
-			return client.Config{}, nil, failed("no cluster file after " + upStartTimeout.String())
+			return "", nil, failed("no cluster file after " + upStartTimeout.String())
 		}
 	}
-	cfg, err := config.Load(file)
-	if err != nil {
-		stopProc()
-		return client.Config{}, nil, err
-	}
-	return cluster.ClientConfig(cfg, core.Root, nil), stopProc, nil
+	return file, stopProc, nil
 }
