@@ -114,11 +114,13 @@ func putgetBaseInterleaved(ctx context.Context, env *Env, bin, src, dst string, 
 		}
 		return nil
 	}
-	const name = "/big"
 	for rep := range env.Repeats {
 		order := []*build{builds[rep%2], builds[1-rep%2]}
-		for _, b := range order { // put: the last copy's chunks go first, untimed
-			_ = run(b, "rm", name)
+		// A new name each repeat: this build reclaims a removed file's
+		// chunks in the background (the base removed them inside the
+		// rm), which would run into the next put.
+		name := fmt.Sprintf("/big%d", rep)
+		for _, b := range order {
 			syscall.Sync()
 			t := time.Now()
 			if err := run(b, "put", src, name); err != nil {
