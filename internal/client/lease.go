@@ -119,7 +119,7 @@ type leaseCache struct {
 	// the layer above had invalidated its cache: each is a stall that the
 	// bound ended.
 	slowRecalls atomic.Uint64
-	mu       struct {
+	mu          struct {
 		sync.Mutex
 		held map[LeaseKey]*heldLease
 		// recalled is the latest grant recalled for each key: a reply
