@@ -74,10 +74,17 @@ func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64
 	}()
 	shards := slices.Clone(others)
 	shards[pos] = data
-	parity, err := c.ec.codec.ParityRange(shards, int(n))
+	parity, made, err := c.ec.codec.SendParity(shards, int(n), rpc.GetBuffer)
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		for j, u := range parity {
+			if made[j] {
+				rpc.PutBuffer(u)
+			}
+		}
+	}()
 	stores := sc.Stores(ino, stripe, len(c.stores))
 	written := []int{stores[pos]}
 	for j := range sc.M {
