@@ -93,6 +93,7 @@ type Server struct {
 	cfg     Config
 	backend Backend
 	locks   lockTable
+	undo    *undoTable // bytes keep_old writes replaced (undo.go)
 	m       *metrics
 	log     *slog.Logger
 
@@ -127,7 +128,7 @@ func Open(cfg Config) (*Server, error) {
 		b.Close()
 		return nil, errs.Wrap(errs.Invalid, "open store", "metrics", err)
 	}
-	s := &Server{cfg: cfg, backend: b, m: m, log: cfg.Logger.With("component", "store", "store_id", cfg.ID)}
+	s := &Server{cfg: cfg, backend: b, undo: newUndoTable(time.Now, undoLimit), m: m, log: cfg.Logger.With("component", "store", "store_id", cfg.ID)}
 	id, incomplete := b.Identity()
 	s.incomplete.Store(incomplete)
 	s.log.Info("store open", "backend", cfg.Backend, "dir", cfg.Dir, "chunks", b.ChunkCount(), "id", id, "incomplete", incomplete)
