@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,7 +45,7 @@ func seqioBenchmark() Benchmark {
 				"close, so the disk backend pays for durability and the mem backend does not; read and reread " +
 				"come right after, from whatever the target caches (the page cache for local and tmpfs, as IOZONE " +
 				"measures them). weft runs as the FUSE mount with each backend and through the library with each " +
-				"backend and with RAM mirrored on two mem store servers (replication 2); and with parity across servers (ec:4+1 over five mem store servers). The local disk and tmpfs are always measured. --quick stops at 16 MiB. A file below 16 MiB is measured over enough files to move 16 MiB per sample (16 of 1 MiB, 4 of 4 MiB), each pass over all of them in turn. Median over repeats with min–max.",
+				"backend and with RAM mirrored on two mem store servers (replication 2); and with parity across servers (ec:4+1 over five mem store servers); the library variants run side by side, each repeat measuring each in turn. The local disk and tmpfs are always measured. --quick stops at 16 MiB. A file below 16 MiB is measured over enough files to move 16 MiB per sample (16 of 1 MiB, 4 of 4 MiB), each pass over all of them in turn. Median over repeats with min–max.",
 		},
 		Run:     runSeqio,
 		Tables:  seqioTables,
@@ -92,10 +93,73 @@ func runSeqio(ctx context.Context, env *Env) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	env.eachLibVariant(ctx, libVariants, func(name string, c *client.Client) error {
-		return measure(name, libSeqio(ctx, c))
-	})
+	out = append(out, seqioLibs(ctx, env, sizes, reps)...)
 	return out, nil
+}
+
+// seqioLibs measures the library variants side by side: every variant's
+// cluster runs at once and each repeat measures them in turn, so that
+// their ratios (ec:4+1 against mirrored ×2, the RAM-parity goal) are not
+// those of whatever else loaded a shared machine while one variant ran
+// alone. A variant that fails to start or to run is skipped.
+func seqioLibs(ctx context.Context, env *Env, sizes []int64, reps int) []Result {
+	var out []Result
+	withLibs(ctx, env, libVariants, nil, nil, func(names []string, cs []*client.Client) {
+		failed := make([]bool, len(cs))
+		for _, size := range sizes {
+			res := make([][]Result, len(cs))
+			for v, name := range names {
+				env.step(fmt.Sprintf("%s, %s", name, sizeLabel(float64(size))))
+				res[v] = make([]Result, len(seqioOps))
+				for i, op := range seqioOps {
+					res[v][i] = Result{Bench: "seqio", Case: fmt.Sprintf("%s, %sB", op, sizeLabel(float64(size))), Target: name, Unit: "MB/s", X: float64(size)}
+				}
+			}
+			for r := range reps {
+				for v, c := range cs {
+					if failed[v] {
+						continue
+					}
+					rates, err := seqioOnce(ctx, libSeqio(ctx, c), fmt.Sprintf("seqio-%d", r), size)
+					if err != nil {
+						env.skip(names[v], err)
+						failed[v] = true
+						continue
+					}
+					for i := range res[v] {
+						res[v][i].Samples = append(res[v][i].Samples, rates[i])
+					}
+				}
+			}
+			for v := range cs {
+				if !failed[v] {
+					out = append(out, res[v]...)
+				}
+			}
+		}
+	})
+	return out
+}
+
+// withLibs starts the cluster of each of variants in turn (skipping those
+// that fail) and, with all of them running, calls fn with the names and
+// clients of those that started; then stops them all.
+func withLibs(ctx context.Context, env *Env, variants []libVariant, names []string, cs []*client.Client, fn func([]string, []*client.Client)) {
+	if len(variants) == 0 {
+		fn(names, cs)
+		return
+	}
+	v := variants[0]
+	started := false
+	err := env.withLib(ctx, nil, v.opts, func(c *linkedClient) error {
+		started = true
+		withLibs(ctx, env, variants[1:], append(slices.Clip(names), v.name), append(slices.Clip(cs), c.Client), fn)
+		return nil
+	})
+	if !started {
+		env.skip(v.name, err)
+		withLibs(ctx, env, variants[1:], names, cs, fn)
+	}
 }
 
 // seqioFile is what the benchmark does to an open file.
