@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,17 @@ var seqioOps = []string{"write", "rewrite", "read", "reread"}
 
 // seqioRecord is the size of every read and write call.
 const seqioRecord = 1 << 20
+
+// seqioSampleBytes is the least a sample moves: a size below it is
+// measured over several files, each pass over all of them in turn, so that
+// one sample of a 1 MiB file is not one 5 ms operation on a shared machine
+// (where three such samples gave ratios anywhere between 60% and 200%).
+const seqioSampleBytes = 16 << 20
+
+// seqioFiles is how many files of size one sample uses.
+func seqioFiles(size int64) int {
+	return int(max(1, (seqioSampleBytes+size-1)/size))
+}
 
 func seqioBenchmark() Benchmark {
 	return Benchmark{
@@ -33,7 +45,7 @@ func seqioBenchmark() Benchmark {
 				"close, so the disk backend pays for durability and the mem backend does not; read and reread " +
 				"come right after, from whatever the target caches (the page cache for local and tmpfs, as IOZONE " +
 				"measures them). weft runs as the FUSE mount with each backend and through the library with each " +
-				"backend and with RAM mirrored on two mem store servers (replication 2); and with parity across servers (ec:4+1 over five mem store servers). The local disk and tmpfs are always measured. --quick stops at 16 MiB. Median over repeats with min–max.",
+				"backend and with RAM mirrored on two mem store servers (replication 2); and with parity across servers (ec:4+1 over five mem store servers); the library variants run side by side, each pass going file by file with each file on every variant in turn. The local disk and tmpfs are always measured. --quick stops at 16 MiB. A file below 16 MiB is measured over enough files to move 16 MiB per sample (16 of 1 MiB, 4 of 4 MiB), each pass over all of them in turn. Median over repeats with min–max.",
 		},
 		Run:     runSeqio,
 		Tables:  seqioTables,
@@ -81,10 +93,79 @@ func runSeqio(ctx context.Context, env *Env) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	env.eachLibVariant(ctx, libVariants, func(name string, c *client.Client) error {
-		return measure(name, libSeqio(ctx, c))
-	})
+	out = append(out, seqioLibs(ctx, env, sizes, reps)...)
 	return out, nil
+}
+
+// seqioLibs measures the library variants side by side: every variant's
+// cluster runs at once and each repeat measures them file by file
+// (seqioSideBySide), so that their ratios (ec:4+1 against mirrored ×2,
+// the RAM-parity goal) are not those of whatever else loaded a shared
+// machine while one variant ran alone. A variant that fails to start or to
+// run is skipped.
+func seqioLibs(ctx context.Context, env *Env, sizes []int64, reps int) []Result {
+	var out []Result
+	withLibs(ctx, env, libVariants, nil, nil, func(names []string, cs []*client.Client) {
+		failed := make([]bool, len(cs))
+		for _, size := range sizes {
+			res := make([][]Result, len(cs))
+			for v, name := range names {
+				env.step(fmt.Sprintf("%s, %s", name, sizeLabel(float64(size))))
+				res[v] = make([]Result, len(seqioOps))
+				for i, op := range seqioOps {
+					res[v][i] = Result{Bench: "seqio", Case: fmt.Sprintf("%s, %sB", op, sizeLabel(float64(size))), Target: name, Unit: "MB/s", X: float64(size)}
+				}
+			}
+			for r := range reps {
+				var fss []seqioFS
+				var which []int
+				for v, c := range cs {
+					if !failed[v] {
+						fss = append(fss, libSeqio(ctx, c))
+						which = append(which, v)
+					}
+				}
+				rates, errs := seqioSideBySide(ctx, fss, fmt.Sprintf("seqio-%d", r), size)
+				for k, v := range which {
+					if errs[k] != nil {
+						env.skip(names[v], errs[k])
+						failed[v] = true
+						continue
+					}
+					for i := range res[v] {
+						res[v][i].Samples = append(res[v][i].Samples, rates[k][i])
+					}
+				}
+			}
+			for v := range cs {
+				if !failed[v] {
+					out = append(out, res[v]...)
+				}
+			}
+		}
+	})
+	return out
+}
+
+// withLibs starts the cluster of each of variants in turn (skipping those
+// that fail) and, with all of them running, calls fn with the names and
+// clients of those that started; then stops them all.
+func withLibs(ctx context.Context, env *Env, variants []libVariant, names []string, cs []*client.Client, fn func([]string, []*client.Client)) {
+	if len(variants) == 0 {
+		fn(names, cs)
+		return
+	}
+	v := variants[0]
+	started := false
+	err := env.withLib(ctx, nil, v.opts, func(c *linkedClient) error {
+		started = true
+		withLibs(ctx, env, variants[1:], append(slices.Clip(names), v.name), append(slices.Clip(cs), c.Client), fn)
+		return nil
+	})
+	if !started {
+		env.skip(v.name, err)
+		withLibs(ctx, env, variants[1:], names, cs, fn)
+	}
 }
 
 // seqioFile is what the benchmark does to an open file.
@@ -117,14 +198,30 @@ func libSeqio(ctx context.Context, c *client.Client) seqioFS {
 	}
 }
 
-// seqioOnce writes, rewrites, reads and rereads a file of size bytes and
-// returns the four rates in MB/s.
-func seqioOnce(ctx context.Context, fs seqioFS, name string, size int64) ([]float64, error) {
+// seqioOnce writes, rewrites, reads and rereads files of size bytes
+// (seqioFiles of them, each pass over all) and returns the four rates in
+// MB/s.
+func seqioOnce(ctx context.Context, fs seqioFS, prefix string, size int64) ([]float64, error) {
+	rates, errs := seqioSideBySide(ctx, []seqioFS{fs}, prefix, size)
+	return rates[0], errs[0]
+}
+
+// seqioSideBySide is seqioOnce on each of fss at once: every pass goes
+// file by file, each file on every fs in turn, and each fs's time is its
+// own operations' sum, so that a load spike on a shared machine (a log
+// fsync of another job) lands on all of them alike, not on whichever ran
+// its pass then. An fs whose operation fails gets the error and no rates,
+// and the others go on.
+func seqioSideBySide(ctx context.Context, fss []seqioFS, prefix string, size int64) ([][]float64, []error) {
+	names := make([]string, seqioFiles(size))
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
 	buf := make([]byte, seqioRecord)
 	for i := range buf {
 		buf[i] = byte(i*7 + i>>11)
 	}
-	write := func(flags int) error {
+	write := func(fs seqioFS, name string, flags int) error {
 		f, err := fs.open(name, flags)
 		if err != nil {
 			return err
@@ -143,14 +240,15 @@ func seqioOnce(ctx context.Context, fs seqioFS, name string, size int64) ([]floa
 		}
 		return f.Close()
 	}
-	read := func() error {
+	read := func(fs seqioFS, name string) error {
 		f, err := fs.open(name, os.O_RDONLY)
 		if err != nil {
 			return err
 		}
+		rbuf := make([]byte, seqioRecord)
 		var got int64
 		for {
-			n, err := f.Read(buf)
+			n, err := f.Read(rbuf)
 			got += int64(n)
 			if err == io.EOF {
 				break
@@ -166,24 +264,52 @@ func seqioOnce(ctx context.Context, fs seqioFS, name string, size int64) ([]floa
 		}
 		return f.Close()
 	}
-	steps := []func() error{
-		func() error { return write(os.O_WRONLY | os.O_CREATE | os.O_TRUNC) },
-		func() error { return write(os.O_WRONLY) },
+	steps := []func(seqioFS, string) error{
+		func(fs seqioFS, name string) error { return write(fs, name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC) },
+		func(fs seqioFS, name string) error { return write(fs, name, os.O_WRONLY) },
 		read,
 		read,
 	}
-	rates := make([]float64, len(steps))
+	errs := make([]error, len(fss))
+	spent := make([][]time.Duration, len(fss))
+	for v := range spent {
+		spent[v] = make([]time.Duration, len(steps))
+	}
 	for i, step := range steps {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+		for _, name := range names {
+			for v, fs := range fss {
+				if errs[v] != nil {
+					continue
+				}
+				if err := ctx.Err(); err != nil {
+					errs[v] = err
+					continue
+				}
+				start := time.Now()
+				if err := step(fs, name); err != nil {
+					errs[v] = fmt.Errorf("%s: %w", seqioOps[i], err)
+					continue
+				}
+				spent[v][i] += time.Since(start)
+			}
 		}
-		start := time.Now()
-		if err := step(); err != nil {
-			return nil, fmt.Errorf("%s: %w", seqioOps[i], err)
-		}
-		rates[i] = float64(size) / 1e6 / time.Since(start).Seconds()
 	}
-	return rates, fs.remove(name)
+	rates := make([][]float64, len(fss))
+	for v, fs := range fss {
+		for _, name := range names {
+			if err := fs.remove(name); err != nil && errs[v] == nil {
+				errs[v] = err
+			}
+		}
+		if errs[v] != nil {
+			continue
+		}
+		rates[v] = make([]float64, len(steps))
+		for i, d := range spent[v] {
+			rates[v][i] = float64(size) * float64(len(names)) / 1e6 / d.Seconds()
+		}
+	}
+	return rates, errs
 }
 
 // opOf is "write" of "write, 16MB".

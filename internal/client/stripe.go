@@ -20,8 +20,9 @@ import (
 // parallel: k-1 range reads and 1+m range writes (reconstruct-write, not
 // read-modify-write of the old data and parity: it never depends on the
 // old parity being right, so a stale parity is made whole again by the
-// next write of its range). The data unit's write returns the bytes it
-// replaced, to roll a failed write back (stripewrite.go). An upload
+// next write of its range). The data unit's store keeps the bytes the
+// write replaced until the stripe's writes all succeeded, to roll a failed
+// write back (stripeundo.go). An upload
 // succeeds only when all 1+m writes did; otherwise the file's sticky error
 // is EIO, as with replicas (docs/design.md "Guarantees"), and the units
 // that took the write get their old bytes back. A data unit whose store

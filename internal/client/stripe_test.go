@@ -424,8 +424,8 @@ func TestErasureRepairVerifyFixesStaleParity(t *testing.T) {
 // stripe written in order goes out as one full-stripe write (k+m unit
 // writes, no reads; stripefull.go), and a small write into a written
 // stripe (reconstruct-write, stripe.go) costs k-1 range reads (the other
-// data units; the unit's own old bytes come back with its write, for a
-// rollback) and 1+m range writes.
+// data units; the unit's own old bytes stay on its store for a rollback,
+// stripeundo.go) and 1+m range writes.
 func TestErasureTransfersPerSmallWrite(t *testing.T) {
 	ec := newECCluster(t, "ec:4+1", 5)
 	c := ec.client(ecChunk)

@@ -6,11 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
-	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/rpc"
-	pb "github.com/weftfs/weft/proto/weftpb"
 )
 
 // ErasureStats counts the unit transfers of erasure-coded data since the
@@ -74,10 +71,17 @@ func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64
 	}()
 	shards := slices.Clone(others)
 	shards[pos] = data
-	parity, err := c.ec.codec.ParityRange(shards, int(n))
+	parity, made, err := c.ec.codec.SendParity(shards, int(n), rpc.GetBuffer)
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		for j, u := range parity {
+			if made[j] {
+				rpc.PutBuffer(u)
+			}
+		}
+	}()
 	stores := sc.Stores(ino, stripe, len(c.stores))
 	written := []int{stores[pos]}
 	for j := range sc.M {
@@ -86,12 +90,13 @@ func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64
 	units := make([][]byte, 1+sc.M) // what goes to unit i: the data unit, then the parity units
 	units[0] = data
 	copy(units[1:], parity)
-	old, known, failed := c.writeUnits(ctx, ino, stripe, pos, off, units, durable)
-	defer rpc.PutBuffer(old)
+	undo, failed := c.writeUnits(ctx, ino, stripe, pos, off, units, durable)
+	defer rpc.PutBuffer(undo.old)
 	if failed == nil {
+		c.releaseUndo(ctx, ino, stripe, pos, undo)
 		return written, nil
 	}
-	c.rollBack(ctx, ino, stripe, pos, off, n, others, old, known, failed)
+	c.rollBack(ctx, ino, stripe, pos, off, n, others, undo, failed)
 	for _, err := range failed {
 		if err != nil {
 			return written, err
@@ -101,11 +106,10 @@ func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64
 }
 
 // writeUnits writes units[0] to data unit pos and units[1+j] to parity unit
-// j of stripe, at off, in parallel. It returns the bytes the data unit's
-// range held before (shorter than the range where the unit ended) and
-// whether they are known (swapUnitOn), and nil when all writes succeeded,
-// else each unit's error (nil for those written).
-func (c *Client) writeUnits(ctx context.Context, ino core.Ino, stripe uint64, pos int, off int64, units [][]byte, durable bool) (old []byte, known bool, _ []error) {
+// j of stripe, at off, in parallel. It returns how the data unit's write
+// can be undone (swapUnitOn), and nil when all writes succeeded, else each
+// unit's error (nil for those written).
+func (c *Client) writeUnits(ctx context.Context, ino core.Ino, stripe uint64, pos int, off int64, units [][]byte, durable bool) (undo unitUndo, _ []error) {
 	errs := make([]error, len(units))
 	var wg sync.WaitGroup
 	for i := range units {
@@ -113,7 +117,7 @@ func (c *Client) writeUnits(ctx context.Context, ino core.Ino, stripe uint64, po
 			c.ec.writes.Add(1)
 			idx, s := c.writtenUnit(ino, stripe, pos, i)
 			if i == 0 {
-				old, known, errs[i] = c.swapUnitOn(ctx, ino, idx, s, off, units[i], durable)
+				undo, errs[i] = c.swapUnitOn(ctx, ino, idx, s, off, units[i], durable)
 				return
 			}
 			errs[i] = c.writeUnitOn(ctx, ino, idx, s, off, units[i], durable)
@@ -121,35 +125,9 @@ func (c *Client) writeUnits(ctx context.Context, ino core.Ino, stripe uint64, po
 	}
 	wg.Wait()
 	if slices.IndexFunc(errs, func(err error) bool { return err != nil }) < 0 {
-		return old, known, nil
+		return undo, nil
 	}
-	return old, known, errs
-}
-
-// errSwapRefused is a data unit's write refused before it wrote anything:
-// its store lost chunks and cannot say what the range held.
-var errSwapRefused = errs.New(errs.Lost, "write unit", "the store cannot return the bytes it replaces")
-
-// swapUnitOn writes data at off of unit index on store s and returns the
-// bytes the range held before (known). A store that lost chunks
-// (incomplete) refuses to return them: then the bytes are written without
-// (known false), and a failure of that write is errSwapRefused's.
-func (c *Client) swapUnitOn(ctx context.Context, ino core.Ino, index uint64, s int, off int64, data []byte, durable bool) (old []byte, known bool, _ error) {
-	err := c.withCapability(ctx, ino, auth.Write, func(tok []byte) (err error) {
-		req := &pb.WriteChunkRequest{
-			Chunk: &pb.ChunkID{Ino: uint64(ino), Index: index}, Offset: off,
-			Sync: durable, WriteBehind: !durable && c.cfg.SyncOnClose, Capability: tok, ReturnOld: true,
-		}
-		old, err = c.stores[s].CallData(ctx, pb.MethodWriteChunk, req, data, &pb.WriteChunkReply{})
-		return err
-	})
-	if errs.Is(err, errs.Lost) {
-		if err := c.writeUnitOn(ctx, ino, index, s, off, data, durable); err != nil {
-			return nil, false, errSwapRefused
-		}
-		return nil, false, nil
-	}
-	return old, err == nil, err
+	return undo, errs
 }
 
 // writtenUnit is the chunk index and store of the i-th unit a write of data
@@ -166,7 +144,7 @@ func (c *Client) writtenUnit(ino core.Ino, stripe uint64, pos, i int) (uint64, i
 
 // rollBack makes the stripe's data and parity agree again after a failed
 // write (failed[i]: unit i's error, as writeUnits). When the data unit took
-// the write, it gets its old bytes back (old) and the parity units that
+// the write, it gets its old bytes back (undo) and the parity units that
 // took theirs get the parity of the old bytes. When the data unit's write
 // failed, the parity units that took the write get the parity of whatever
 // the data unit holds now, if its store answers a read; if it does not,
@@ -175,24 +153,23 @@ func (c *Client) writtenUnit(ino core.Ino, stripe uint64, pos, i int) (uint64, i
 // range as before. A unit whose own write failed is left alone: its store
 // did not take the write or is gone (a store that comes back empty is
 // rebuilt). If the rollback fails too, or the data unit's old bytes are
-// unknown (its store had lost chunks), the range's parity may be stale
-// until the next write of the range or weft repair --verify.
-func (c *Client) rollBack(ctx context.Context, ino core.Ino, stripe uint64, pos int, off, n int64, others [][]byte, old []byte, known bool, failed []error) {
+// unknown (its store had lost chunks, or restarted since), the range's
+// parity may be stale until the next write of the range or weft repair
+// --verify.
+func (c *Client) rollBack(ctx context.Context, ino core.Ino, stripe uint64, pos int, off, n int64, others [][]byte, undo unitUndo, failed []error) {
 	sc := c.ec.scheme
 	dataIdx, dataStore := c.writtenUnit(ino, stripe, pos, 0)
 	var cur []byte // what the data unit holds once rolled back
 	switch {
-	case failed[0] == nil && !known:
+	case failed[0] == nil && !undo.known:
 		// The data unit took the write but could not say what it had
 		// (a store that lost chunks): its new bytes stay.
 		c.log.Error("a failed stripe write could not be rolled back: the range's parity may be stale until weft repair --verify",
 			"ino", ino, "stripe", stripe, "off", off)
 		return
 	case failed[0] == nil:
-		cur = make([]byte, n) // zeros where the unit had no bytes
-		copy(cur, old)
-		c.ec.writes.Add(1)
-		if err := c.writeUnitOn(ctx, ino, dataIdx, dataStore, off, cur, false); err != nil {
+		var err error
+		if cur, err = c.undoUnit(ctx, ino, dataIdx, dataStore, off, n, undo); err != nil {
 			c.log.Error("a failed stripe write could not be rolled back: the range's parity may be stale until weft repair --verify",
 				"ino", ino, "stripe", stripe, "unit", dataIdx, "off", off, "err", err)
 			return

@@ -22,7 +22,7 @@ type metrics struct {
 	collectors   []prometheus.Collector
 }
 
-func newMetrics(reg *prometheus.Registry, id int, b Backend, caps *auth.Verifier) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, id int, b Backend, caps *auth.Verifier, undo *undoTable) (*metrics, error) {
 	labels := prometheus.Labels{"store_id": strconv.Itoa(id)}
 	opts := func(name, help string) prometheus.CounterOpts {
 		return prometheus.CounterOpts{Namespace: "weft", Subsystem: "store", Name: name, Help: help, ConstLabels: labels}
@@ -42,6 +42,10 @@ func newMetrics(reg *prometheus.Registry, id int, b Backend, caps *auth.Verifier
 			Namespace: "weft", Subsystem: "store", Name: "chunks",
 			Help: "Chunks stored.", ConstLabels: labels,
 		}, func() float64 { return float64(b.ChunkCount()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "weft", Subsystem: "store", Name: "undo_bytes",
+			Help: "Bytes kept in RAM for erasure-coded writes still to be released or undone (undo.go).", ConstLabels: labels,
+		}, func() float64 { _, n := undo.held(); return float64(n) }),
 	}
 	if caps != nil {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{

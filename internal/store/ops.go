@@ -28,7 +28,11 @@ func (s *Server) WriteChunkData(ctx context.Context, req *weftpb.WriteChunkReque
 		}
 		data = req.GetData()
 	}
-	if req.GetReturnOld() && !req.GetReplace() {
+	switch {
+	case req.GetReplace():
+	case req.GetKeepOld() != 0:
+		return s.keepChunk(ctx, req, data)
+	case req.GetReturnOld():
 		return s.swapChunk(ctx, req, data)
 	}
 	r, err := s.writeChunk(ctx, req, data)
@@ -36,7 +40,7 @@ func (s *Server) WriteChunkData(ctx context.Context, req *weftpb.WriteChunkReque
 }
 
 func (s *Server) writeChunk(ctx context.Context, req *weftpb.WriteChunkRequest, data []byte) (*weftpb.WriteChunkReply, error) {
-	return s.writeChunkThen(ctx, req, data, nil)
+	return s.writeChunkThen(ctx, req, data, nil, nil)
 }
 
 // swapChunk is a write with return_old: the range's bytes before the write
@@ -59,7 +63,7 @@ func (s *Server) swapChunk(ctx context.Context, req *weftpb.WriteChunkRequest, d
 			return s.failed(op, k, err)
 		}
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		release()
 		return nil, rpc.Attachment{}, err
@@ -70,9 +74,9 @@ func (s *Server) swapChunk(ctx context.Context, req *weftpb.WriteChunkRequest, d
 }
 
 // writeChunkThen is writeChunk, with before (if not nil) run under the
-// chunk's lock just before the bytes are written; its error stops the
-// write.
-func (s *Server) writeChunkThen(ctx context.Context, req *weftpb.WriteChunkRequest, data []byte, before func(ChunkKey) error) (*weftpb.WriteChunkReply, error) {
+// chunk's lock just before the bytes are written (its error stops the
+// write), and after (if not nil) under it once they are.
+func (s *Server) writeChunkThen(ctx context.Context, req *weftpb.WriteChunkRequest, data []byte, before func(ChunkKey) error, after func(ChunkKey)) (*weftpb.WriteChunkReply, error) {
 	const op = "write chunk"
 	k, err := chunkKey(op, req.GetChunk())
 	if err != nil {
@@ -111,6 +115,9 @@ func (s *Server) writeChunkThen(ctx context.Context, req *weftpb.WriteChunkReque
 		return nil, s.failed(op, k, err)
 	}
 	s.m.bytesWritten.Add(float64(len(data)))
+	if after != nil {
+		after(k)
+	}
 	return &weftpb.WriteChunkReply{}, nil
 }
 

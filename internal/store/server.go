@@ -93,6 +93,7 @@ type Server struct {
 	cfg     Config
 	backend Backend
 	locks   lockTable
+	undo    *undoTable // bytes keep_old writes replaced (undo.go)
 	m       *metrics
 	log     *slog.Logger
 
@@ -122,12 +123,13 @@ func Open(cfg Config) (*Server, error) {
 		}
 		b = d
 	}
-	m, err := newMetrics(cfg.Registry, cfg.ID, b, cfg.Capabilities)
+	undo := newUndoTable(time.Now, undoLimit)
+	m, err := newMetrics(cfg.Registry, cfg.ID, b, cfg.Capabilities, undo)
 	if err != nil {
 		b.Close()
 		return nil, errs.Wrap(errs.Invalid, "open store", "metrics", err)
 	}
-	s := &Server{cfg: cfg, backend: b, m: m, log: cfg.Logger.With("component", "store", "store_id", cfg.ID)}
+	s := &Server{cfg: cfg, backend: b, undo: undo, m: m, log: cfg.Logger.With("component", "store", "store_id", cfg.ID)}
 	id, incomplete := b.Identity()
 	s.incomplete.Store(incomplete)
 	s.log.Info("store open", "backend", cfg.Backend, "dir", cfg.Dir, "chunks", b.ChunkCount(), "id", id, "incomplete", incomplete)

@@ -63,6 +63,8 @@ const (
 	MethodMarkStoreComplete  = 107 // weft repair: a replacement store is whole again
 	MethodRevokeCapabilities = 108 // meta server: a file's older capabilities are void
 	MethodSyncStore          = 109 // make every chunk written so far durable
+	MethodUndoWrite          = 110 // put back what a keep_old write replaced (a failed stripe write)
+	MethodReleaseUndo        = 111 // one-way: drop what a keep_old write kept
 
 	// 200-209: lease callbacks from a meta server to a client (one-way).
 	MethodLeaseRecall = 200
@@ -88,6 +90,7 @@ var methodNames = map[uint16]string{
 	MethodSyncChunks: "sync_chunks", MethodStoreStatFS: "store_statfs",
 	MethodListChunks: "list_chunks", MethodMarkStoreComplete: "mark_store_complete",
 	MethodRevokeCapabilities: "revoke_capabilities", MethodSyncStore: "sync_store",
+	MethodUndoWrite: "undo_write", MethodReleaseUndo: "release_undo",
 
 	MethodLeaseAcquire: "lease_acquire", MethodLeaseRelease: "lease_release",
 	MethodLeaseRecall: "lease_recall", MethodLeaseStatus: "lease_status", MethodLocate: "locate",

@@ -108,7 +108,19 @@ type WriteChunkRequest struct {
 	// under the same lock, so that the writer can put them back if the
 	// stripe's other writes fail without reading them first. A store that
 	// lost chunks (incomplete) refuses it with errs.Lost and writes nothing.
-	ReturnOld     bool `protobuf:"varint,60,opt,name=return_old,json=returnOld,proto3" json:"return_old,omitempty"`
+	ReturnOld bool `protobuf:"varint,60,opt,name=return_old,json=returnOld,proto3" json:"return_old,omitempty"`
+	// keep_old (erasure-coded writes; non-zero, instead of return_old): the
+	// store keeps the bytes the range held before the write, read under the
+	// same lock, in memory under this id, so that the writer can have them
+	// put back (UndoWrite) if the stripe's other writes fail, without
+	// carrying them back on every write. The writer releases them
+	// (ReleaseUndo) once its stripe's writes succeeded; the store drops them
+	// after a few minutes anyway, and when the chunk changes again they can
+	// no longer be put back. A store with no room left for them answers as
+	// return_old does (old_kept false, the bytes in the attachment). A store
+	// that lost chunks (incomplete) refuses it with errs.Lost and writes
+	// nothing.
+	KeepOld       uint64 `protobuf:"varint,70,opt,name=keep_old,json=keepOld,proto3" json:"keep_old,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -213,10 +225,21 @@ func (x *WriteChunkRequest) GetReturnOld() bool {
 	return false
 }
 
+func (x *WriteChunkRequest) GetKeepOld() uint64 {
+	if x != nil {
+		return x.KeepOld
+	}
+	return 0
+}
+
 type WriteChunkReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// old_found: with return_old, the chunk existed before the write.
-	OldFound      bool `protobuf:"varint,60,opt,name=old_found,json=oldFound,proto3" json:"old_found,omitempty"`
+	// old_found: with return_old or keep_old, the chunk existed before the
+	// write.
+	OldFound bool `protobuf:"varint,60,opt,name=old_found,json=oldFound,proto3" json:"old_found,omitempty"`
+	// old_kept: with keep_old, the store kept the old bytes (nothing is
+	// attached); false: they are the attachment, as with return_old.
+	OldKept       bool `protobuf:"varint,70,opt,name=old_kept,json=oldKept,proto3" json:"old_kept,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -258,6 +281,179 @@ func (x *WriteChunkReply) GetOldFound() bool {
 	return false
 }
 
+func (x *WriteChunkReply) GetOldKept() bool {
+	if x != nil {
+		return x.OldKept
+	}
+	return false
+}
+
+// UndoWriteRequest puts back the bytes a keep_old write of chunk replaced
+// (undo_id: that write's keep_old), if the chunk has not changed since: a
+// stripe write that failed on another unit is rolled back. The reply's
+// attachment carries the bytes put back (short: the range was past the
+// chunk's end and reads as zeros now), for the writer to recompute the
+// parity of the units that took their write. errs.NotExist: nothing to put
+// back (released, expired, the chunk changed since, or the store
+// restarted).
+type UndoWriteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunk         *ChunkID               `protobuf:"bytes,70,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	UndoId        uint64                 `protobuf:"varint,71,opt,name=undo_id,json=undoId,proto3" json:"undo_id,omitempty"`
+	Capability    []byte                 `protobuf:"bytes,72,opt,name=capability,proto3" json:"capability,omitempty"` // write right on the chunk
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UndoWriteRequest) Reset() {
+	*x = UndoWriteRequest{}
+	mi := &file_store_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UndoWriteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UndoWriteRequest) ProtoMessage() {}
+
+func (x *UndoWriteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UndoWriteRequest.ProtoReflect.Descriptor instead.
+func (*UndoWriteRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UndoWriteRequest) GetChunk() *ChunkID {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *UndoWriteRequest) GetUndoId() uint64 {
+	if x != nil {
+		return x.UndoId
+	}
+	return 0
+}
+
+func (x *UndoWriteRequest) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
+}
+
+type UndoWriteReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UndoWriteReply) Reset() {
+	*x = UndoWriteReply{}
+	mi := &file_store_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UndoWriteReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UndoWriteReply) ProtoMessage() {}
+
+func (x *UndoWriteReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UndoWriteReply.ProtoReflect.Descriptor instead.
+func (*UndoWriteReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{4}
+}
+
+// ReleaseUndo (one-way) drops the bytes a keep_old write kept: its stripe
+// was written whole.
+type ReleaseUndo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunk         *ChunkID               `protobuf:"bytes,70,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	UndoId        uint64                 `protobuf:"varint,71,opt,name=undo_id,json=undoId,proto3" json:"undo_id,omitempty"`
+	Capability    []byte                 `protobuf:"bytes,72,opt,name=capability,proto3" json:"capability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseUndo) Reset() {
+	*x = ReleaseUndo{}
+	mi := &file_store_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseUndo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseUndo) ProtoMessage() {}
+
+func (x *ReleaseUndo) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseUndo.ProtoReflect.Descriptor instead.
+func (*ReleaseUndo) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReleaseUndo) GetChunk() *ChunkID {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *ReleaseUndo) GetUndoId() uint64 {
+	if x != nil {
+		return x.UndoId
+	}
+	return 0
+}
+
+func (x *ReleaseUndo) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
+}
+
 // ReadChunkRequest reads up to length bytes at offset. The reply says
 // whether the store holds the chunk at all (found) and the chunk's size as
 // recorded when it was written, so that a reader tells a hole (no replica
@@ -280,7 +476,7 @@ type ReadChunkRequest struct {
 
 func (x *ReadChunkRequest) Reset() {
 	*x = ReadChunkRequest{}
-	mi := &file_store_proto_msgTypes[3]
+	mi := &file_store_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +488,7 @@ func (x *ReadChunkRequest) String() string {
 func (*ReadChunkRequest) ProtoMessage() {}
 
 func (x *ReadChunkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[3]
+	mi := &file_store_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +501,7 @@ func (x *ReadChunkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadChunkRequest.ProtoReflect.Descriptor instead.
 func (*ReadChunkRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{3}
+	return file_store_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReadChunkRequest) GetChunk() *ChunkID {
@@ -355,7 +551,7 @@ type ReadChunkReply struct {
 
 func (x *ReadChunkReply) Reset() {
 	*x = ReadChunkReply{}
-	mi := &file_store_proto_msgTypes[4]
+	mi := &file_store_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +563,7 @@ func (x *ReadChunkReply) String() string {
 func (*ReadChunkReply) ProtoMessage() {}
 
 func (x *ReadChunkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[4]
+	mi := &file_store_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +576,7 @@ func (x *ReadChunkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadChunkReply.ProtoReflect.Descriptor instead.
 func (*ReadChunkReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{4}
+	return file_store_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReadChunkReply) GetData() []byte {
@@ -429,7 +625,7 @@ type TruncateChunkRequest struct {
 
 func (x *TruncateChunkRequest) Reset() {
 	*x = TruncateChunkRequest{}
-	mi := &file_store_proto_msgTypes[5]
+	mi := &file_store_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +637,7 @@ func (x *TruncateChunkRequest) String() string {
 func (*TruncateChunkRequest) ProtoMessage() {}
 
 func (x *TruncateChunkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[5]
+	mi := &file_store_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +650,7 @@ func (x *TruncateChunkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncateChunkRequest.ProtoReflect.Descriptor instead.
 func (*TruncateChunkRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{5}
+	return file_store_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TruncateChunkRequest) GetChunk() *ChunkID {
@@ -493,7 +689,7 @@ type TruncateChunkReply struct {
 
 func (x *TruncateChunkReply) Reset() {
 	*x = TruncateChunkReply{}
-	mi := &file_store_proto_msgTypes[6]
+	mi := &file_store_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +701,7 @@ func (x *TruncateChunkReply) String() string {
 func (*TruncateChunkReply) ProtoMessage() {}
 
 func (x *TruncateChunkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[6]
+	mi := &file_store_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +714,7 @@ func (x *TruncateChunkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncateChunkReply.ProtoReflect.Descriptor instead.
 func (*TruncateChunkReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{6}
+	return file_store_proto_rawDescGZIP(), []int{9}
 }
 
 // DeleteChunksRequest removes every chunk of ino with index >= from; with
@@ -539,7 +735,7 @@ type DeleteChunksRequest struct {
 
 func (x *DeleteChunksRequest) Reset() {
 	*x = DeleteChunksRequest{}
-	mi := &file_store_proto_msgTypes[7]
+	mi := &file_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +747,7 @@ func (x *DeleteChunksRequest) String() string {
 func (*DeleteChunksRequest) ProtoMessage() {}
 
 func (x *DeleteChunksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[7]
+	mi := &file_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +760,7 @@ func (x *DeleteChunksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteChunksRequest.ProtoReflect.Descriptor instead.
 func (*DeleteChunksRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{7}
+	return file_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteChunksRequest) GetIno() uint64 {
@@ -604,7 +800,7 @@ type DeleteChunksReply struct {
 
 func (x *DeleteChunksReply) Reset() {
 	*x = DeleteChunksReply{}
-	mi := &file_store_proto_msgTypes[8]
+	mi := &file_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +812,7 @@ func (x *DeleteChunksReply) String() string {
 func (*DeleteChunksReply) ProtoMessage() {}
 
 func (x *DeleteChunksReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[8]
+	mi := &file_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +825,7 @@ func (x *DeleteChunksReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteChunksReply.ProtoReflect.Descriptor instead.
 func (*DeleteChunksReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{8}
+	return file_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteChunksReply) GetDeleted() uint64 {
@@ -650,7 +846,7 @@ type SyncStoreRequest struct {
 
 func (x *SyncStoreRequest) Reset() {
 	*x = SyncStoreRequest{}
-	mi := &file_store_proto_msgTypes[9]
+	mi := &file_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +858,7 @@ func (x *SyncStoreRequest) String() string {
 func (*SyncStoreRequest) ProtoMessage() {}
 
 func (x *SyncStoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[9]
+	mi := &file_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +871,7 @@ func (x *SyncStoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncStoreRequest.ProtoReflect.Descriptor instead.
 func (*SyncStoreRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{9}
+	return file_store_proto_rawDescGZIP(), []int{12}
 }
 
 // SyncChunksRequest makes every chunk of ino durable on the backend.
@@ -692,7 +888,7 @@ type SyncChunksRequest struct {
 
 func (x *SyncChunksRequest) Reset() {
 	*x = SyncChunksRequest{}
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +900,7 @@ func (x *SyncChunksRequest) String() string {
 func (*SyncChunksRequest) ProtoMessage() {}
 
 func (x *SyncChunksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +913,7 @@ func (x *SyncChunksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncChunksRequest.ProtoReflect.Descriptor instead.
 func (*SyncChunksRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{10}
+	return file_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SyncChunksRequest) GetIno() uint64 {
@@ -742,7 +938,7 @@ type SyncChunksReply struct {
 
 func (x *SyncChunksReply) Reset() {
 	*x = SyncChunksReply{}
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +950,7 @@ func (x *SyncChunksReply) String() string {
 func (*SyncChunksReply) ProtoMessage() {}
 
 func (x *SyncChunksReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +963,7 @@ func (x *SyncChunksReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncChunksReply.ProtoReflect.Descriptor instead.
 func (*SyncChunksReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{11}
+	return file_store_proto_rawDescGZIP(), []int{14}
 }
 
 type StoreStatFSRequest struct {
@@ -781,7 +977,7 @@ type StoreStatFSRequest struct {
 
 func (x *StoreStatFSRequest) Reset() {
 	*x = StoreStatFSRequest{}
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +989,7 @@ func (x *StoreStatFSRequest) String() string {
 func (*StoreStatFSRequest) ProtoMessage() {}
 
 func (x *StoreStatFSRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +1002,7 @@ func (x *StoreStatFSRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatFSRequest.ProtoReflect.Descriptor instead.
 func (*StoreStatFSRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{12}
+	return file_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StoreStatFSRequest) GetWantStored() bool {
@@ -834,7 +1030,7 @@ type StoreStatFSReply struct {
 
 func (x *StoreStatFSReply) Reset() {
 	*x = StoreStatFSReply{}
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +1042,7 @@ func (x *StoreStatFSReply) String() string {
 func (*StoreStatFSReply) ProtoMessage() {}
 
 func (x *StoreStatFSReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +1055,7 @@ func (x *StoreStatFSReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatFSReply.ProtoReflect.Descriptor instead.
 func (*StoreStatFSReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{13}
+	return file_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StoreStatFSReply) GetCapacity() uint64 {
@@ -917,7 +1113,7 @@ type MarkStoreCompleteRequest struct {
 
 func (x *MarkStoreCompleteRequest) Reset() {
 	*x = MarkStoreCompleteRequest{}
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1125,7 @@ func (x *MarkStoreCompleteRequest) String() string {
 func (*MarkStoreCompleteRequest) ProtoMessage() {}
 
 func (x *MarkStoreCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1138,7 @@ func (x *MarkStoreCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkStoreCompleteRequest.ProtoReflect.Descriptor instead.
 func (*MarkStoreCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{14}
+	return file_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MarkStoreCompleteRequest) GetId() string {
@@ -960,7 +1156,7 @@ type MarkStoreCompleteReply struct {
 
 func (x *MarkStoreCompleteReply) Reset() {
 	*x = MarkStoreCompleteReply{}
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1168,7 @@ func (x *MarkStoreCompleteReply) String() string {
 func (*MarkStoreCompleteReply) ProtoMessage() {}
 
 func (x *MarkStoreCompleteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1181,7 @@ func (x *MarkStoreCompleteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkStoreCompleteReply.ProtoReflect.Descriptor instead.
 func (*MarkStoreCompleteReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{15}
+	return file_store_proto_rawDescGZIP(), []int{18}
 }
 
 // LocalIORequest is a request on a store server's same-host socket (a unix
@@ -1013,7 +1209,7 @@ type LocalIORequest struct {
 
 func (x *LocalIORequest) Reset() {
 	*x = LocalIORequest{}
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1221,7 @@ func (x *LocalIORequest) String() string {
 func (*LocalIORequest) ProtoMessage() {}
 
 func (x *LocalIORequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1234,7 @@ func (x *LocalIORequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalIORequest.ProtoReflect.Descriptor instead.
 func (*LocalIORequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{16}
+	return file_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LocalIORequest) GetWrite() bool {
@@ -1115,7 +1311,7 @@ type LocalIOReply struct {
 
 func (x *LocalIOReply) Reset() {
 	*x = LocalIOReply{}
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1323,7 @@ func (x *LocalIOReply) String() string {
 func (*LocalIOReply) ProtoMessage() {}
 
 func (x *LocalIOReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1336,7 @@ func (x *LocalIOReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalIOReply.ProtoReflect.Descriptor instead.
 func (*LocalIOReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{17}
+	return file_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LocalIOReply) GetLength() int64 {
@@ -1200,7 +1396,7 @@ type ListChunksRequest struct {
 
 func (x *ListChunksRequest) Reset() {
 	*x = ListChunksRequest{}
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1408,7 @@ func (x *ListChunksRequest) String() string {
 func (*ListChunksRequest) ProtoMessage() {}
 
 func (x *ListChunksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1421,7 @@ func (x *ListChunksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChunksRequest.ProtoReflect.Descriptor instead.
 func (*ListChunksRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{18}
+	return file_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListChunksRequest) GetAfter() *ChunkID {
@@ -1263,7 +1459,7 @@ type ChunkInfo struct {
 
 func (x *ChunkInfo) Reset() {
 	*x = ChunkInfo{}
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1471,7 @@ func (x *ChunkInfo) String() string {
 func (*ChunkInfo) ProtoMessage() {}
 
 func (x *ChunkInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1484,7 @@ func (x *ChunkInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkInfo.ProtoReflect.Descriptor instead.
 func (*ChunkInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{19}
+	return file_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ChunkInfo) GetChunk() *ChunkID {
@@ -1330,7 +1526,7 @@ type ListChunksReply struct {
 
 func (x *ListChunksReply) Reset() {
 	*x = ListChunksReply{}
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1538,7 @@ func (x *ListChunksReply) String() string {
 func (*ListChunksReply) ProtoMessage() {}
 
 func (x *ListChunksReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1551,7 @@ func (x *ListChunksReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChunksReply.ProtoReflect.Descriptor instead.
 func (*ListChunksReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{20}
+	return file_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListChunksReply) GetChunks() []*ChunkInfo {
@@ -1385,7 +1581,7 @@ type RevokeCapabilitiesRequest struct {
 
 func (x *RevokeCapabilitiesRequest) Reset() {
 	*x = RevokeCapabilitiesRequest{}
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1593,7 @@ func (x *RevokeCapabilitiesRequest) String() string {
 func (*RevokeCapabilitiesRequest) ProtoMessage() {}
 
 func (x *RevokeCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1606,7 @@ func (x *RevokeCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*RevokeCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{21}
+	return file_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RevokeCapabilitiesRequest) GetRevocations() []*Revocation {
@@ -1431,7 +1627,7 @@ type Revocation struct {
 
 func (x *Revocation) Reset() {
 	*x = Revocation{}
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1639,7 @@ func (x *Revocation) String() string {
 func (*Revocation) ProtoMessage() {}
 
 func (x *Revocation) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1652,7 @@ func (x *Revocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revocation.ProtoReflect.Descriptor instead.
 func (*Revocation) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{22}
+	return file_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Revocation) GetIno() uint64 {
@@ -1488,7 +1684,7 @@ type RevokeCapabilitiesReply struct {
 
 func (x *RevokeCapabilitiesReply) Reset() {
 	*x = RevokeCapabilitiesReply{}
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1696,7 @@ func (x *RevokeCapabilitiesReply) String() string {
 func (*RevokeCapabilitiesReply) ProtoMessage() {}
 
 func (x *RevokeCapabilitiesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1709,7 @@ func (x *RevokeCapabilitiesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCapabilitiesReply.ProtoReflect.Descriptor instead.
 func (*RevokeCapabilitiesReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{23}
+	return file_store_proto_rawDescGZIP(), []int{26}
 }
 
 var File_store_proto protoreflect.FileDescriptor
@@ -1523,7 +1719,7 @@ const file_store_proto_rawDesc = "" +
 	"\vstore.proto\x12\aweft.v1\"1\n" +
 	"\aChunkID\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\xbf\x02\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\xda\x02\n" +
 	"\x11WriteChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
@@ -1538,9 +1734,24 @@ const file_store_proto_rawDesc = "" +
 	"capability\x18\t \x01(\fR\n" +
 	"capability\x12\x1d\n" +
 	"\n" +
-	"return_old\x18< \x01(\bR\treturnOld\".\n" +
+	"return_old\x18< \x01(\bR\treturnOld\x12\x19\n" +
+	"\bkeep_old\x18F \x01(\x04R\akeepOld\"I\n" +
 	"\x0fWriteChunkReply\x12\x1b\n" +
-	"\told_found\x18< \x01(\bR\boldFound\"\x8a\x01\n" +
+	"\told_found\x18< \x01(\bR\boldFound\x12\x19\n" +
+	"\bold_kept\x18F \x01(\bR\aoldKept\"s\n" +
+	"\x10UndoWriteRequest\x12&\n" +
+	"\x05chunk\x18F \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x17\n" +
+	"\aundo_id\x18G \x01(\x04R\x06undoId\x12\x1e\n" +
+	"\n" +
+	"capability\x18H \x01(\fR\n" +
+	"capability\"\x10\n" +
+	"\x0eUndoWriteReply\"n\n" +
+	"\vReleaseUndo\x12&\n" +
+	"\x05chunk\x18F \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x17\n" +
+	"\aundo_id\x18G \x01(\x04R\x06undoId\x12\x1e\n" +
+	"\n" +
+	"capability\x18H \x01(\fR\n" +
+	"capability\"\x8a\x01\n" +
 	"\x10ReadChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
@@ -1649,47 +1860,52 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_store_proto_goTypes = []any{
 	(*ChunkID)(nil),                   // 0: weft.v1.ChunkID
 	(*WriteChunkRequest)(nil),         // 1: weft.v1.WriteChunkRequest
 	(*WriteChunkReply)(nil),           // 2: weft.v1.WriteChunkReply
-	(*ReadChunkRequest)(nil),          // 3: weft.v1.ReadChunkRequest
-	(*ReadChunkReply)(nil),            // 4: weft.v1.ReadChunkReply
-	(*TruncateChunkRequest)(nil),      // 5: weft.v1.TruncateChunkRequest
-	(*TruncateChunkReply)(nil),        // 6: weft.v1.TruncateChunkReply
-	(*DeleteChunksRequest)(nil),       // 7: weft.v1.DeleteChunksRequest
-	(*DeleteChunksReply)(nil),         // 8: weft.v1.DeleteChunksReply
-	(*SyncStoreRequest)(nil),          // 9: weft.v1.SyncStoreRequest
-	(*SyncChunksRequest)(nil),         // 10: weft.v1.SyncChunksRequest
-	(*SyncChunksReply)(nil),           // 11: weft.v1.SyncChunksReply
-	(*StoreStatFSRequest)(nil),        // 12: weft.v1.StoreStatFSRequest
-	(*StoreStatFSReply)(nil),          // 13: weft.v1.StoreStatFSReply
-	(*MarkStoreCompleteRequest)(nil),  // 14: weft.v1.MarkStoreCompleteRequest
-	(*MarkStoreCompleteReply)(nil),    // 15: weft.v1.MarkStoreCompleteReply
-	(*LocalIORequest)(nil),            // 16: weft.v1.LocalIORequest
-	(*LocalIOReply)(nil),              // 17: weft.v1.LocalIOReply
-	(*ListChunksRequest)(nil),         // 18: weft.v1.ListChunksRequest
-	(*ChunkInfo)(nil),                 // 19: weft.v1.ChunkInfo
-	(*ListChunksReply)(nil),           // 20: weft.v1.ListChunksReply
-	(*RevokeCapabilitiesRequest)(nil), // 21: weft.v1.RevokeCapabilitiesRequest
-	(*Revocation)(nil),                // 22: weft.v1.Revocation
-	(*RevokeCapabilitiesReply)(nil),   // 23: weft.v1.RevokeCapabilitiesReply
+	(*UndoWriteRequest)(nil),          // 3: weft.v1.UndoWriteRequest
+	(*UndoWriteReply)(nil),            // 4: weft.v1.UndoWriteReply
+	(*ReleaseUndo)(nil),               // 5: weft.v1.ReleaseUndo
+	(*ReadChunkRequest)(nil),          // 6: weft.v1.ReadChunkRequest
+	(*ReadChunkReply)(nil),            // 7: weft.v1.ReadChunkReply
+	(*TruncateChunkRequest)(nil),      // 8: weft.v1.TruncateChunkRequest
+	(*TruncateChunkReply)(nil),        // 9: weft.v1.TruncateChunkReply
+	(*DeleteChunksRequest)(nil),       // 10: weft.v1.DeleteChunksRequest
+	(*DeleteChunksReply)(nil),         // 11: weft.v1.DeleteChunksReply
+	(*SyncStoreRequest)(nil),          // 12: weft.v1.SyncStoreRequest
+	(*SyncChunksRequest)(nil),         // 13: weft.v1.SyncChunksRequest
+	(*SyncChunksReply)(nil),           // 14: weft.v1.SyncChunksReply
+	(*StoreStatFSRequest)(nil),        // 15: weft.v1.StoreStatFSRequest
+	(*StoreStatFSReply)(nil),          // 16: weft.v1.StoreStatFSReply
+	(*MarkStoreCompleteRequest)(nil),  // 17: weft.v1.MarkStoreCompleteRequest
+	(*MarkStoreCompleteReply)(nil),    // 18: weft.v1.MarkStoreCompleteReply
+	(*LocalIORequest)(nil),            // 19: weft.v1.LocalIORequest
+	(*LocalIOReply)(nil),              // 20: weft.v1.LocalIOReply
+	(*ListChunksRequest)(nil),         // 21: weft.v1.ListChunksRequest
+	(*ChunkInfo)(nil),                 // 22: weft.v1.ChunkInfo
+	(*ListChunksReply)(nil),           // 23: weft.v1.ListChunksReply
+	(*RevokeCapabilitiesRequest)(nil), // 24: weft.v1.RevokeCapabilitiesRequest
+	(*Revocation)(nil),                // 25: weft.v1.Revocation
+	(*RevokeCapabilitiesReply)(nil),   // 26: weft.v1.RevokeCapabilitiesReply
 }
 var file_store_proto_depIdxs = []int32{
 	0,  // 0: weft.v1.WriteChunkRequest.chunk:type_name -> weft.v1.ChunkID
-	0,  // 1: weft.v1.ReadChunkRequest.chunk:type_name -> weft.v1.ChunkID
-	0,  // 2: weft.v1.TruncateChunkRequest.chunk:type_name -> weft.v1.ChunkID
-	0,  // 3: weft.v1.LocalIORequest.chunk:type_name -> weft.v1.ChunkID
-	0,  // 4: weft.v1.ListChunksRequest.after:type_name -> weft.v1.ChunkID
-	0,  // 5: weft.v1.ChunkInfo.chunk:type_name -> weft.v1.ChunkID
-	19, // 6: weft.v1.ListChunksReply.chunks:type_name -> weft.v1.ChunkInfo
-	22, // 7: weft.v1.RevokeCapabilitiesRequest.revocations:type_name -> weft.v1.Revocation
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	0,  // 1: weft.v1.UndoWriteRequest.chunk:type_name -> weft.v1.ChunkID
+	0,  // 2: weft.v1.ReleaseUndo.chunk:type_name -> weft.v1.ChunkID
+	0,  // 3: weft.v1.ReadChunkRequest.chunk:type_name -> weft.v1.ChunkID
+	0,  // 4: weft.v1.TruncateChunkRequest.chunk:type_name -> weft.v1.ChunkID
+	0,  // 5: weft.v1.LocalIORequest.chunk:type_name -> weft.v1.ChunkID
+	0,  // 6: weft.v1.ListChunksRequest.after:type_name -> weft.v1.ChunkID
+	0,  // 7: weft.v1.ChunkInfo.chunk:type_name -> weft.v1.ChunkID
+	22, // 8: weft.v1.ListChunksReply.chunks:type_name -> weft.v1.ChunkInfo
+	25, // 9: weft.v1.RevokeCapabilitiesRequest.revocations:type_name -> weft.v1.Revocation
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -1703,7 +1919,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

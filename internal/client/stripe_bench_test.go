@@ -1,0 +1,97 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/weftfs/weft/internal/client"
+)
+
+// BenchmarkSeqioRatio is BenchmarkSeqio's pattern (1 MiB records, fsync
+// and close after each pass, 4 MiB chunks: files of 1 and 4 MiB are
+// partial ec:4+1 stripes) with replicas:2 and ec:4+1 side by side, file by
+// file, so that both see the same load on a shared machine, and with the
+// read pass too. It reports each mode's median MB/s over the b.N files and
+// the ratio of the medians (ec:4+1 / replicas:2) per pass.
+func BenchmarkSeqioRatio(b *testing.B) {
+	for _, size := range []int64{1 << 20, 4 << 20} {
+		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
+			clients := []*client.Client{
+				newECCluster(b, "replicas:2", 5).client(4 << 20),
+				newECCluster(b, "ec:4+1", 5).client(4 << 20),
+			}
+			ctx := context.Background()
+			rec := make([]byte, 1<<20)
+			for i := range rec {
+				rec[i] = byte(i * 7)
+			}
+			write := func(c *client.Client, name string, flags int) {
+				f, err := c.Open(ctx, name, flags, 0o644)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for done := int64(0); done < size; done += int64(len(rec)) {
+					if _, err := f.Write(rec); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := f.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			read := func(c *client.Client, name string) {
+				f, err := c.Open(ctx, name, os.O_RDONLY, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, err := io.Copy(io.Discard, f)
+				if err != nil || n != size {
+					b.Fatalf("read %d bytes (%v), want %d", n, err, size)
+				}
+				f.Close()
+			}
+			passes := []string{"write", "rewrite", "read"}
+			rates := make([][][]float64, len(clients)) // [mode][pass][file]
+			for m := range rates {
+				rates[m] = make([][]float64, len(passes))
+			}
+			timed := func(m, p int, f func()) {
+				start := time.Now()
+				f()
+				rates[m][p] = append(rates[m][p], float64(size)/1e6/time.Since(start).Seconds())
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				name := fmt.Sprintf("/f%d", i)
+				for m, c := range clients {
+					timed(m, 0, func() { write(c, name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC) })
+					timed(m, 1, func() { write(c, name, os.O_WRONLY) })
+					timed(m, 2, func() { read(c, name) })
+					if err := c.Unlink(ctx, name); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.StopTimer()
+			median := func(xs []float64) float64 {
+				s := slices.Clone(xs)
+				slices.Sort(s)
+				return s[len(s)/2]
+			}
+			for p, pass := range passes {
+				rep, ec := median(rates[0][p]), median(rates[1][p])
+				b.ReportMetric(rep, pass+"-rep-MB/s")
+				b.ReportMetric(ec, pass+"-ec-MB/s")
+				b.ReportMetric(ec/rep, pass+"-ratio")
+			}
+		})
+	}
+}
