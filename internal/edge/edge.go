@@ -37,6 +37,11 @@ type Config struct {
 	// serves its clients with it (security.go).
 	IdentityDir string
 	Log         *slog.Logger
+
+	// ignoreRecalls breaks the edge on purpose, for the test that shows
+	// the two-site history check can fail (export_test.go): an upstream
+	// recall is released at once, with nothing dropped or recalled here.
+	ignoreRecalls bool
 }
 
 // Server is a running edge server.

@@ -57,6 +57,8 @@ type upstream struct {
 	// leases of the connection a change comes on.
 	deleg  *rpc.Peer
 	grants *lease.Service
+	// ignoreRecalls: Config.ignoreRecalls (a broken edge, for a test).
+	ignoreRecalls bool
 
 	mu struct {
 		sync.Mutex
@@ -100,7 +102,7 @@ const recalledKeep = 2 * acquireWait
 
 func newUpstream(s *Server, index int, addr string, session, wsession uint64, cfg Config) *upstream {
 	u := &upstream{index: index, servers: len(cfg.Upstream.Meta), session: session, wsession: wsession,
-		log: cfg.Log.With("meta", index), term: cfg.Term, edge: s}
+		log: cfg.Log.With("meta", index), term: cfg.Term, edge: s, ignoreRecalls: cfg.ignoreRecalls}
 	u.fwd = rpc.NewPeer(addr, cfg.Dial)
 	cacheOpts := cfg.Dial
 	cacheOpts.Mux = u.recallMux()
@@ -309,6 +311,18 @@ func (u *upstream) recallMux() *rpc.Mux {
 func (u *upstream) recalled(session uint64, inos, seqs []uint64) {
 	if session != u.session && session != u.wsession || len(inos) != len(seqs) {
 		u.log.Warn("lease recall for another session, or keys and grants that do not match; ignored", "session", session)
+		return
+	}
+	if u.ignoreRecalls {
+		peer := u.cache
+		if session == u.wsession {
+			peer = u.deleg
+		}
+		u.edge.spawn(func() {
+			ctx, cancel := context.WithTimeout(u.edge.life, releaseTimeout)
+			defer cancel()
+			_ = peer.Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: session, Keys: inos, Seqs: seqs})
+		})
 		return
 	}
 	keys := make([]lease.Key, len(inos))
