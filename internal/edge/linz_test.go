@@ -22,13 +22,13 @@ import (
 
 // Two sites share a namespace, checked with the linearizability checker
 // of the leases issue (internal/linz): two edge servers in front of one
-// upstream cluster, a client of each (write-back clients: their write
-// leases are the edges' delegated ones) and a client of the upstream do
+// upstream cluster, a client of each and a client of the upstream do
 // random metadata operations on a few names at once, and the history must
 // have a legal sequential order.
 //
 //	WEFT_LINZ_DURATION    how long the workload runs (default 3s; make
 //	                      linz: 60s)
+//	WEFT_LINZ_WRITEBACK   run TestLinzTwoSitesWriteBack too (make linz)
 //	WEFT_LINZ_SEED        the workload's seed (printed by every run)
 //	WEFT_LINZ_CHECK_TIME  how long the checker may take (default 1m)
 
@@ -216,15 +216,33 @@ var sitesMix = func() linz.Mix {
 	return m
 }()
 
-var writeBackSites = os.Getenv("WB") != ""
-
 // TestLinzTwoSites: concurrent creates, renames, unlinks, chmods, stats,
-// listings and writes+closes from a write-back client of each of two
-// edges and a client of the upstream form a linearizable history.
-func TestLinzTwoSites(t *testing.T) {
+// listings and writes+closes from a client of each of two edges and a
+// client of the upstream form a linearizable history. The edges answer
+// lookups, stats and listings from their caches, under their upstream
+// leases.
+func TestLinzTwoSites(t *testing.T) { runTwoSites(t, false) }
+
+// TestLinzTwoSitesWriteBack is TestLinzTwoSites with write-back clients at
+// the edges: they take the edges' delegated write leases and complete
+// their changes under them. It runs when WEFT_LINZ_WRITEBACK is set (make
+// linz sets it): the client library's write-back loses a recall that
+// comes while it takes its write lease on the second meta server, and
+// the history is then illegal in most runs (docs/design.md, "Two sites,
+// checked").
+func TestLinzTwoSitesWriteBack(t *testing.T) {
+	if os.Getenv("WEFT_LINZ_WRITEBACK") == "" {
+		t.Skip("the client's write-back loses a recall that races its grant; WEFT_LINZ_WRITEBACK=1 runs it")
+	}
+	runTwoSites(t, true)
+}
+
+// runTwoSites runs the random workload on two edges of one upstream, with
+// edge clients in write-back mode or not, and checks its history.
+func runTwoSites(t *testing.T, writeBack bool) {
 	p := twoSitesUpstream(t, 0)
-	a := siteClient(t, startEdge(t, p.ClusterFile()).cfg, writeBackSites)
-	b := siteClient(t, startEdge(t, p.ClusterFile()).cfg, writeBackSites)
+	a := siteClient(t, startEdge(t, p.ClusterFile()).cfg, writeBack)
+	b := siteClient(t, startEdge(t, p.ClusterFile()).cfg, writeBack)
 	direct := siteClient(t, p.Config(), false)
 	r := newSitesRun(t, a, b, direct)
 	r.Start()
@@ -242,7 +260,7 @@ func TestLinzTwoSitesCatchesIgnoredRecall(t *testing.T) {
 	// the stats before the rename to the one after it, however slow the
 	// machine.
 	p := twoSitesUpstream(t, 20*time.Second)
-	a := siteClient(t, startEdge(t, p.ClusterFile()).cfg, true)
+	a := siteClient(t, startEdge(t, p.ClusterFile()).cfg, false)
 	cfg := edge.Config{Upstream: p.Config(), Listen: "127.0.0.1:0"}
 	edge.IgnoreRecalls(&cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -252,7 +270,7 @@ func TestLinzTwoSitesCatchesIgnoredRecall(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { broken.Close() })
-	b := siteClient(t, broken.Cluster(), true)
+	b := siteClient(t, broken.Cluster(), false)
 	direct := siteClient(t, p.Config(), false)
 	r := newSitesRun(t, a, b, direct)
 	stale, writer := r.Workers[1], r.Workers[2]

@@ -357,7 +357,21 @@ func (u *upstream) recalled(session uint64, inos, seqs []uint64) {
 	// A recall of a lease the edge has since replaced by a newer one (a
 	// read lease's, overtaken by the write lease's grant) recalls no
 	// client: their grants rest on the newer one.
-	groups := u.spareLocked(down)
+	var groups map[lease.Holder][]lease.Key
+	if session == u.wsession {
+		// A write lease is recalled from every client, the one with a
+		// change in flight too: the recall may be for another site's
+		// change that reads what the holder has queued (an unlink that
+		// would find nothing, an exclusive create), and sparing the
+		// holder let that change run before the queue reached the
+		// upstream (linz_test.go found it). The holder needs no sparing:
+		// it answers by sending its queue, which goes on deleg while
+		// wpending counts the key, and its own change in flight there
+		// takes no lease of the edge.
+		groups = map[lease.Holder][]lease.Key{nil: down}
+	} else {
+		groups = u.spareLocked(down)
+	}
 	u.mu.Unlock()
 	peer := u.cache
 	if session == u.wsession {
