@@ -313,6 +313,9 @@ func (u *upstream) recalled(session uint64, inos, seqs []uint64) {
 		u.log.Warn("lease recall for another session, or keys and grants that do not match; ignored", "session", session)
 		return
 	}
+	if session == u.wsession {
+		u.edge.metrics.writeRecalled.Add(float64(len(inos)))
+	}
 	if u.ignoreRecalls {
 		peer := u.cache
 		if session == u.wsession {
