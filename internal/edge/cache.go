@@ -61,6 +61,9 @@ func (u *upstream) cachedRead(ctx context.Context, method uint16, msg []byte) ([
 	hs, leased := u.ensure(ctx, keys, minCacheTrust, false)
 	sent := time.Now()
 	resp, _, err := u.forward(ctx, method, msg, nil)
+	if err == nil {
+		u.edge.dirs.noteDirs(method, resp)
+	}
 	if err != nil || !leased {
 		return resp, err
 	}

@@ -41,15 +41,21 @@ import (
 // told was done (fsync included), and a write lease the dead edge held
 // upstream ends with its term there.
 
-// delegable are the changes whose request names every lease key on the
-// receiving server that the change writes (writeKeys): the parent whose
-// entries they change and the node whose record they change. Unlink,
-// rmdir, rename and link may write records their requests do not name (a
-// hard-linked file's record, a moved directory's parent): they go on fwd.
+// delegable are the changes whose request names every delegated lease key
+// on the receiving server that the change writes (writeKeys): the parent
+// whose entries they change and the node whose record they change. The
+// edge delegates write leases on directories only (dirs.go), so a change
+// that may also write a file's own record (an unlink of a hard-linked
+// file, or of one with xattrs; a link) names every delegated key it
+// writes. Rmdir and rename may write a directory's record their requests
+// do not name (the removed or replaced directory's, a moved directory's
+// ".."), which may be delegated to another client (one with creates
+// queued in it): they go on fwd, where the upstream recalls it.
 var delegable = map[uint16]bool{
 	weftpb.MethodCreate: true, weftpb.MethodMkdir: true, weftpb.MethodSymlink: true,
 	weftpb.MethodSetAttr: true, weftpb.MethodCommit: true, weftpb.MethodOpen: true,
 	weftpb.MethodSetXattr: true, weftpb.MethodRemoveXattr: true, weftpb.MethodApplyBatch: true,
+	weftpb.MethodUnlink: true, weftpb.MethodLink: true,
 }
 
 // route returns the connection a change naming keys goes upstream on, and

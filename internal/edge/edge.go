@@ -61,10 +61,11 @@ type Server struct {
 	stop    context.CancelFunc
 	reg     *prometheus.Registry
 	metrics *metrics
+	dirs    dirSet // directories seen in replies: the keys write leases are delegated on
 	// metricsSrv serves reg at metricsAddr, if Config.MetricsAddr is set.
 	metricsSrv  *http.Server
 	metricsAddr string
-	bg      struct {
+	bg          struct {
 		sync.Mutex
 		closed bool
 		wg     sync.WaitGroup // recalls in progress

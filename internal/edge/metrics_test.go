@@ -12,9 +12,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/edge"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/internal/waitfor"
+	"github.com/weftfs/weft/proto/weftpb"
 )
 
 // metricValue is the value of the metric name in reg (0 if absent).
@@ -135,5 +139,115 @@ func TestEdgeDelegationMetrics(t *testing.T) {
 	}
 	if !strings.Contains(string(body), "weft_edge_delegated_changes_total") {
 		t.Errorf("GET /metrics does not list weft_edge_delegated_changes_total:\n%.2000s", body)
+	}
+}
+
+// TestEdgeDelegatesUnlink: a write-back client's unlink that goes to the
+// servers (a hard-linked file's) in its delegated directory is sent
+// upstream under the edge's write lease: the upstream recalls nothing
+// from the edge, and the client keeps its lease (its next create is
+// queued again). And the edge delegates write leases on directories only:
+// asked for one on a file, it grants none.
+func TestEdgeDelegatesUnlink(t *testing.T) {
+	p := startUpstream(t, 1)
+	ctx := testCtx(t, 60*time.Second)
+	e, err := edge.Start(ctx, edge.Config{Upstream: p.Config(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	reg := e.Registry()
+	direct := newClient(t, p.Config())
+	if err := direct.Mkdir(ctx, "/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(ctx, direct, "/d/h"); err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.Link(ctx, "/d/h", "/d/h2"); err != nil {
+		t.Fatal(err)
+	}
+	w := writeBackClient(t, e.Cluster())
+	d, err := w.Stat(ctx, "/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(name string) {
+		t.Helper()
+		f, err := w.CreateAt(ctx, d.Ino, name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// queued reports whether name is in w's queue only (the upstream
+	// does not have it yet).
+	queued := func(name string) bool {
+		_, err := direct.LookupAt(ctx, d.Ino, name)
+		return errs.Is(err, errs.NotExist)
+	}
+	create("before")
+	if !queued("before") {
+		t.Fatal("the write-back client's create went upstream at once: the edge delegated no write lease")
+	}
+	recalled := metricValue(t, reg, "weft_edge_write_leases_recalled_total")
+	changes := metricValue(t, reg, "weft_edge_delegated_changes_total")
+	if err := w.UnlinkAt(ctx, d.Ino, "h2"); err != nil {
+		t.Fatal(err)
+	}
+	if v := metricValue(t, reg, "weft_edge_delegated_changes_total"); v <= changes {
+		t.Errorf("weft_edge_delegated_changes_total = %v after the unlink; want more than %v: it did not go under the delegated lease", v, changes)
+	}
+	if v := metricValue(t, reg, "weft_edge_write_leases_recalled_total"); v != recalled {
+		t.Errorf("weft_edge_write_leases_recalled_total went from %v to %v: the unlink recalled the edge's write lease upstream", recalled, v)
+	}
+	if _, err := w.LinkAt(ctx, client.Ref{Ino: d.Ino}, d.Ino, "h3"); err == nil {
+		t.Fatal("a link of a directory succeeded")
+	}
+	h, err := w.LookupAt(ctx, d.Ino, "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.LinkAt(ctx, client.Ref{Ino: h.Ino, Parent: d.Ino, Name: "h"}, d.Ino, "h3"); err != nil {
+		t.Fatal(err)
+	}
+	if v := metricValue(t, reg, "weft_edge_write_leases_recalled_total"); v != recalled {
+		t.Errorf("weft_edge_write_leases_recalled_total went from %v to %v: the link recalled the edge's write lease upstream", recalled, v)
+	}
+	if err := w.UnlinkAt(ctx, d.Ino, "h3"); err != nil {
+		t.Fatal(err)
+	}
+	create("after")
+	if !queued("after") {
+		t.Error("the create after the unlink went upstream at once: the client lost its write lease")
+	}
+	if _, err := direct.LookupAt(ctx, d.Ino, "h2"); !errs.Is(err, errs.NotExist) {
+		t.Errorf("h2 after its unlink through the edge: %v; want NotExist", err)
+	}
+	a, err := direct.LookupAt(ctx, d.Ino, "h")
+	if err != nil || a.Nlink != 1 {
+		t.Errorf("h after the unlink of its other link: nlink %d, %v; want 1", a.Nlink, err)
+	}
+	if err := w.SyncDir(ctx, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"before", "after"} {
+		if _, err := direct.LookupAt(ctx, d.Ino, name); err != nil {
+			t.Errorf("%s after the fsync: %v", name, err)
+		}
+	}
+
+	// A write lease on a file's key: refused.
+	peer := rpc.NewPeer(e.Cluster().Meta[0].Addr, rpc.DialOptions{})
+	t.Cleanup(func() { peer.Close() })
+	var reply weftpb.LeaseAcquireReply
+	if err := peer.Call(ctx, weftpb.MethodLeaseAcquire, &weftpb.LeaseAcquireRequest{
+		Session: 42, Mode: weftpb.LeaseMode_LEASE_WRITE, Keys: []uint64{uint64(a.Ino)}}, &reply); err != nil {
+		t.Fatal(err)
+	}
+	if len(reply.Granted) != 0 {
+		t.Errorf("the edge granted a write lease on a file's key: %v", &reply)
 	}
 }
