@@ -273,6 +273,7 @@ func TestLinzTwoSitesCatchesIgnoredRecall(t *testing.T) {
 	b := siteClient(t, broken.Cluster(), false)
 	direct := siteClient(t, p.Config(), false)
 	r := newSitesRun(t, a, b, direct)
+	r.SaveIn = t.TempDir() // the violation is expected
 	stale, writer := r.Workers[1], r.Workers[2]
 	writer.Create(0)
 	for range 3 { // the first caches the lookups at the edge, the others hit

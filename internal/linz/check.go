@@ -18,14 +18,20 @@ import (
 // got stuck and the shortest illegal prefix of the history.
 func Check(tb testing.TB, ops []porcupine.Operation, timeout time.Duration) porcupine.CheckResult {
 	tb.Helper()
+	return checkIn(tb, "", ops, timeout)
+}
+
+// checkIn is Check, saving in dir ("": the system's temporary directory).
+func checkIn(tb testing.TB, dir string, ops []porcupine.Operation, timeout time.Duration) porcupine.CheckResult {
+	tb.Helper()
 	res, info := porcupine.CheckOperationsVerbose(Model, ops, timeout)
 	if res == porcupine.Ok {
 		return res
 	}
-	if name, err := SaveOps(ops); err == nil {
+	if name, err := saveOpsIn(dir, ops); err == nil {
 		tb.Logf("history saved in %s (WEFT_LINZ_REPLAY=%s checks it again)", name, name)
 	}
-	f, err := os.CreateTemp("", "weft-linz-*.html")
+	f, err := os.CreateTemp(dir, "weft-linz-*.html")
 	if err == nil {
 		if err := porcupine.Visualize(Model, info, f); err == nil {
 			tb.Logf("history checker: %s; visualization in %s", res, f.Name())
@@ -164,8 +170,10 @@ type record struct {
 
 // SaveOps writes ops to a temporary file, one JSON record a line, and
 // returns its name.
-func SaveOps(ops []porcupine.Operation) (string, error) {
-	f, err := os.CreateTemp("", "weft-linz-*.jsonl")
+func SaveOps(ops []porcupine.Operation) (string, error) { return saveOpsIn("", ops) }
+
+func saveOpsIn(dir string, ops []porcupine.Operation) (string, error) {
+	f, err := os.CreateTemp(dir, "weft-linz-*.jsonl")
 	if err != nil {
 		return "", err
 	}

@@ -20,6 +20,11 @@ const EndWait = 30 * time.Second
 type Run struct {
 	H       *History
 	Workers []*Worker
+	// SaveIn is where a failed check saves the history and its
+	// visualization ("": the system's temporary directory, kept for a
+	// person to read). A test that expects a violation sets its own
+	// temporary directory.
+	SaveIn  string
 	stop    chan struct{}
 	stopped sync.Once
 	done    sync.WaitGroup
@@ -110,7 +115,7 @@ func (r *Run) Check(tb testing.TB) porcupine.CheckResult {
 			tb.Logf("client %d: %d closes failed after another client removed the file, first: %s", w.ID, len(w.LostCloses), w.LostCloses[0])
 		}
 	}
-	return Check(tb, ops, CheckTime(tb))
+	return checkIn(tb, r.SaveIn, ops, CheckTime(tb))
 }
 
 // RequireLinearizable checks r's history and fails tb unless it is
