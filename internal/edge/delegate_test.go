@@ -51,11 +51,6 @@ func TestEdgeDelegatesWriteLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The edge delegates write leases on what it has seen to be a
-	// directory (a write-back client reads its attributes first).
-	if _, err := newClient(t, e.cfg).Stat(ctx, "/d"); err != nil {
-		t.Fatal(err)
-	}
 	recalls := make(chan *weftpb.LeaseRecallRequest, 16)
 	mux := rpc.NewMux()
 	rpc.HandleOneWay(mux, weftpb.MethodLeaseRecall, func(_ context.Context, req *weftpb.LeaseRecallRequest) {

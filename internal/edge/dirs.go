@@ -9,18 +9,17 @@ import (
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
-// The edge delegates write leases on directories only (a write-back
-// client asks for no other), and so knows which records a change may
-// write under a delegated key (delegate.go): an unlink or link may write a
-// file's own record, which its request does not always name, but no
-// delegated key is a file's. A key is known to be a directory once a
-// reply that passed through the edge said so (a write-back client reads
-// the directory's attributes before it asks for the lease); inode numbers
-// are never reused, so it stays one.
+// An unlink or link may write a file's own record, which its request does
+// not always name (delegate.go): it goes upstream under the edge's write
+// leases only while they are all on directories (a write-back client asks
+// for no other). A key is known to be a directory once a reply that
+// passed through the edge said so (a write-back client reads the
+// directory's attributes before it asks for the lease); inode numbers are
+// never reused, so it stays one.
 
 // maxDirs bounds the directories the edge remembers; past it, it forgets
-// them all (a write lease on one then waits for its attributes to pass
-// again: the client works without write-back meanwhile).
+// them all (an unlink under a delegated lease then goes on fwd until the
+// directories' attributes pass again).
 const maxDirs = 1 << 20
 
 // dirSet is the inode numbers of directories seen in replies.

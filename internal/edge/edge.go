@@ -61,7 +61,7 @@ type Server struct {
 	stop    context.CancelFunc
 	reg     *prometheus.Registry
 	metrics *metrics
-	dirs    dirSet // directories seen in replies: the keys write leases are delegated on
+	dirs    dirSet // directories seen in replies (dirs.go)
 	// metricsSrv serves reg at metricsAddr, if Config.MetricsAddr is set.
 	metricsSrv  *http.Server
 	metricsAddr string

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/lease"
 	"github.com/weftfs/weft/proto/weftpb"
@@ -28,16 +27,6 @@ func (u *upstream) grant(ctx context.Context, req *weftpb.LeaseAcquireRequest) (
 		return &weftpb.LeaseAcquireReply{}, nil
 	}
 	keys := keysOf(req.Keys)
-	if write {
-		for _, k := range keys {
-			if !u.edge.dirs.has(core.Ino(k)) {
-				// Not known as a directory: delegated changes could
-				// then write a delegated key they do not name
-				// (dirs.go). The client works without the lease.
-				return &weftpb.LeaseAcquireReply{}, nil
-			}
-		}
-	}
 	hs, ok := u.ensure(ctx, keys, u.term+renewMargin, write)
 	if !ok {
 		return &weftpb.LeaseAcquireReply{}, nil

@@ -150,11 +150,13 @@ func TestEdgeDelegationMetrics(t *testing.T) {
 }
 
 // TestEdgeDelegatesUnlink: a write-back client's unlink that goes to the
-// servers (a hard-linked file's) in its delegated directory is sent
-// upstream under the edge's write lease: the upstream recalls nothing
-// from the edge, and the client keeps its lease (its next create is
-// queued again). And the edge delegates write leases on directories only:
-// asked for one on a file, it grants none.
+// servers (a hard-linked file's) in its delegated directory, and a link
+// there, are sent upstream under the edge's write lease: the upstream
+// recalls nothing from the edge, and the client keeps its lease (its next
+// create is queued again). But once the edge holds a write lease on a
+// file (any client may ask for one), an unlink may write a delegated key
+// it does not name, and goes upstream as before, recalling the edge's
+// leases.
 func TestEdgeDelegatesUnlink(t *testing.T) {
 	p := startUpstream(t, 1)
 	ctx := testCtx(t, 60*time.Second)
@@ -257,15 +259,34 @@ func TestEdgeDelegatesUnlink(t *testing.T) {
 		}
 	}
 
-	// A write lease on a file's key: refused.
-	peer := rpc.NewPeer(e.Cluster().Meta[0].Addr, rpc.DialOptions{})
+	// A write lease on h's key (h has two names again), held by a
+	// client that answers recalls at once.
+	if _, err := w.LinkAt(ctx, client.Ref{Ino: h.Ino, Parent: d.Ino, Name: "h"}, d.Ino, "h4"); err != nil {
+		t.Fatal(err)
+	}
+	mux := rpc.NewMux()
+	var peer *rpc.Peer
+	rpc.HandleOneWay(mux, weftpb.MethodLeaseRecall, func(ctx context.Context, req *weftpb.LeaseRecallRequest) {
+		_ = peer.Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: req.Session, Keys: req.Keys, Seqs: req.Seqs})
+	})
+	peer = rpc.NewPeer(e.Cluster().Meta[0].Addr, rpc.DialOptions{Mux: mux})
 	t.Cleanup(func() { peer.Close() })
 	var reply weftpb.LeaseAcquireReply
 	if err := peer.Call(ctx, weftpb.MethodLeaseAcquire, &weftpb.LeaseAcquireRequest{
-		Session: 42, Mode: weftpb.LeaseMode_LEASE_WRITE, Keys: []uint64{uint64(a.Ino)}}, &reply); err != nil {
+		Session: 42, Mode: weftpb.LeaseMode_LEASE_WRITE, Keys: []uint64{uint64(h.Ino)}}, &reply); err != nil {
 		t.Fatal(err)
 	}
-	if len(reply.Granted) != 0 {
-		t.Errorf("the edge granted a write lease on a file's key: %v", &reply)
+	if len(reply.Granted) != 1 {
+		t.Fatalf("the edge granted no write lease on a file's key: %v", &reply)
+	}
+	recalled = metricValue(t, reg, "weft_edge_write_leases_recalled_total")
+	if err := w.UnlinkAt(ctx, d.Ino, "h4"); err != nil {
+		t.Fatal(err)
+	}
+	if v := metricValue(t, reg, "weft_edge_write_leases_recalled_total"); v <= recalled {
+		t.Errorf("weft_edge_write_leases_recalled_total stayed %v: the unlink of a name of a file the edge holds a write lease on went under the delegated lease", v)
+	}
+	if a, err := direct.LookupAt(ctx, d.Ino, "h"); err != nil || a.Nlink != 1 {
+		t.Errorf("h after the unlink of h4: nlink %d, %v; want 1", a.Nlink, err)
 	}
 }
