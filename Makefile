@@ -81,7 +81,7 @@ fuse-deps:
 		fi; \
 	fi
 
-## linz: the linearizability check of three mounts (porcupine), a long random history and the lease failure tests
+## linz: the linearizability check of three mounts (porcupine), a long random history and the lease failure tests; and of two edge sites (plain and write-back clients)
 # Without -race (make test runs these tests with it): the mounts and servers
 # are weft processes, built without it, and under it the checker ran out of
 # its 5 minutes on a 60 s history of ~25,000 operations that it found illegal
@@ -89,6 +89,8 @@ fuse-deps:
 linz: check-go fuse-deps
 	WEFT_LINZ=1 WEFT_LINZ_DURATION=$${WEFT_LINZ_DURATION:-60s} WEFT_LINZ_CHECK_TIME=$${WEFT_LINZ_CHECK_TIME:-5m} $(GO) test -count=1 -timeout 20m -v \
 		-run 'TestLinzModel|TestLinzCatchesStaleMount|TestLinearizableThreeMounts|TestLeaseGraceAfterMetaKill|TestLeaseStalledHolder|TestChangeSeenAcrossMounts' ./internal/fusefs/
+	WEFT_LINZ_WRITEBACK=1 WEFT_LINZ_DURATION=$${WEFT_LINZ_DURATION:-60s} WEFT_LINZ_CHECK_TIME=$${WEFT_LINZ_CHECK_TIME:-5m} $(GO) test -count=1 -timeout 20m -v \
+		-run 'TestLinzTwoSites' ./internal/edge/
 
 ## fsx-long: the randomized data-integrity test through a mount, 1,000,000 operations
 fsx-long: check-go fuse-deps

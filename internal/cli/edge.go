@@ -9,9 +9,9 @@ import (
 )
 
 func newEdgeCommand(a *app) *cobra.Command {
-	var upstream, listen, out string
+	var upstream, listen, out, metricsAddr string
 	cmd := &cobra.Command{
-		Use:   "edge --upstream FILE --out FILE [--listen HOST:PORT] [--identity DIR]",
+		Use:   "edge --upstream FILE --out FILE [--listen HOST:PORT] [--identity DIR] [--metrics-addr HOST:PORT]",
 		Short: "Run an edge metadata server in front of a remote cluster",
 		Long: "Run an edge metadata server: a remote site's clients use it as their meta servers,\n" +
 			"and it caches the upstream cluster's metadata under read leases, so that they pay\n" +
@@ -36,6 +36,8 @@ func newEdgeCommand(a *app) *cobra.Command {
 				Upstream: cfg,
 				Listen:   listen,
 				Log:      a.serverLogger(cmd.ErrOrStderr()),
+				// Delegated write leases, cache hits (docs/cli.md).
+				MetricsAddr: metricsAddr,
 
 				IdentityDir: a.identity,
 			})
@@ -53,6 +55,7 @@ func newEdgeCommand(a *app) *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&upstream, "upstream", "", "the upstream (authoritative) cluster file")
 	fl.StringVar(&listen, "listen", "127.0.0.1:0", "host:port of the listener for upstream meta server 0; server i listens on port+i")
+	fl.StringVar(&metricsAddr, "metrics-addr", "", "serve the edge's Prometheus metrics at host:port/metrics")
 	fl.StringVar(&out, "out", "", "where to write the edge's cluster file (for the site's clients)")
 	fl.StringVar(&a.identity, "identity", os.Getenv(IdentityEnv), "the edge's own identity directory (weft ca issue --role edge), needed on a secured cluster (default $"+IdentityEnv+")")
 	return cmd

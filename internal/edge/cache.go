@@ -49,8 +49,10 @@ const maxAge = lease.DefaultTerm
 func (u *upstream) cachedRead(ctx context.Context, method uint16, msg []byte) ([]byte, error) {
 	key := string(rune(method)) + string(msg)
 	if resp := u.hit(key); resp != nil {
+		u.edge.metrics.cacheHits.Inc()
 		return resp, nil
 	}
+	u.edge.metrics.cacheMisses.Inc()
 	keys, ok := readKeys(method, msg)
 	if !ok {
 		resp, _, err := u.forward(ctx, method, msg, nil)
@@ -59,6 +61,9 @@ func (u *upstream) cachedRead(ctx context.Context, method uint16, msg []byte) ([
 	hs, leased := u.ensure(ctx, keys, minCacheTrust, false)
 	sent := time.Now()
 	resp, _, err := u.forward(ctx, method, msg, nil)
+	if err == nil {
+		u.edge.dirs.noteDirs(method, resp)
+	}
 	if err != nil || !leased {
 		return resp, err
 	}

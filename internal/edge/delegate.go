@@ -2,7 +2,9 @@ package edge
 
 import (
 	"context"
+	"slices"
 
+	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/lease"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
@@ -41,16 +43,29 @@ import (
 // told was done (fsync included), and a write lease the dead edge held
 // upstream ends with its term there.
 
-// delegable are the changes whose request names every lease key on the
-// receiving server that the change writes (writeKeys): the parent whose
-// entries they change and the node whose record they change. Unlink,
-// rmdir, rename and link may write records their requests do not name (a
-// hard-linked file's record, a moved directory's parent): they go on fwd.
+// delegable are the changes whose request names every delegated lease key
+// on the receiving server that the change writes (writeKeys): the parent
+// whose entries they change and the node whose record they change.
+// Rmdir and rename may write a directory's record their requests do not
+// name (the removed or replaced directory's, a moved directory's ".."),
+// which may be delegated to another client (one with creates queued in
+// it): they go on fwd, where the upstream recalls it.
 var delegable = map[uint16]bool{
 	weftpb.MethodCreate: true, weftpb.MethodMkdir: true, weftpb.MethodSymlink: true,
 	weftpb.MethodSetAttr: true, weftpb.MethodCommit: true, weftpb.MethodOpen: true,
 	weftpb.MethodSetXattr: true, weftpb.MethodRemoveXattr: true, weftpb.MethodApplyBatch: true,
+	weftpb.MethodUnlink: true, weftpb.MethodLink: true,
 }
+
+// fileRecords are the delegable changes that may also write a file's own
+// record or xattrs their request does not name (an unlink of a
+// hard-linked file, or of one with xattrs; a link's other names). A
+// write-back client asks for write leases on directories only, and then
+// they name every delegated key they write; but any client may ask for
+// one on a file (weft bench micro does), so they go on deleg only while
+// every write lease the edge holds here is on a directory it has seen
+// (dirs.go) or on a key they name.
+var fileRecords = map[uint16]bool{weftpb.MethodUnlink: true, weftpb.MethodLink: true}
 
 // route returns the connection a change naming keys goes upstream on, and
 // what to call once its reply is in. A change under a delegated key first
@@ -61,6 +76,9 @@ func (u *upstream) route(ctx context.Context, method uint16, keys []lease.Key) (
 	}
 	u.mu.Lock()
 	dk := u.delegatedLocked(keys)
+	if fileRecords[method] && !u.onlyDirsDelegatedLocked(keys) {
+		dk = nil
+	}
 	u.mu.Unlock()
 	if len(dk) == 0 {
 		return u.fwd, func() {}, nil
@@ -73,7 +91,7 @@ func (u *upstream) route(ctx context.Context, method uint16, keys []lease.Key) (
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if len(u.delegatedLocked(dk)) != len(dk) {
+	if len(u.delegatedLocked(dk)) != len(dk) || fileRecords[method] && !u.onlyDirsDelegatedLocked(keys) {
 		// Recalled upstream and given back meanwhile: the upstream
 		// recalls what the change touches, as for any change.
 		end()
@@ -98,6 +116,24 @@ func (u *upstream) delegatedLocked(keys []lease.Key) []lease.Key {
 		}
 	}
 	return out
+}
+
+// onlyDirsDelegatedLocked reports whether every key the edge is the writer
+// of upstream (delegatedLocked) is a directory it has seen or one of
+// named.
+func (u *upstream) onlyDirsDelegatedLocked(named []lease.Key) bool {
+	ok := func(k lease.Key) bool { return u.edge.dirs.has(core.Ino(k)) || slices.Contains(named, k) }
+	for k, h := range u.mu.held {
+		if h.write && !ok(k) {
+			return false
+		}
+	}
+	for k := range u.mu.wpending {
+		if !ok(k) {
+			return false
+		}
+	}
+	return true
 }
 
 // renewRecordsLocked replaces the records of the edge's write leases on

@@ -6,9 +6,12 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/errs"
@@ -36,7 +39,15 @@ type Config struct {
 	// which a secured upstream needs: the edge dials upstream with it and
 	// serves its clients with it (security.go).
 	IdentityDir string
+	// MetricsAddr, if set, is where the edge serves its Prometheus
+	// metrics (metrics.go) at /metrics.
+	MetricsAddr string
 	Log         *slog.Logger
+
+	// ignoreRecalls breaks the edge on purpose, for the test that shows
+	// the two-site history check can fail (export_test.go): an upstream
+	// recall is released at once, with nothing dropped or recalled here.
+	ignoreRecalls bool
 }
 
 // Server is a running edge server.
@@ -48,7 +59,13 @@ type Server struct {
 	served  sync.WaitGroup
 	life    context.Context
 	stop    context.CancelFunc
-	bg      struct {
+	reg     *prometheus.Registry
+	metrics *metrics
+	dirs    dirSet // directories seen in replies (dirs.go)
+	// metricsSrv serves reg at metricsAddr, if Config.MetricsAddr is set.
+	metricsSrv  *http.Server
+	metricsAddr string
+	bg          struct {
 		sync.Mutex
 		closed bool
 		wg     sync.WaitGroup // recalls in progress
@@ -89,7 +106,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil || port < 0 || port+len(cfg.Upstream.Meta) > 65536 {
 		return nil, errs.New(errs.Invalid, op, "--listen %s: port must be a number from 0 to %d", cfg.Listen, 65536-len(cfg.Upstream.Meta))
 	}
-	s := &Server{log: cfg.Log, cfg: cfg.Upstream.Clone()}
+	s := &Server{log: cfg.Log, cfg: cfg.Upstream.Clone(), reg: newRegistry()}
+	s.metrics = newMetrics(s.reg, s)
 	for i := range s.cfg.Store {
 		// A client file: where each store keeps its data is not the
 		// site's business. (Its identity directory stays: a secured
@@ -120,6 +138,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		u := newUpstream(s, i, m.Addr, session, wsession, cfg)
 		s.ups = append(s.ups, u)
 		s.cfg.Meta[i] = config.MetaServer{Addr: ln.Addr().String(), Identity: cfg.IdentityDir}
+	}
+	if cfg.MetricsAddr != "" {
+		if err := s.serveMetrics(ctx, s.reg, cfg.MetricsAddr); err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			s.stop()
+			return nil, err
+		}
 	}
 	for i, ln := range lns {
 		srv := rpc.NewServer(s.ups[i].mux(), serve)
@@ -159,6 +186,9 @@ func (s *Server) Addrs() []string {
 func (s *Server) Close() error {
 	for _, srv := range s.servers {
 		srv.Close()
+	}
+	if s.metricsSrv != nil {
+		s.metricsSrv.Close()
 	}
 	s.served.Wait()
 	s.stop()

@@ -70,6 +70,12 @@ func (u *upstream) forward(ctx context.Context, method uint16, msg, data []byte)
 	if err != nil {
 		return nil, rpc.Attachment{}, err
 	}
+	if peer == u.deleg {
+		u.edge.metrics.delegated.Inc()
+		if method == weftpb.MethodApplyBatch {
+			u.edge.metrics.delegatedBatch.Inc()
+		}
+	}
 	att := rpc.Attachment{}
 	if respData != nil {
 		att = rpc.Attachment{Data: respData, Release: func() { rpc.PutBuffer(respData) }}

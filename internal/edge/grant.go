@@ -53,6 +53,9 @@ func (u *upstream) grant(ctx context.Context, req *weftpb.LeaseAcquireRequest) (
 		u.grants.Release(req.Session, keys, seqs)
 		return &weftpb.LeaseAcquireReply{}, nil
 	}
+	if write {
+		u.edge.metrics.writeGranted.Add(float64(len(keys)))
+	}
 	return &weftpb.LeaseAcquireReply{Granted: req.Keys, TermMs: uint32(g.Term / time.Millisecond), Seq: g.Seq}, nil
 }
 

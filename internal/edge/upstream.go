@@ -57,6 +57,8 @@ type upstream struct {
 	// leases of the connection a change comes on.
 	deleg  *rpc.Peer
 	grants *lease.Service
+	// ignoreRecalls: Config.ignoreRecalls (a broken edge, for a test).
+	ignoreRecalls bool
 
 	mu struct {
 		sync.Mutex
@@ -100,7 +102,7 @@ const recalledKeep = 2 * acquireWait
 
 func newUpstream(s *Server, index int, addr string, session, wsession uint64, cfg Config) *upstream {
 	u := &upstream{index: index, servers: len(cfg.Upstream.Meta), session: session, wsession: wsession,
-		log: cfg.Log.With("meta", index), term: cfg.Term, edge: s}
+		log: cfg.Log.With("meta", index), term: cfg.Term, edge: s, ignoreRecalls: cfg.ignoreRecalls}
 	u.fwd = rpc.NewPeer(addr, cfg.Dial)
 	cacheOpts := cfg.Dial
 	cacheOpts.Mux = u.recallMux()
@@ -311,6 +313,21 @@ func (u *upstream) recalled(session uint64, inos, seqs []uint64) {
 		u.log.Warn("lease recall for another session, or keys and grants that do not match; ignored", "session", session)
 		return
 	}
+	if session == u.wsession {
+		u.edge.metrics.writeRecalled.Add(float64(len(inos)))
+	}
+	if u.ignoreRecalls {
+		peer := u.cache
+		if session == u.wsession {
+			peer = u.deleg
+		}
+		u.edge.spawn(func() {
+			ctx, cancel := context.WithTimeout(u.edge.life, releaseTimeout)
+			defer cancel()
+			_ = peer.Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: session, Keys: inos, Seqs: seqs})
+		})
+		return
+	}
 	keys := make([]lease.Key, len(inos))
 	u.mu.Lock()
 	now := time.Now()
@@ -343,7 +360,21 @@ func (u *upstream) recalled(session uint64, inos, seqs []uint64) {
 	// A recall of a lease the edge has since replaced by a newer one (a
 	// read lease's, overtaken by the write lease's grant) recalls no
 	// client: their grants rest on the newer one.
-	groups := u.spareLocked(down)
+	var groups map[lease.Holder][]lease.Key
+	if session == u.wsession {
+		// A write lease is recalled from every client, the one with a
+		// change in flight too: the recall may be for another site's
+		// change that reads what the holder has queued (an unlink that
+		// would find nothing, an exclusive create), and sparing the
+		// holder let that change run before the queue reached the
+		// upstream (linz_test.go found it). The holder needs no sparing:
+		// it answers by sending its queue, which goes on deleg while
+		// wpending counts the key, and its own change in flight there
+		// takes no lease of the edge.
+		groups = map[lease.Holder][]lease.Key{nil: down}
+	} else {
+		groups = u.spareLocked(down)
+	}
 	u.mu.Unlock()
 	peer := u.cache
 	if session == u.wsession {

@@ -2,16 +2,14 @@ package fusefs
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
-
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/linz"
 )
 
 // Lease failures with real processes, checked with the history checker: a
@@ -27,7 +25,7 @@ const faultTerm = time.Second
 // returned and the watcher has seen it gone (or its bound passed). before
 // runs once the watcher runs, after once the rename returned (either may
 // be nil). It returns how long the rename took.
-func renameWhileWatched(t *testing.T, writer, watcher *linzWorker, before, after func()) time.Duration {
+func renameWhileWatched(t *testing.T, writer, watcher *linz.Worker, before, after func()) time.Duration {
 	t.Helper()
 	renamed := make(chan struct{})
 	var wg sync.WaitGroup
@@ -46,16 +44,14 @@ func renameWhileWatched(t *testing.T, writer, watcher *linzWorker, before, after
 				seen++
 			default:
 			}
-			watcher.stat(0)
+			watcher.Stat(0)
 		}
 	}()
 	if before != nil {
 		before()
 	}
 	start := time.Now()
-	writer.change(linzInput{op: opRename, slot: 0, to: 1}, func() error {
-		return os.Rename(writer.path(0), writer.path(1))
-	})
+	writer.Rename(0, 1)
 	took := time.Since(start)
 	close(renamed)
 	if after != nil {
@@ -63,19 +59,6 @@ func renameWhileWatched(t *testing.T, writer, watcher *linzWorker, before, after
 	}
 	wg.Wait()
 	return took
-}
-
-// requireHistoryOK fails t unless r's history is linearizable.
-func requireHistoryOK(t *testing.T, r *linzRun) {
-	t.Helper()
-	if res := r.check(t); res != porcupine.Ok {
-		t.Errorf("history checker: %s", res)
-	}
-	for _, w := range r.workers {
-		if len(w.unexpected) > 0 {
-			t.Errorf("mount %d: unexpected errors: %v", w.id, w.unexpected)
-		}
-	}
 }
 
 // TestLeaseGraceAfterMetaKill: the meta server is killed (kill -9) while
@@ -87,9 +70,9 @@ func TestLeaseGraceAfterMetaKill(t *testing.T) {
 	requireFUSE(t)
 	p := startLinzProcs(t, faultTerm, "sync")
 	r := newLinz(t, mountProcs(t, p.ClusterFile(), 3), 1)
-	writer, holder, reader := r.workers[0], r.workers[1], r.workers[2]
-	writer.create(0)
-	holder.stat(0) // the holder's kernel caches a/x under a read lease
+	writer, holder, reader := r.Workers[0], r.Workers[1], r.Workers[2]
+	writer.Create(0)
+	holder.Stat(0) // the holder's kernel caches a/x under a read lease
 	if err := p.Kill(cluster.RoleMeta, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +89,7 @@ func TestLeaseGraceAfterMetaKill(t *testing.T) {
 		// no change waits for.
 		go func() {
 			start := time.Now()
-			reader.stat(linzSlots - 1)
+			reader.Stat(linz.Slots - 1)
 			readDone <- time.Since(start)
 		}()
 	}, nil)
@@ -122,7 +105,7 @@ func TestLeaseGraceAfterMetaKill(t *testing.T) {
 	if sinceRestart < faultTerm {
 		t.Errorf("a rename went through %v after the meta server restarted; the grace is %v", sinceRestart, faultTerm)
 	}
-	requireHistoryOK(t, r)
+	r.RequireLinearizable(t)
 }
 
 // TestLeaseStalledHolder: the connection of a mount that holds a read
@@ -147,9 +130,9 @@ func TestLeaseStalledHolder(t *testing.T) {
 	mnts := mountProcs(t, p.ClusterFile(), 1)
 	mnts = append(mnts, mountProcs(t, proxied, 1)...)
 	r := newLinz(t, mnts, 1)
-	writer, holder := r.workers[0], r.workers[1]
-	writer.create(0)
-	holder.stat(0)
+	writer, holder := r.Workers[0], r.Workers[1]
+	writer.Create(0)
+	holder.Stat(0)
 	// The link stays stalled a while after the rename returned: the
 	// holder's stats then must not be answered from its cache.
 	var resumed *time.Timer
@@ -164,7 +147,7 @@ func TestLeaseStalledHolder(t *testing.T) {
 		t.Errorf("the rename took %v; a stalled holder should hold it up for about its lease's term (%v)", took, faultTerm)
 	}
 	// The holder sees the rename once its link is back.
-	holder.stat(0)
-	holder.stat(1)
-	requireHistoryOK(t, r)
+	holder.Stat(0)
+	holder.Stat(1)
+	r.RequireLinearizable(t)
 }

@@ -4,19 +4,18 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 
 	"github.com/weftfs/weft/internal/cluster"
+	"github.com/weftfs/weft/internal/linz"
 	"github.com/weftfs/weft/internal/weftbin"
 )
 
 // Linearizability of the namespace across mounts, checked with porcupine
-// (linz_model_test.go, linz_check_test.go): three weft mount processes of
+// (internal/linz, linz_check_test.go): three weft mount processes of
 // one cluster of weft processes do random metadata operations on a few
 // names at once, and the history must have a legal sequential order.
 //
@@ -38,34 +37,6 @@ import (
 // a mount without leases, the failure tests, and one deterministic test per
 // cause found, linz_causes_test.go and lease's
 // TestLeaseReadAcquireWhileOwing) run every time.
-
-// linzDuration is how long a workload runs.
-func linzDuration(t *testing.T) time.Duration {
-	t.Helper()
-	s := os.Getenv("WEFT_LINZ_DURATION")
-	if s == "" {
-		return 5 * time.Second
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		t.Fatalf("WEFT_LINZ_DURATION=%q: want a duration such as 60s", s)
-	}
-	return d
-}
-
-func linzSeed(t *testing.T) uint64 {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("WEFT_LINZ_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("WEFT_LINZ_SEED=%q: %v", s, err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (WEFT_LINZ_SEED replays it)", seed)
-	return seed
-}
 
 // startLinzProcs starts a cluster of weft processes (one meta, one store)
 // with lease term term (0: the default) and the durability mode given,
@@ -100,20 +71,6 @@ func mountProcs(t *testing.T, clusterFile string, n int) []string {
 	return mnts
 }
 
-// requireLinearizable checks r's history and fails t unless it is
-// linearizable and free of unexpected errors.
-func requireLinearizable(t *testing.T, r *linzRun) {
-	t.Helper()
-	if res := r.check(t); res != porcupine.Ok {
-		t.Errorf("the history of the mounts is not linearizable (checker: %s)", res)
-	}
-	for _, w := range r.workers {
-		if len(w.unexpected) > 0 {
-			t.Errorf("mount %d: unexpected errors: %s", w.id, strings.Join(w.unexpected[:min(5, len(w.unexpected))], "; "))
-		}
-	}
-}
-
 // TestLinearizableThreeMounts: concurrent creates, renames, unlinks,
 // chmods, stats, listings, writes and rereads from three mount processes
 // form a linearizable history.
@@ -123,10 +80,10 @@ func TestLinearizableThreeMounts(t *testing.T) {
 		t.Skip("the random workload still finds violations; make linz (WEFT_LINZ=1) runs it")
 	}
 	p := startLinzProcs(t, 0, "async") // the test checks coherence, not durability
-	r := newLinz(t, mountProcs(t, p.ClusterFile(), 3), linzSeed(t))
-	r.start()
-	r.runFor(t, linzDuration(t))
-	requireLinearizable(t, r)
+	r := newLinz(t, mountProcs(t, p.ClusterFile(), 3), linz.Seed(t))
+	r.Start()
+	r.RunFor(t, linz.Duration(t, 5*time.Second))
+	r.RequireLinearizable(t)
 }
 
 // TestLinzCatchesStaleMount shows that the check fails when a mount caches
@@ -139,15 +96,16 @@ func TestLinzCatchesStaleMount(t *testing.T) {
 	up := newMountPoint(t)
 	upBackground(t, data, up, "--entry-timeout", "30s", "--attr-timeout", "30s")
 	mnts := append([]string{up}, mountProcs(t, filepath.Join(data, "weft.toml"), 2)...)
-	r := newLinz(t, mnts, linzSeed(t))
-	stale, writer := r.workers[0], r.workers[1]
-	writer.create(0)
-	stale.stat(0)
-	writer.change(linzInput{op: opRename, slot: 0, to: 1}, func() error { return os.Rename(writer.path(0), writer.path(1)) })
-	stale.stat(0)
-	r.start()
-	r.runFor(t, time.Second)
-	if res := r.check(t); res != porcupine.Illegal {
+	r := newLinz(t, mnts, linz.Seed(t))
+	r.SaveIn = t.TempDir() // the violation is expected
+	stale, writer := r.Workers[0], r.Workers[1]
+	writer.Create(0)
+	stale.Stat(0)
+	writer.Rename(0, 1)
+	stale.Stat(0)
+	r.Start()
+	r.RunFor(t, time.Second)
+	if res := r.Check(t); res != porcupine.Illegal {
 		t.Errorf("checker: %s; want Illegal: the mount without leases served a name renamed away", res)
 	}
 }
@@ -159,11 +117,11 @@ func TestLinzReplay(t *testing.T) {
 	if name == "" {
 		t.Skip("WEFT_LINZ_REPLAY names a saved history to check again")
 	}
-	ops, err := loadLinzOps(name)
+	ops, err := linz.LoadOps(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res := checkLinzOps(t, ops); res != porcupine.Ok {
+	if res := linz.Check(t, ops, linz.CheckTime(t)); res != porcupine.Ok {
 		t.Errorf("checker: %s", res)
 	}
 }
