@@ -39,6 +39,7 @@ var onlyDeps = map[string][]string{
 	"search":  {"core", "errs", "weftpb"},        // weft find's query, evaluated by meta and the client
 	"auth":    {"core", "errs", "weftpb", "rpc"}, // identities, transport security, capabilities
 	"waitfor": {},                                // tests' waits for a condition
+	"linz":    {},                                // tests' linearizability model and checker (porcupine)
 	"weftbin": {},                                // tests' weft binary, built once
 
 	// sessions, leases and file locks, for meta
