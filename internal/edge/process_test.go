@@ -352,8 +352,10 @@ func TestEdgeSparesTheRequestersLeases(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if took >= 400*time.Millisecond {
-			t.Fatalf("creating %s took %v: it waited for its own client's invalidation", name, took)
+		// Such a wait ends only at the client's bound, which counts it
+		// (a loaded machine makes slow creates that did not wait).
+		if n := c.SlowRecalls(); n > 0 {
+			t.Fatalf("creating %s took %v: %d recalls waited for its own client's invalidation", name, took, n)
 		}
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
