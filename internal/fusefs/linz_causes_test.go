@@ -180,3 +180,57 @@ func TestChmodOfFileOpenHereAfterOtherWrite(t *testing.T) {
 		t.Errorf("reread through the descriptor: %q, want \"data\"", got)
 	}
 }
+
+// TestGetattrOfFileRenamedElsewhere: the attributes of a file open here
+// that another mount renamed into a directory this mount never looked at
+// are cached under the lease of the directory they were read in, not the
+// one the kernel's tree still puts the file in. The mount took the lease on
+// the old directory (the node's place in go-fuse's tree), the client found
+// the file under its new name (locate), and the kernel kept its size for
+// the lease's term: a write and close there by the other mount recalled a
+// key this mount did not hold, and a reread returned nothing with no
+// request (linz, cause 3: reread -> "" 8 µs after the write+close
+// returned).
+func TestGetattrOfFileRenamedElsewhere(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.Mkdir(a+"/d1", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a+"/d1/f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Made by b: mount a never looks into d2.
+	if err := os.Mkdir(b+"/d2", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/d1/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	reread := func(want string) {
+		t.Helper()
+		buf := make([]byte, 16)
+		n, err := held.ReadAt(buf, 0)
+		if err != nil && n == 0 && want != "" {
+			t.Fatalf("reread: %v", err)
+		}
+		if got := string(buf[:n]); got != want {
+			t.Errorf("reread through the descriptor: %q, want %q", got, want)
+		}
+	}
+	reread("")
+	if err := os.Rename(b+"/d1/f", b+"/d2/g"); err != nil {
+		t.Fatal(err)
+	}
+	// The rename's recall made the kernel forget the size: this reread
+	// asks for it (GETATTR; the file is empty, so no READ follows).
+	reread("")
+	if err := os.WriteFile(b+"/d2/g", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("data")
+}

@@ -147,10 +147,7 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if !n.IsDir() {
 		n.fsys.calls.fileGetattrs.Add(1)
 	}
-	lctx, cancel := n.fsys.callCtx(ctx)
-	l := n.attrLease(lctx)
-	cancel()
-	a, err := n.getattr(ctx)
+	a, l, err := n.getattr(ctx)
 	if err != nil {
 		return n.fsys.fail("getattr", err)
 	}
@@ -159,26 +156,33 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	return 0
 }
 
-func (n *Node) getattr(ctx context.Context) (core.Attr, error) {
+// getattr asks the server for n's attributes under the read lease that
+// covers them where the server found them (client.GetAttrLeased: a file
+// open here that another mount renamed is found by its new name, not the
+// one go-fuse's tree still has).
+func (n *Node) getattr(ctx context.Context) (core.Attr, client.Lease, error) {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
-	a, err := n.fsys.c.GetAttr(cctx, n.ref())
+	n.mu.Lock()
+	known := n.mu.attr
+	n.mu.Unlock()
+	a, l, err := n.fsys.c.GetAttrLeased(cctx, n.ref(), known)
 	if err == nil {
 		n.setAttr(a)
-		return a, nil
+		return a, l, nil
 	}
 	if k := errs.KindOf(err); k != errs.NotExist && k != errs.Stale {
-		return a, err
+		return a, l, err
 	}
 	n.mu.Lock()
 	open, last := n.mu.opens > 0, n.mu.attr
 	n.mu.Unlock()
 	if !open || last.Ino == 0 {
-		return a, err
+		return a, l, err
 	}
 	last.Nlink = 0
 	last, _ = n.fsys.c.OpenAttr(last)
-	return last, nil
+	return last, l, nil
 }
 
 // Setattr is chmod, chown, truncate and utimensat. A truncate through an
@@ -237,9 +241,16 @@ func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	var a core.Attr
 	var err error
 	if s == (client.SetAttr{}) {
-		a, err = n.getattr(ctx)
+		a, l, err = n.getattr(ctx)
 	} else {
-		a, err = n.fsys.c.SetAttr(cctx, n.ref(), s)
+		ref := n.ref()
+		a, err = n.fsys.c.SetAttr(cctx, ref, s)
+		if h, ok := fh.(*handle); ok && h.f.Ref() != ref {
+			// Through a handle the client follows the file to where
+			// another mount moved it: the lease taken on the name in
+			// go-fuse's tree does not cover what the reply says.
+			l = client.Lease{}
+		}
 		// The kernel truncates its page cache to the size in this reply:
 		// it must be this mount's size, buffered writes included, and
 		// otherwise the server's (an open state's size may predate
