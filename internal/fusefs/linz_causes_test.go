@@ -4,7 +4,9 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"sync"
 	"testing"
+	"time"
 )
 
 // The causes of the violations the random three-mount history
@@ -233,4 +235,81 @@ func TestGetattrOfFileRenamedElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	reread("data")
+}
+
+// TestChmodThroughStaleDentry: a chmod by a name another mount renamed
+// away fails with ENOENT on this mount even while the kernel still has the
+// name cached. This mount's own rename into the directory was in flight
+// when the other mount's recall came, so the names there were invalidated
+// only after the rename returned (the kernel holds the directory's lock
+// until then), and a chmod issued before that invalidation ran reached the
+// file through the stale name; the mount named the file by where go-fuse's
+// tree had seen it last (its new name), and the server changed it (linz,
+// cause 4: SETATTR n2469 -> OK, then LOOKUP a "x" -> ENOENT). The test
+// holds the deferred invalidation until the chmod is done, as the
+// scheduler did for 25 ms in the run that found it.
+func TestChmodThroughStaleDentry(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for _, d := range []string{a + "/a", a + "/b", b + "/c"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(a+"/b/y", []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(a + "/a/x"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("stat a/x before: %v, want ENOENT", err)
+	}
+	renamed, resume, names := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	ma.fsys.hooks.renamed = func() {
+		once.Do(func() {
+			close(renamed)
+			<-resume
+		})
+	}
+	ma.fsys.hooks.deferredNames = func() { <-names }
+	var resumeOnce, namesOnce sync.Once
+	defer resumeOnce.Do(func() { close(resume) })
+	defer namesOnce.Do(func() { close(names) })
+
+	errc := make(chan error, 1)
+	go func() { errc <- os.Rename(a+"/b/y", a+"/a/x") }()
+	select {
+	case <-renamed:
+	case err := <-errc:
+		t.Fatalf("rename on mount a returned before its hook: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("rename on mount a: not committed after a minute")
+	}
+	// The other mount moves the file away while mount a's rename has not
+	// returned: its recall of a's lease is answered at once, the names
+	// there wait for the rename.
+	if err := os.Rename(b+"/a/x", b+"/c/z"); err != nil {
+		t.Fatalf("rename on mount b: %v", err)
+	}
+	resumeOnce.Do(func() { close(resume) })
+	if err := <-errc; err != nil {
+		t.Fatalf("rename on mount a: %v", err)
+	}
+	// Mount a learns the file's new name: go-fuse's tree has it there now.
+	if _, err := os.Stat(a + "/c/z"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(a+"/a/x", 0o600); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("chmod a/x after mount b renamed it away: %v, want ENOENT", err)
+	}
+	namesOnce.Do(func() { close(names) })
+	st, err := os.Stat(b + "/c/z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := st.Mode().Perm(); m != 0o644 {
+		t.Errorf("c/z has mode %o after a chmod of another name; want 644", m)
+	}
 }

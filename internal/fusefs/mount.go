@@ -104,6 +104,12 @@ type fileSystem struct {
 	// calls counts requests that reached the mount, so that a test can
 	// tell what the kernel answered from its own caches.
 	calls struct{ lookups, fileGetattrs atomic.Int64 }
+	// hooks let a test hold the mount where the kernel's state and the
+	// servers' differ; nil outside tests.
+	hooks struct {
+		renamed       func() // a rename committed; its request has not returned
+		deferredNames func() // before the names of a deferred recall go
+	}
 }
 
 // Mount is a mounted weft file system.

@@ -33,6 +33,11 @@ type Node struct {
 		// closed when it drops to 0 (lease.go: invalidateAttrs).
 		getattrs     int
 		getattrsDone chan struct{}
+		// Deferred name invalidations that concern n (lease.go:
+		// staleNames): pending now, made, and answered with ESTALE.
+		staleNames   int
+		staleMarks   uint64
+		staleChecked uint64
 	}
 }
 
@@ -147,6 +152,9 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if !n.IsDir() {
 		n.fsys.calls.fileGetattrs.Add(1)
 	}
+	if fh == nil && n.maybeStaleName() {
+		return syscall.ESTALE
+	}
 	a, l, err := n.getattr(ctx)
 	if err != nil {
 		return n.fsys.fail("getattr", err)
@@ -193,6 +201,9 @@ func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	if fh == nil {
 		// A chmod, chown or utimes by path (the kernel names no handle
 		// but for a truncate): it must change what the name holds now.
+		if n.maybeStaleName() {
+			return syscall.ESTALE
+		}
 		cctx = client.ByName(cctx)
 	}
 	// The reply is cached under the attributes' lease, taken first: the
