@@ -1,12 +1,18 @@
 package fusefs
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/weftfs/weft/internal/core"
 )
 
 // The causes of the violations the random three-mount history
@@ -311,5 +317,60 @@ func TestChmodThroughStaleDentry(t *testing.T) {
 	}
 	if m := st.Mode().Perm(); m != 0o644 {
 		t.Errorf("c/z has mode %o after a chmod of another name; want 644", m)
+	}
+}
+
+// TestStatOfOpenFileReplacedElsewhere: a getattr by path of a file open
+// here that another mount has since replaced answers ESTALE (the kernel
+// looks the name up again), not what this mount's open state last knew.
+// The kernel had looked b/z up (the file, size 4, after another mount's
+// write and close), a recall then made it forget the attributes, and the
+// GETATTR that followed found the file gone (another mount renamed a file
+// over it): the mount answered with its open state's size, 0 from the
+// open before the write, and stat(b/z) returned the old file with the old
+// size (linz: stat(b/z) -> ino 1329 size 0, after mount 2's write+close
+// and stat -> size 4). The test calls the handler as the kernel did: the
+// window between a path walk and its GETATTR is the kernel's.
+func TestStatOfOpenFileReplacedElsewhere(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/z", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := os.WriteFile(b+"/z", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(a + "/z")
+	if err != nil || st.Size() != 4 {
+		t.Fatalf("stat z after the other mount's write: %v, %v; want size 4", st, err)
+	}
+	ino := st.Sys().(*syscall.Stat_t).Ino
+	if err := os.WriteFile(b+"/w", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(b+"/w", b+"/z"); err != nil {
+		t.Fatal(err)
+	}
+	nodes := ma.fsys.index.get(core.Ino(ino))
+	if len(nodes) == 0 {
+		t.Fatal("mount a has no node for the file")
+	}
+	var out fuse.AttrOut
+	errno := nodes[len(nodes)-1].Getattr(context.Background(), nil, &out)
+	if errno != syscall.ESTALE {
+		t.Errorf("getattr by path of the replaced file: errno %v, ino %d size %d; want ESTALE", errno, out.Ino, out.Size)
+	}
+	// Through the descriptor the file is still there, with what this
+	// mount knows of it.
+	if errno := nodes[len(nodes)-1].Getattr(context.Background(), &handle{}, &out); errno != 0 || out.Nlink != 0 {
+		t.Errorf("getattr through the descriptor: errno %v, nlink %d; want 0 and nlink 0", errno, out.Nlink)
 	}
 }

@@ -155,7 +155,7 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if fh == nil && n.maybeStaleName() {
 		return syscall.ESTALE
 	}
-	a, l, err := n.getattr(ctx)
+	a, l, err := n.getattr(ctx, fh == nil)
 	if err != nil {
 		return n.fsys.fail("getattr", err)
 	}
@@ -168,19 +168,31 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 // covers them where the server found them (client.GetAttrLeased: a file
 // open here that another mount renamed is found by its new name, not the
 // one go-fuse's tree still has).
-func (n *Node) getattr(ctx context.Context) (core.Attr, client.Lease, error) {
+//
+// A file open here whose last name is gone answers with what this mount
+// knows, through a descriptor. A request by path (byPath) that reached it
+// by a name another mount removed or replaced gets ESTALE instead: the
+// kernel walked a name that was valid when it looked it up, a recall then
+// made it forget the attributes, and the open state's size may predate
+// another mount's write (linz: stat -> the old size of a file another
+// mount had written and closed). The kernel looks the name up again.
+func (n *Node) getattr(ctx context.Context, byPath bool) (core.Attr, client.Lease, error) {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	n.mu.Lock()
 	known := n.mu.attr
 	n.mu.Unlock()
-	a, l, err := n.fsys.c.GetAttrLeased(cctx, n.ref(), known)
+	ref := n.ref()
+	a, l, err := n.fsys.c.GetAttrLeased(cctx, ref, known)
 	if err == nil {
 		n.setAttr(a)
 		return a, l, nil
 	}
 	if k := errs.KindOf(err); k != errs.NotExist && k != errs.Stale {
 		return a, l, err
+	}
+	if byPath && ref.Parent != 0 {
+		return a, l, errs.Wrap(errs.Stale, "getattr", ref.Name, err)
 	}
 	n.mu.Lock()
 	open, last := n.mu.opens > 0, n.mu.attr
@@ -252,7 +264,7 @@ func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	var a core.Attr
 	var err error
 	if s == (client.SetAttr{}) {
-		a, l, err = n.getattr(ctx)
+		a, l, err = n.getattr(ctx, fh == nil)
 	} else {
 		ref := n.ref()
 		a, err = n.fsys.c.SetAttr(cctx, ref, s)
