@@ -247,8 +247,8 @@ func (n *Node) forget() {
 	deferNames := func() bool {
 		stale := n.staleNamesStart()
 		later := func() {
-			if h := n.fsys.hooks.deferredNames; h != nil {
-				h()
+			if h := n.fsys.hooks.deferredNames.Load(); h != nil {
+				(*h)()
 			}
 			names()
 			stale.end()

@@ -273,13 +273,15 @@ func TestChmodThroughStaleDentry(t *testing.T) {
 	}
 	renamed, resume, names := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	ma.fsys.hooks.renamed = func() {
+	hookRenamed := func() {
 		once.Do(func() {
 			close(renamed)
 			<-resume
 		})
 	}
-	ma.fsys.hooks.deferredNames = func() { <-names }
+	hookNames := func() { <-names }
+	ma.fsys.hooks.renamed.Store(&hookRenamed)
+	ma.fsys.hooks.deferredNames.Store(&hookNames)
 	var resumeOnce, namesOnce sync.Once
 	defer resumeOnce.Do(func() { close(resume) })
 	defer namesOnce.Do(func() { close(names) })

@@ -107,8 +107,8 @@ type fileSystem struct {
 	// hooks let a test hold the mount where the kernel's state and the
 	// servers' differ; nil outside tests.
 	hooks struct {
-		renamed       func() // a rename committed; its request has not returned
-		deferredNames func() // before the names of a deferred recall go
+		renamed       atomic.Pointer[func()] // a rename committed; its request has not returned
+		deferredNames atomic.Pointer[func()] // before the names of a deferred recall go
 	}
 }
 

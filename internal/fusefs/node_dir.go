@@ -163,8 +163,8 @@ func (n *Node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		}
 	}
 	err := n.fsys.c.RenameAt(cctx, n.ino(), name, np.ino(), newName, flags)
-	if h := n.fsys.hooks.renamed; h != nil && err == nil {
-		h()
+	if h := n.fsys.hooks.renamed.Load(); h != nil && err == nil {
+		(*h)()
 	}
 	return n.fsys.fail("rename", err)
 }
