@@ -155,9 +155,18 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if fh == nil && n.maybeStaleName() {
 		return syscall.ESTALE
 	}
+	n.mu.Lock()
+	told := n.mu.attr.Size
+	n.mu.Unlock()
 	a, l, err := n.getattr(ctx, fh == nil)
 	if err != nil {
 		return n.fsys.fail("getattr", err)
+	}
+	if h := n.fsys.hooks.getattr.Load(); h != nil && fh != nil {
+		(*h)()
+	}
+	if h, ok := fh.(*handle); ok && n.fsys.leases && a.Size > told {
+		n.fsys.storeGrowth(ctx, h, int64(told), a)
 	}
 	fillAttr(&out.Attr, a)
 	out.SetTimeout(n.fsys.cacheFor(l, n.attrTimeout()))
