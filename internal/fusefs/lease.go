@@ -450,6 +450,7 @@ func (n *Node) maybeStaleName() bool {
 		return false
 	}
 	n.mu.staleChecked = n.mu.staleMarks
+	n.mu.estaled = true
 	return true
 }
 
@@ -461,6 +462,9 @@ func (n *Node) lookedUp() {
 	defer n.mu.Unlock()
 	if n.mu.staleNames == 0 {
 		n.mu.staleChecked = n.mu.staleMarks
+	}
+	if n.mu.estaled {
+		n.mu.estaled, n.mu.relooked = false, true
 	}
 }
 

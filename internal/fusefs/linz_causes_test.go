@@ -370,6 +370,15 @@ func TestStatOfOpenFileReplacedElsewhere(t *testing.T) {
 	if errno != syscall.ESTALE {
 		t.Errorf("getattr by path of the replaced file: errno %v, ino %d size %d; want ESTALE", errno, out.Ino, out.Size)
 	}
+	// The kernel retries once, after looking the name up again: if that
+	// lookup found the file and it is gone again by the retried
+	// GETATTR, what the lookup said answers (a second ESTALE would
+	// reach the caller). A lookup is what the handler sees of it.
+	nodes[len(nodes)-1].lookedUp()
+	errno = nodes[len(nodes)-1].Getattr(context.Background(), nil, &out)
+	if errno != 0 || out.Size != 4 {
+		t.Errorf("getattr by path after the kernel looked the file up again: errno %v, size %d; want 0 and the lookup's size 4", errno, out.Size)
+	}
 	// Through the descriptor the file is still there, with what this
 	// mount knows of it.
 	if errno := nodes[len(nodes)-1].Getattr(context.Background(), &handle{}, &out); errno != 0 || out.Nlink != 0 {

@@ -38,6 +38,9 @@ type Node struct {
 		staleNames   int
 		staleMarks   uint64
 		staleChecked uint64
+		// A request by path of n was answered ESTALE (estaled) and the
+		// kernel has looked n up again since (relooked): see retried.
+		estaled, relooked bool
 	}
 }
 
@@ -201,6 +204,11 @@ func (n *Node) getattr(ctx context.Context, byPath bool) (core.Attr, client.Leas
 		return a, l, err
 	}
 	if byPath && ref.Parent != 0 {
+		if last, ok := n.retried(); ok {
+			// The kernel looked the name up again within this
+			// call: what that lookup said is the answer.
+			return last, client.Lease{}, nil
+		}
 		return a, l, errs.Wrap(errs.Stale, "getattr", ref.Name, err)
 	}
 	n.mu.Lock()
@@ -337,4 +345,23 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 		return nil, n.fsys.fail("readlink", err)
 	}
 	return []byte(t), 0
+}
+
+// retried reports whether the kernel looked n up again since a request by
+// path of n was answered ESTALE, and what that lookup said; otherwise it
+// notes that the request about to be answered ESTALE is one. The kernel
+// retries a path call once after ESTALE, walking the path with
+// LOOKUP_REVAL: if the name changes again between that lookup and the
+// retried request, a second ESTALE would reach the caller, while the
+// lookup, made within the same call, is a valid answer (a file that is
+// gone by then was there during the call).
+func (n *Node) retried() (core.Attr, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.relooked {
+		n.mu.relooked = false
+		return n.mu.attr, true
+	}
+	n.mu.estaled = true
+	return core.Attr{}, false
 }

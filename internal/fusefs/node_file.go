@@ -44,8 +44,12 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if errs.Is(err, errs.NotExist) && ref.Parent != 0 {
 		// The name the kernel reached this node by is gone (another
 		// mount removed it): ESTALE makes the kernel look it up again,
-		// and an O_CREAT open then creates the file.
-		err = errs.Wrap(errs.Stale, "open", ref.Name, err)
+		// and an O_CREAT open then creates the file. Once only: if the
+		// kernel's second lookup found it and it is gone again, the
+		// file was removed during the call (retried).
+		if _, again := n.retried(); !again {
+			err = errs.Wrap(errs.Stale, "open", ref.Name, err)
+		}
 	}
 	if err != nil {
 		return nil, 0, n.fsys.fail("open", err)
