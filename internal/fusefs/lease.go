@@ -128,13 +128,22 @@ func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 		for _, ino := range fsys.c.OpenIn(k.Ino) {
 			fsys.c.MarkStale(ino)
 			for _, n := range fsys.index.get(ino) {
-				if _, p := n.Parent(); p != nil && p.StableAttr().Ino == uint64(k.Ino) {
+				if n.childOf(k.Ino) {
 					continue // a child of the directory: forget did it
 				}
 				n.invalidate(0)
 			}
 		}
 	}
+}
+
+// childOf reports whether go-fuse's tree has n as a child of directory
+// dir, under the name it links n to. go-fuse does not unlink a node from
+// its parent when a new node takes its name there: such a node is no
+// child, and the directory's invalidation (forget) does not reach it.
+func (n *Node) childOf(dir core.Ino) bool {
+	name, p := n.Parent()
+	return p != nil && p.StableAttr().Ino == uint64(dir) && p.GetChild(name) == n.EmbeddedInode()
 }
 
 // change notes that a request of this mount is changing dirs until the

@@ -438,3 +438,53 @@ func TestRereadWhileGetattrOvertaken(t *testing.T) {
 		t.Errorf("reread through the descriptor: %q, want \"data\"", got)
 	}
 }
+
+// TestRecallOfOpenFileWhoseNameWasReused: a recall of a directory drops
+// the pages of a file open here through it even when go-fuse's tree still
+// links the file to a name in that directory that now holds another file.
+// go-fuse does not unlink a node from its parent when a new node takes its
+// name, so the recall took the open file for a child of the directory,
+// which the directory's own invalidation covers, while that invalidation
+// went to the name's new file: a reread after another mount's write and
+// close of the same length returned the old content, with no request
+// (linz: reread(ino 1092) -> "C302" 9 ms after "C303" was written and
+// closed).
+func TestRecallOfOpenFileWhoseNameWasReused(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/z", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	reread := func(want string) {
+		t.Helper()
+		buf := make([]byte, 16)
+		n, err := held.ReadAt(buf, 0)
+		if err != nil && n == 0 {
+			t.Fatalf("reread: %v", err)
+		}
+		if got := string(buf[:n]); got != want {
+			t.Errorf("reread through the descriptor: %q, want %q", got, want)
+		}
+	}
+	reread("v1")
+	if err := os.Rename(b+"/z", b+"/x"); err != nil {
+		t.Fatal(err)
+	}
+	// Mount a reuses the name: go-fuse's tree now has the new file under
+	// z, and still the open one's link to z.
+	if err := os.WriteFile(a+"/z", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("v1")
+	if err := os.WriteFile(b+"/x", []byte("v2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("v2")
+}
