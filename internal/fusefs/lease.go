@@ -459,7 +459,6 @@ func (n *Node) maybeStaleName() bool {
 		return false
 	}
 	n.mu.staleChecked = n.mu.staleMarks
-	n.mu.estaled = true
 	return true
 }
 
@@ -471,9 +470,6 @@ func (n *Node) lookedUp() {
 	defer n.mu.Unlock()
 	if n.mu.staleNames == 0 {
 		n.mu.staleChecked = n.mu.staleMarks
-	}
-	if n.mu.estaled {
-		n.mu.estaled, n.mu.relooked = false, true
 	}
 }
 

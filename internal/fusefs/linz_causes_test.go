@@ -365,19 +365,26 @@ func TestStatOfOpenFileReplacedElsewhere(t *testing.T) {
 	if len(nodes) == 0 {
 		t.Fatal("mount a has no node for the file")
 	}
+	node := nodes[len(nodes)-1]
+	// The kernel's request, from a thread of the caller.
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4242}, Cancel: make(chan struct{})}
 	var out fuse.AttrOut
-	errno := nodes[len(nodes)-1].Getattr(context.Background(), nil, &out)
+	errno := node.Getattr(ctx, nil, &out)
 	if errno != syscall.ESTALE {
 		t.Errorf("getattr by path of the replaced file: errno %v, ino %d size %d; want ESTALE", errno, out.Ino, out.Size)
 	}
 	// The kernel retries once, after looking the name up again: if that
-	// lookup found the file and it is gone again by the retried
-	// GETATTR, what the lookup said answers (a second ESTALE would
-	// reach the caller). A lookup is what the handler sees of it.
-	nodes[len(nodes)-1].lookedUp()
-	errno = nodes[len(nodes)-1].Getattr(context.Background(), nil, &out)
+	// lookup (here: what the Lookup handler notes of it) found the file
+	// and it is gone again by the retried GETATTR, what the lookup said
+	// answers (a second ESTALE would reach the caller).
+	ma.fsys.retries.lookedUp(ctx, core.RootIno, "z", node)
+	errno = node.Getattr(ctx, nil, &out)
 	if errno != 0 || out.Size != 4 {
 		t.Errorf("getattr by path after the kernel looked the file up again: errno %v, size %d; want 0 and the lookup's size 4", errno, out.Size)
+	}
+	// Not for another thread, nor twice.
+	if errno := node.Getattr(ctx, nil, &out); errno != syscall.ESTALE {
+		t.Errorf("a second getattr by path after the retry: errno %v, want ESTALE", errno)
 	}
 	// Through the descriptor the file is still there, with what this
 	// mount knows of it.
@@ -487,4 +494,55 @@ func TestRecallOfOpenFileWhoseNameWasReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	reread("v2")
+}
+
+// TestChmodRetryOfReplacedName: the kernel's retry of a chmod that the
+// mount answered ESTALE, through a lookup that found the name holding the
+// file, changes what the name holds if it changed again before the retried
+// SETATTR, instead of a second ESTALE reaching the caller (linz: chmod(a/x)
+// -> "stale file handle" when a/x was renamed over twice during the call).
+func TestChmodRetryOfReplacedName(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(a + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := ma.fsys.index.get(core.Ino(st.Sys().(*syscall.Stat_t).Ino))
+	if len(nodes) == 0 {
+		t.Fatal("mount a has no node for the file")
+	}
+	node := nodes[len(nodes)-1]
+	if err := os.WriteFile(b+"/g", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(b+"/g", b+"/f"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4243}, Cancel: make(chan struct{})}
+	in := &fuse.SetAttrIn{}
+	in.Valid = fuse.FATTR_MODE
+	in.Mode = 0o600
+	var out fuse.AttrOut
+	if errno := node.Setattr(ctx, nil, in, &out); errno != syscall.ESTALE {
+		t.Fatalf("chmod of a name that holds another file now: errno %v, want ESTALE", errno)
+	}
+	// The retry's lookup found the name holding the node (it changed
+	// again after that): the retried chmod changes what the name holds.
+	ma.fsys.retries.lookedUp(ctx, core.RootIno, "f", node)
+	if errno := node.Setattr(ctx, nil, in, &out); errno != 0 {
+		t.Fatalf("the kernel's retried chmod: errno %v, want 0", errno)
+	}
+	if st, err := os.Stat(b + "/f"); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the file the name holds: %v, %v; want mode 600", st.Mode(), err)
+	}
+	if st, err := os.Stat(a + "/f"); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the file the name holds, seen by the mount that changed it: %v, %v; want mode 600", st.Mode(), err)
+	}
 }

@@ -111,6 +111,9 @@ type fileSystem struct {
 		sync.Mutex
 		m map[core.Ino]pageStore
 	}
+	// retries are the threads answered ESTALE, whose retry may need
+	// an answer other than a second ESTALE (retry.go).
+	retries retries
 	// hooks let a test hold the mount where the kernel's state and the
 	// servers' differ; nil outside tests.
 	hooks struct {

@@ -38,9 +38,6 @@ type Node struct {
 		staleNames   int
 		staleMarks   uint64
 		staleChecked uint64
-		// A request by path of n was answered ESTALE (estaled) and the
-		// kernel has looked n up again since (relooked): see retried.
-		estaled, relooked bool
 	}
 }
 
@@ -155,15 +152,24 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if !n.IsDir() {
 		n.fsys.calls.fileGetattrs.Add(1)
 	}
-	if fh == nil && n.maybeStaleName() {
-		return syscall.ESTALE
+	var retry bool
+	if fh == nil {
+		_, retry = n.fsys.retries.retry(ctx, n)
+		if !retry && n.maybeStaleName() {
+			n.fsys.retries.estale(ctx)
+			return syscall.ESTALE
+		}
 	}
 	n.mu.Lock()
 	told := n.mu.attr.Size
 	n.mu.Unlock()
-	a, l, err := n.getattr(ctx, fh == nil)
+	a, l, err := n.getattr(ctx, fh == nil, retry)
 	if err != nil {
-		return n.fsys.fail("getattr", err)
+		errno := n.fsys.fail("getattr", err)
+		if errno == syscall.ESTALE && fh == nil {
+			n.fsys.retries.estale(ctx)
+		}
+		return errno
 	}
 	if h := n.fsys.hooks.getattr.Load(); h != nil && fh != nil {
 		(*h)()
@@ -187,8 +193,9 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 // kernel walked a name that was valid when it looked it up, a recall then
 // made it forget the attributes, and the open state's size may predate
 // another mount's write (linz: stat -> the old size of a file another
-// mount had written and closed). The kernel looks the name up again.
-func (n *Node) getattr(ctx context.Context, byPath bool) (core.Attr, client.Lease, error) {
+// mount had written and closed). The kernel looks the name up again; its
+// retry (retry.go) gets what that lookup said.
+func (n *Node) getattr(ctx context.Context, byPath, retry bool) (core.Attr, client.Lease, error) {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	n.mu.Lock()
@@ -200,20 +207,24 @@ func (n *Node) getattr(ctx context.Context, byPath bool) (core.Attr, client.Leas
 		n.setAttr(a)
 		return a, l, nil
 	}
-	if k := errs.KindOf(err); k != errs.NotExist && k != errs.Stale {
+	k := errs.KindOf(err)
+	if k != errs.NotExist && k != errs.Stale {
 		return a, l, err
-	}
-	if byPath && ref.Parent != 0 {
-		if last, ok := n.retried(); ok {
-			// The kernel looked the name up again within this
-			// call: what that lookup said is the answer.
-			return last, client.Lease{}, nil
-		}
-		return a, l, errs.Wrap(errs.Stale, "getattr", ref.Name, err)
 	}
 	n.mu.Lock()
 	open, last := n.mu.opens > 0, n.mu.attr
 	n.mu.Unlock()
+	if byPath && ref.Parent != 0 {
+		switch {
+		case !open && k == errs.NotExist:
+			return a, l, err // the name is gone now: ENOENT
+		case retry && last.Ino != 0:
+			// The kernel looked the name up again within this call:
+			// what that lookup said is the answer.
+			return last, client.Lease{}, nil
+		}
+		return a, l, errs.Wrap(errs.Stale, "getattr", ref.Name, err)
+	}
 	if !open || last.Ino == 0 {
 		return a, l, err
 	}
@@ -227,10 +238,16 @@ func (n *Node) getattr(ctx context.Context, byPath bool) (core.Attr, client.Leas
 func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	var (
+		walk  retryWalk
+		retry bool
+	)
 	if fh == nil {
 		// A chmod, chown or utimes by path (the kernel names no handle
 		// but for a truncate): it must change what the name holds now.
-		if n.maybeStaleName() {
+		walk, retry = n.fsys.retries.retry(ctx, n)
+		if !retry && n.maybeStaleName() {
+			n.fsys.retries.estale(ctx)
 			return syscall.ESTALE
 		}
 		cctx = client.ByName(cctx)
@@ -281,10 +298,20 @@ func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	var a core.Attr
 	var err error
 	if s == (client.SetAttr{}) {
-		a, l, err = n.getattr(ctx, fh == nil)
+		a, l, err = n.getattr(ctx, fh == nil, retry)
 	} else {
 		ref := n.ref()
 		a, err = n.fsys.c.SetAttr(cctx, ref, s)
+		if retry && errs.Is(err, errs.Stale) {
+			// The kernel's retry, and the name it looked up in
+			// this call holds another file now: the call changes
+			// what the name holds (retry.go).
+			a, err = n.fsys.c.SetAttr(cctx, client.Ref{Parent: walk.parent, Name: walk.name}, s)
+			if err == nil {
+				n.changedOther(a.Ino)
+				l = client.Lease{}
+			}
+		}
 		if h, ok := fh.(*handle); ok && h.f.Ref() != ref {
 			// Through a handle the client follows the file to where
 			// another mount moved it: the lease taken on the name in
@@ -298,7 +325,11 @@ func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 		a = n.fsys.c.OwnWrites(a)
 	}
 	if err != nil {
-		return n.fsys.fail("setattr", err)
+		errno := n.fsys.fail("setattr", err)
+		if errno == syscall.ESTALE && fh == nil {
+			n.fsys.retries.estale(ctx)
+		}
+		return errno
 	}
 	n.setAttr(a)
 	fillAttr(&out.Attr, a)
@@ -347,21 +378,14 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	return []byte(t), 0
 }
 
-// retried reports whether the kernel looked n up again since a request by
-// path of n was answered ESTALE, and what that lookup said; otherwise it
-// notes that the request about to be answered ESTALE is one. The kernel
-// retries a path call once after ESTALE, walking the path with
-// LOOKUP_REVAL: if the name changes again between that lookup and the
-// retried request, a second ESTALE would reach the caller, while the
-// lookup, made within the same call, is a valid answer (a file that is
-// gone by then was there during the call).
-func (n *Node) retried() (core.Attr, bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.mu.relooked {
-		n.mu.relooked = false
-		return n.mu.attr, true
+// changedOther makes the kernel forget the attributes of ino, which a
+// setattr of n changed instead (the name n was reached by holds ino now),
+// and n's own, which the reply would otherwise overwrite with ino's: the
+// invalidation, made while the kernel waits for the reply, makes it drop
+// the reply's attributes. Attributes only: no lock the kernel holds.
+func (n *Node) changedOther(ino core.Ino) {
+	for _, o := range n.fsys.index.get(ino) {
+		_ = o.NotifyContent(-1, 0)
 	}
-	n.mu.estaled = true
-	return core.Attr{}, false
+	_ = n.NotifyContent(-1, 0)
 }

@@ -42,6 +42,7 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	child := n.newChild(ctx, name, a)
 	if cn, ok := child.Operations().(*Node); ok {
 		cn.lookedUp()
+		n.fsys.retries.lookedUp(ctx, n.ino(), name, cn)
 	}
 	n.fillEntryLeased(out, child, a, l, al)
 	return child, 0
