@@ -76,13 +76,21 @@ func (r *retries) lookedUp(ctx context.Context, parent core.Ino, name string, no
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w := r.m[pid]; w != nil {
+		if node.IsDir() {
+			// The walk goes on below it; a thread's walk after
+			// ESTALE ends at the node it retries.
+			w.node = nil
+			return
+		}
 		w.node, w.parent, w.name = node, parent, name
 	}
 }
 
 // retry returns the walk of the thread of ctx if its request about n is
-// the retry, through a fresh lookup of n, of one answered ESTALE; any
-// other request of the thread ends what the mount remembered of it.
+// the retry, through a fresh lookup of n, of one answered ESTALE. What the
+// mount remembers stays until the thread's next lookup or ESTALE: the
+// retry may make several requests about n (an open's GETATTR, then its
+// OPEN), and the walk before it GETATTRs the directories it passes.
 func (r *retries) retry(ctx context.Context, n *Node) (retryWalk, bool) {
 	pid, ok := callerPid(ctx)
 	if !ok {
@@ -91,7 +99,6 @@ func (r *retries) retry(ctx context.Context, n *Node) (retryWalk, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := r.m[pid]
-	delete(r.m, pid)
 	if w == nil || w.node != n {
 		return retryWalk{}, false
 	}
