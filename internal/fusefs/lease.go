@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -222,6 +223,18 @@ func (n *Node) forget() {
 		return
 	}
 	children := n.Children()
+	// A child whose LOOKUP reply the kernel has not yet taken is not an
+	// inode there yet: the invalidation finds nothing (ENOENT), and the
+	// reply then installs attributes read under the lease being
+	// recalled, for its whole term (linz: a reread returned "" from the
+	// size a LOOKUP reported just as the recall came). The lookup holds
+	// the directory's lock until the inode is installed, so those go
+	// again once the names, which wait for that lock, are done.
+	type pending struct {
+		n   *Node
+		off int64
+	}
+	var missed []pending
 	for _, ch := range children {
 		cn, ok := ch.Operations().(*Node)
 		if !ok {
@@ -233,7 +246,9 @@ func (n *Node) forget() {
 			off = 0
 			n.fsys.c.MarkStale(cn.ino())
 		}
-		cn.invalidate(off)
+		if cn.invalidate(off) == syscall.ENOENT {
+			missed = append(missed, pending{cn, off})
+		}
 	}
 	// names are listed once the kernel's lock on the directory was free:
 	// a listing or lookup in flight when the recall came (it holds the
@@ -249,6 +264,9 @@ func (n *Node) forget() {
 			if _, done := children[name]; !done {
 				_ = n.NotifyEntry(name)
 			}
+		}
+		for _, p := range missed {
+			_ = p.n.NotifyContent(p.off, 0)
 		}
 	}
 	// A recall answered before the names go leaves the kernel names
@@ -328,8 +346,9 @@ func (n *Node) startGetattr() (done func()) {
 }
 
 // invalidate makes the kernel forget n's attributes and, from off on, its
-// pages (off -1: attributes only), once no Getattr of n is in flight.
-func (n *Node) invalidate(off int64) {
+// pages (off -1: attributes only), once no Getattr of n is in flight. It
+// returns the kernel's answer: ENOENT if it has no such inode (yet).
+func (n *Node) invalidate(off int64) syscall.Errno {
 	n.mu.Lock()
 	busy, done := n.mu.getattrs > 0, n.mu.getattrsDone
 	n.mu.Unlock()
@@ -343,7 +362,7 @@ func (n *Node) invalidate(off int64) {
 		}
 		t.Stop()
 	}
-	_ = n.NotifyContent(off, 0)
+	return n.NotifyContent(off, 0)
 }
 
 func (n *Node) isOpen() bool {
