@@ -260,9 +260,18 @@ func (n *Node) forget() {
 		for name := range children {
 			_ = n.NotifyEntry(name)
 		}
-		for name := range n.Children() {
-			if _, done := children[name]; !done {
+		for name, ch := range n.Children() {
+			if old, done := children[name]; !done || old != ch {
 				_ = n.NotifyEntry(name)
+				// Found by a lookup that the recall may have
+				// overtaken (see missed).
+				if cn, ok := ch.Operations().(*Node); ok && !ch.IsDir() {
+					off := int64(-1)
+					if cn.isOpen() {
+						off = 0
+					}
+					_ = cn.NotifyContent(off, 0)
+				}
 			}
 		}
 		for _, p := range missed {
