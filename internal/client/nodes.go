@@ -30,16 +30,26 @@ func (c *Client) LookupAt(ctx context.Context, parent core.Ino, name string) (co
 
 // GetAttr returns the attributes of the node ref names.
 func (c *Client) GetAttr(ctx context.Context, ref Ref) (core.Attr, error) {
+	a, _, err := c.getAttrAt(ctx, ref)
+	return a, err
+}
+
+// getAttrAt is GetAttr that also says where the server found the node: an
+// open file another client moved is read under its new name (callRef).
+func (c *Client) getAttrAt(ctx context.Context, ref Ref) (core.Attr, Ref, error) {
 	if a, ok := c.wbStat(ref); ok {
-		return c.overlayOpen(a), nil
+		return c.overlayOpen(a), ref, nil
 	}
 	var r pb.GetAttrReply
 	req := &pb.GetAttrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb()}
 	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodGetAttr, req, &r, true)
 	if err != nil {
-		return core.Attr{}, err
+		return core.Attr{}, ref, err
 	}
-	return c.wbDirAttr(c.overlayOpen(attrFromPB(r.Attr))), nil
+	if req.Node.Parent != 0 && req.Node.Name != "" {
+		ref.Parent, ref.Name = core.Ino(req.Node.Parent), req.Node.Name
+	}
+	return c.wbDirAttr(c.overlayOpen(attrFromPB(r.Attr))), ref, nil
 }
 
 // SetAttr names the attributes to change; nil fields stay.

@@ -42,6 +42,30 @@ func (c *Client) openLease(ctx context.Context, ref Ref) Lease {
 	return c.ReadLease(ctx, c.EntryLease(ref.Parent, ref.Name))
 }
 
+// GetAttrLeased is GetAttr under the read lease that covers the attributes
+// where the server read them, taken first; known is what the caller last
+// knew of them (a one-link file's live in its entry, anything else's in
+// its own record). An open file that another client moved is read under
+// its new name (callRef finds it), so the lease taken on the old name's
+// directory covers nothing: that directory's recalls no longer concern the
+// file, and the next change under the new name would recall a key this
+// client does not hold. Then the lease is taken again on the new key and
+// the attributes read again, as refreshIfStale does for the open state.
+func (c *Client) GetAttrLeased(ctx context.Context, ref Ref, known core.Attr) (core.Attr, Lease, error) {
+	for try := 0; ; try++ {
+		key := c.AttrLease(ref, known)
+		l := c.ReadLease(ctx, key)
+		a, at, err := c.getAttrAt(ctx, ref)
+		if err != nil || c.AttrLease(at, a) == key {
+			return a, l, err
+		}
+		if try == maxRelocations {
+			return a, Lease{}, nil // it keeps moving: cache nothing
+		}
+		ref, known = at, a
+	}
+}
+
 // staleUnless marks the open state stale after an open that read a, unless
 // lease l (openLease) still covers what it read: with leases on, a change
 // by another client may have landed since, and its recall may have come

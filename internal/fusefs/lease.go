@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -50,6 +51,10 @@ type nodeIndex struct {
 	// started is closed when a request of this mount starts a change
 	// (nil: nobody waits for one).
 	started chan struct{}
+	// moving are the nodes this mount's renames in flight move into a
+	// directory: the kernel adds their new names after the requests
+	// return.
+	moving map[core.Ino][]*Node
 }
 
 // maxNodesPerIno bounds the dropped nodes an inode's list keeps.
@@ -124,13 +129,22 @@ func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 		for _, ino := range fsys.c.OpenIn(k.Ino) {
 			fsys.c.MarkStale(ino)
 			for _, n := range fsys.index.get(ino) {
-				if _, p := n.Parent(); p != nil && p.StableAttr().Ino == uint64(k.Ino) {
+				if n.childOf(k.Ino) {
 					continue // a child of the directory: forget did it
 				}
 				n.invalidate(0)
 			}
 		}
 	}
+}
+
+// childOf reports whether go-fuse's tree has n as a child of directory
+// dir, under the name it links n to. go-fuse does not unlink a node from
+// its parent when a new node takes its name there: such a node is no
+// child, and the directory's invalidation (forget) does not reach it.
+func (n *Node) childOf(dir core.Ino) bool {
+	name, p := n.Parent()
+	return p != nil && p.StableAttr().Ino == uint64(dir) && p.GetChild(name) == n.EmbeddedInode()
 }
 
 // change notes that a request of this mount is changing dirs until the
@@ -209,6 +223,18 @@ func (n *Node) forget() {
 		return
 	}
 	children := n.Children()
+	// A child whose LOOKUP reply the kernel has not yet taken is not an
+	// inode there yet: the invalidation finds nothing (ENOENT), and the
+	// reply then installs attributes read under the lease being
+	// recalled, for its whole term (linz: a reread returned "" from the
+	// size a LOOKUP reported just as the recall came). The lookup holds
+	// the directory's lock until the inode is installed, so those go
+	// again once the names, which wait for that lock, are done.
+	type pending struct {
+		n   *Node
+		off int64
+	}
+	var missed []pending
 	for _, ch := range children {
 		cn, ok := ch.Operations().(*Node)
 		if !ok {
@@ -220,7 +246,9 @@ func (n *Node) forget() {
 			off = 0
 			n.fsys.c.MarkStale(cn.ino())
 		}
-		cn.invalidate(off)
+		if cn.invalidate(off) == syscall.ENOENT {
+			missed = append(missed, pending{cn, off})
+		}
 	}
 	// names are listed once the kernel's lock on the directory was free:
 	// a listing or lookup in flight when the recall came (it holds the
@@ -232,14 +260,42 @@ func (n *Node) forget() {
 		for name := range children {
 			_ = n.NotifyEntry(name)
 		}
-		for name := range n.Children() {
-			if _, done := children[name]; !done {
+		for name, ch := range n.Children() {
+			if old, done := children[name]; !done || old != ch {
 				_ = n.NotifyEntry(name)
+				// Found by a lookup that the recall may have
+				// overtaken (see missed).
+				if cn, ok := ch.Operations().(*Node); ok && !ch.IsDir() {
+					off := int64(-1)
+					if cn.isOpen() {
+						off = 0
+					}
+					_ = cn.NotifyContent(off, 0)
+				}
 			}
 		}
+		for _, p := range missed {
+			_ = p.n.NotifyContent(p.off, 0)
+		}
 	}
-	later := names
-	if n.fsys.index.afterChanges(n.ino(), later) {
+	// A recall answered before the names go leaves the kernel names
+	// that may no longer hold what they held (staleNames).
+	deferNames := func() bool {
+		stale := n.staleNamesStart()
+		later := func() {
+			if h := n.fsys.hooks.deferredNames.Load(); h != nil {
+				(*h)()
+			}
+			names()
+			stale.end()
+		}
+		if n.fsys.index.afterChanges(n.ino(), later) {
+			return true
+		}
+		stale.undo()
+		return false
+	}
+	if deferNames() {
 		return
 	}
 	// The kernel may hold the directory's lock for a change of this mount
@@ -257,7 +313,7 @@ func (n *Node) forget() {
 		case <-done:
 			return
 		case <-n.fsys.index.changeStarted():
-			if n.fsys.index.afterChanges(n.ino(), later) {
+			if deferNames() {
 				return
 			}
 		}
@@ -299,8 +355,9 @@ func (n *Node) startGetattr() (done func()) {
 }
 
 // invalidate makes the kernel forget n's attributes and, from off on, its
-// pages (off -1: attributes only), once no Getattr of n is in flight.
-func (n *Node) invalidate(off int64) {
+// pages (off -1: attributes only), once no Getattr of n is in flight. It
+// returns the kernel's answer: ENOENT if it has no such inode (yet).
+func (n *Node) invalidate(off int64) syscall.Errno {
 	n.mu.Lock()
 	busy, done := n.mu.getattrs > 0, n.mu.getattrsDone
 	n.mu.Unlock()
@@ -314,7 +371,7 @@ func (n *Node) invalidate(off int64) {
 		}
 		t.Stop()
 	}
-	_ = n.NotifyContent(off, 0)
+	return n.NotifyContent(off, 0)
 }
 
 func (n *Node) isOpen() bool {
@@ -358,3 +415,121 @@ func (n *Node) attrLease(ctx context.Context) client.Lease {
 // inlineAttrs reports whether a's attributes live in the entry that names
 // them (so the entry's lease covers them).
 func inlineAttrs(a core.Attr) bool { return a.Mode&core.ModeType != core.ModeDir && a.Nlink <= 1 }
+
+// Names a recall leaves behind. When a recall of a directory comes while
+// this mount is changing it, the recall is answered at once and the names
+// go once the change is done (forget): until then, and until the kernel
+// has taken the invalidation (it waits for the directory's lock, which the
+// calling process releases first, and then runs on with its next call),
+// the kernel may reach a file through a name another mount has since
+// moved or removed. A request by path does not say which name the kernel
+// walked, and the mount names a file by where go-fuse's tree saw it last,
+// which may be its new, valid name: a chmod of the old name changed the
+// file there (linz, cause 4). So a getattr or setattr by path of a file
+// that may be reached through such a name answers ESTALE, once per
+// deferral: the kernel walks the path again with LOOKUP_REVAL, which asks
+// the server for every name, and retries.
+
+// staleNames is one deferral's mark on the files it concerns.
+type staleNames struct{ nodes []*Node }
+
+// staleNamesStart marks the files the kernel may know by a name in n:
+// those go-fuse's tree has there and those this mount's renames in flight
+// move there (the kernel names them there when the rename returns, with
+// the timeout of their old name).
+func (n *Node) staleNamesStart() staleNames {
+	var s staleNames
+	for _, ch := range n.Children() {
+		if cn, ok := ch.Operations().(*Node); ok && !ch.IsDir() {
+			s.nodes = append(s.nodes, cn)
+		}
+	}
+	s.nodes = append(s.nodes, n.fsys.index.movingInto(n.ino())...)
+	for _, cn := range s.nodes {
+		cn.mu.Lock()
+		cn.mu.staleNames++
+		cn.mu.staleMarks++
+		cn.mu.Unlock()
+	}
+	return s
+}
+
+// end notes that the deferred names are gone from the kernel.
+func (s staleNames) end() {
+	for _, cn := range s.nodes {
+		cn.mu.Lock()
+		cn.mu.staleNames--
+		cn.mu.Unlock()
+	}
+}
+
+// undo takes back a mark that was not needed (nothing was deferred).
+func (s staleNames) undo() {
+	for _, cn := range s.nodes {
+		cn.mu.Lock()
+		cn.mu.staleNames--
+		cn.mu.staleMarks--
+		cn.mu.staleChecked = min(cn.mu.staleChecked, cn.mu.staleMarks)
+		cn.mu.Unlock()
+	}
+}
+
+// maybeStaleName reports whether a request by path may have reached n
+// through a name a deferral left behind, once per deferral (the kernel's
+// retry after ESTALE is a fresh walk).
+func (n *Node) maybeStaleName() bool {
+	if n.IsDir() {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.staleChecked >= n.mu.staleMarks {
+		return false
+	}
+	n.mu.staleChecked = n.mu.staleMarks
+	return true
+}
+
+// lookedUp notes that the kernel looked n up afresh: once no deferral of
+// a name it may know n by is pending, every name leading to n was walked
+// since, and a request by path reached n by a valid one.
+func (n *Node) lookedUp() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.staleNames == 0 {
+		n.mu.staleChecked = n.mu.staleMarks
+	}
+}
+
+// moveInto notes that a rename of this mount is moving node into dir
+// until the returned function is called.
+func (x *nodeIndex) moveInto(dir core.Ino, node *Node) (done func()) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.moving == nil {
+		x.moving = make(map[core.Ino][]*Node)
+	}
+	x.moving[dir] = append(x.moving[dir], node)
+	return func() {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		l := x.moving[dir]
+		for i, o := range l {
+			if o == node {
+				l = append(l[:i:i], l[i+1:]...)
+				break
+			}
+		}
+		if len(l) == 0 {
+			delete(x.moving, dir)
+		} else {
+			x.moving[dir] = l
+		}
+	}
+}
+
+func (x *nodeIndex) movingInto(dir core.Ino) []*Node {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return append([]*Node(nil), x.moving[dir]...)
+}

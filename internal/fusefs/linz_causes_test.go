@@ -1,10 +1,18 @@
 package fusefs
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/weftfs/weft/internal/core"
 )
 
 // The causes of the violations the random three-mount history
@@ -178,5 +186,364 @@ func TestChmodOfFileOpenHereAfterOtherWrite(t *testing.T) {
 	n, _ := held.ReadAt(buf, 0)
 	if got := string(buf[:n]); got != "data" {
 		t.Errorf("reread through the descriptor: %q, want \"data\"", got)
+	}
+}
+
+// TestGetattrOfFileRenamedElsewhere: the attributes of a file open here
+// that another mount renamed into a directory this mount never looked at
+// are cached under the lease of the directory they were read in, not the
+// one the kernel's tree still puts the file in. The mount took the lease on
+// the old directory (the node's place in go-fuse's tree), the client found
+// the file under its new name (locate), and the kernel kept its size for
+// the lease's term: a write and close there by the other mount recalled a
+// key this mount did not hold, and a reread returned nothing with no
+// request (linz, cause 3: reread -> "" 8 µs after the write+close
+// returned).
+func TestGetattrOfFileRenamedElsewhere(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.Mkdir(a+"/d1", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a+"/d1/f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Made by b: mount a never looks into d2.
+	if err := os.Mkdir(b+"/d2", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/d1/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	reread := func(want string) {
+		t.Helper()
+		buf := make([]byte, 16)
+		n, err := held.ReadAt(buf, 0)
+		if err != nil && n == 0 && want != "" {
+			t.Fatalf("reread: %v", err)
+		}
+		if got := string(buf[:n]); got != want {
+			t.Errorf("reread through the descriptor: %q, want %q", got, want)
+		}
+	}
+	reread("")
+	if err := os.Rename(b+"/d1/f", b+"/d2/g"); err != nil {
+		t.Fatal(err)
+	}
+	// The rename's recall made the kernel forget the size: this reread
+	// asks for it (GETATTR; the file is empty, so no READ follows).
+	reread("")
+	if err := os.WriteFile(b+"/d2/g", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("data")
+}
+
+// TestChmodThroughStaleDentry: a chmod by a name another mount renamed
+// away fails with ENOENT on this mount even while the kernel still has the
+// name cached. This mount's own rename into the directory was in flight
+// when the other mount's recall came, so the names there were invalidated
+// only after the rename returned (the kernel holds the directory's lock
+// until then), and a chmod issued before that invalidation ran reached the
+// file through the stale name; the mount named the file by where go-fuse's
+// tree had seen it last (its new name), and the server changed it (linz,
+// cause 4: SETATTR n2469 -> OK, then LOOKUP a "x" -> ENOENT). The test
+// holds the deferred invalidation until the chmod is done, as the
+// scheduler did for 25 ms in the run that found it.
+func TestChmodThroughStaleDentry(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for _, d := range []string{a + "/a", a + "/b", b + "/c"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(a+"/b/y", []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(a + "/a/x"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("stat a/x before: %v, want ENOENT", err)
+	}
+	renamed, resume, names := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hookRenamed := func() {
+		once.Do(func() {
+			close(renamed)
+			<-resume
+		})
+	}
+	hookNames := func() { <-names }
+	ma.fsys.hooks.renamed.Store(&hookRenamed)
+	ma.fsys.hooks.deferredNames.Store(&hookNames)
+	var resumeOnce, namesOnce sync.Once
+	defer resumeOnce.Do(func() { close(resume) })
+	defer namesOnce.Do(func() { close(names) })
+
+	errc := make(chan error, 1)
+	go func() { errc <- os.Rename(a+"/b/y", a+"/a/x") }()
+	select {
+	case <-renamed:
+	case err := <-errc:
+		t.Fatalf("rename on mount a returned before its hook: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("rename on mount a: not committed after a minute")
+	}
+	// The other mount moves the file away while mount a's rename has not
+	// returned: its recall of a's lease is answered at once, the names
+	// there wait for the rename.
+	if err := os.Rename(b+"/a/x", b+"/c/z"); err != nil {
+		t.Fatalf("rename on mount b: %v", err)
+	}
+	resumeOnce.Do(func() { close(resume) })
+	if err := <-errc; err != nil {
+		t.Fatalf("rename on mount a: %v", err)
+	}
+	// Mount a learns the file's new name: go-fuse's tree has it there now.
+	if _, err := os.Stat(a + "/c/z"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(a+"/a/x", 0o600); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("chmod a/x after mount b renamed it away: %v, want ENOENT", err)
+	}
+	namesOnce.Do(func() { close(names) })
+	st, err := os.Stat(b + "/c/z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := st.Mode().Perm(); m != 0o644 {
+		t.Errorf("c/z has mode %o after a chmod of another name; want 644", m)
+	}
+}
+
+// TestStatOfOpenFileReplacedElsewhere: a getattr by path of a file open
+// here that another mount has since replaced answers ESTALE (the kernel
+// looks the name up again), not what this mount's open state last knew.
+// The kernel had looked b/z up (the file, size 4, after another mount's
+// write and close), a recall then made it forget the attributes, and the
+// GETATTR that followed found the file gone (another mount renamed a file
+// over it): the mount answered with its open state's size, 0 from the
+// open before the write, and stat(b/z) returned the old file with the old
+// size (linz: stat(b/z) -> ino 1329 size 0, after mount 2's write+close
+// and stat -> size 4). The test calls the handler as the kernel did: the
+// window between a path walk and its GETATTR is the kernel's.
+func TestStatOfOpenFileReplacedElsewhere(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/z", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := os.WriteFile(b+"/z", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(a + "/z")
+	if err != nil || st.Size() != 4 {
+		t.Fatalf("stat z after the other mount's write: %v, %v; want size 4", st, err)
+	}
+	ino := st.Sys().(*syscall.Stat_t).Ino
+	if err := os.WriteFile(b+"/w", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(b+"/w", b+"/z"); err != nil {
+		t.Fatal(err)
+	}
+	nodes := ma.fsys.index.get(core.Ino(ino))
+	if len(nodes) == 0 {
+		t.Fatal("mount a has no node for the file")
+	}
+	node := nodes[len(nodes)-1]
+	// The kernel's request, from a thread of the caller.
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4242}, Cancel: make(chan struct{})}
+	var out fuse.AttrOut
+	errno := node.Getattr(ctx, nil, &out)
+	if errno != syscall.ESTALE {
+		t.Errorf("getattr by path of the replaced file: errno %v, ino %d size %d; want ESTALE", errno, out.Ino, out.Size)
+	}
+	// The kernel retries once, after looking the name up again: if that
+	// lookup (here: what the Lookup handler notes of it) found the file
+	// and it is gone again by the retried GETATTR, what the lookup said
+	// answers (a second ESTALE would reach the caller).
+	ma.fsys.retries.lookedUp(ctx, core.RootIno, "z", node)
+	errno = node.Getattr(ctx, nil, &out)
+	if errno != 0 || out.Size != 4 {
+		t.Errorf("getattr by path after the kernel looked the file up again: errno %v, size %d; want 0 and the lookup's size 4", errno, out.Size)
+	}
+	// Not for another thread.
+	other := &fuse.Context{Caller: fuse.Caller{Pid: 4245}, Cancel: make(chan struct{})}
+	if errno := node.Getattr(other, nil, &out); errno != syscall.ESTALE {
+		t.Errorf("a getattr by path from another thread: errno %v, want ESTALE", errno)
+	}
+	// Through the descriptor the file is still there, with what this
+	// mount knows of it.
+	if errno := nodes[len(nodes)-1].Getattr(context.Background(), &handle{}, &out); errno != 0 || out.Nlink != 0 {
+		t.Errorf("getattr through the descriptor: errno %v, nlink %d; want 0 and nlink 0", errno, out.Nlink)
+	}
+}
+
+// TestRereadWhileGetattrOvertaken: a reread of a file another mount grew
+// and closed sees the new content even when an invalidation of the file's
+// attributes overtakes the GETATTR the reread made. The kernel drops a
+// GETATTR reply older than the node's last invalidation, and a read past
+// its cached end of file then ends at the old size without asking again;
+// a recall of the file's directory for another name there invalidates it
+// (linz, cause 3: reread -> "" 5 ms after the other mount's write+close
+// returned; the mount's log showed the GETATTR answered with the new size
+// and the invalidation logged just before the mount read the request).
+// The test holds the GETATTR after the server answered and invalidates
+// the node then, as the recall did.
+func TestRereadWhileGetattrOvertaken(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	st, err := held.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := core.Ino(st.Sys().(*syscall.Stat_t).Ino)
+	if err := os.WriteFile(b+"/f", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nodes := ma.fsys.index.get(ino)
+	if len(nodes) == 0 {
+		t.Fatal("mount a has no node for the file")
+	}
+	var once sync.Once
+	hook := func() {
+		once.Do(func() {
+			for _, n := range nodes {
+				_ = n.NotifyContent(-1, 0)
+			}
+		})
+	}
+	ma.fsys.hooks.getattr.Store(&hook)
+	buf := make([]byte, 16)
+	n, _ := held.ReadAt(buf, 0)
+	if got := string(buf[:n]); got != "data" {
+		t.Errorf("reread through the descriptor: %q, want \"data\"", got)
+	}
+}
+
+// TestRecallOfOpenFileWhoseNameWasReused: a recall of a directory drops
+// the pages of a file open here through it even when go-fuse's tree still
+// links the file to a name in that directory that now holds another file.
+// go-fuse does not unlink a node from its parent when a new node takes its
+// name, so the recall took the open file for a child of the directory,
+// which the directory's own invalidation covers, while that invalidation
+// went to the name's new file: a reread after another mount's write and
+// close of the same length returned the old content, with no request
+// (linz: reread(ino 1092) -> "C302" 9 ms after "C303" was written and
+// closed).
+func TestRecallOfOpenFileWhoseNameWasReused(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/z", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	reread := func(want string) {
+		t.Helper()
+		buf := make([]byte, 16)
+		n, err := held.ReadAt(buf, 0)
+		if err != nil && n == 0 {
+			t.Fatalf("reread: %v", err)
+		}
+		if got := string(buf[:n]); got != want {
+			t.Errorf("reread through the descriptor: %q, want %q", got, want)
+		}
+	}
+	reread("v1")
+	if err := os.Rename(b+"/z", b+"/x"); err != nil {
+		t.Fatal(err)
+	}
+	// Mount a reuses the name: go-fuse's tree now has the new file under
+	// z, and still the open one's link to z.
+	if err := os.WriteFile(a+"/z", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("v1")
+	if err := os.WriteFile(b+"/x", []byte("v2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("v2")
+}
+
+// TestChmodRetryOfReplacedName: the kernel's retry of a chmod that the
+// mount answered ESTALE, through a lookup that found the name holding the
+// file, changes what the name holds if it changed again before the retried
+// SETATTR, instead of a second ESTALE reaching the caller (linz: chmod(a/x)
+// -> "stale file handle" when a/x was renamed over twice during the call).
+func TestChmodRetryOfReplacedName(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(a + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := ma.fsys.index.get(core.Ino(st.Sys().(*syscall.Stat_t).Ino))
+	if len(nodes) == 0 {
+		t.Fatal("mount a has no node for the file")
+	}
+	node := nodes[len(nodes)-1]
+	if err := os.WriteFile(b+"/g", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(b+"/g", b+"/f"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4243}, Cancel: make(chan struct{})}
+	in := &fuse.SetAttrIn{}
+	in.Valid = fuse.FATTR_MODE
+	in.Mode = 0o600
+	var out fuse.AttrOut
+	if errno := node.Setattr(ctx, nil, in, &out); errno != syscall.ESTALE {
+		t.Fatalf("chmod of a name that holds another file now: errno %v, want ESTALE", errno)
+	}
+	// The retry's lookup found the name holding the node (it changed
+	// again after that): the retried chmod changes what the name holds.
+	ma.fsys.retries.lookedUp(ctx, core.RootIno, "f", node)
+	if errno := node.Setattr(ctx, nil, in, &out); errno != 0 {
+		t.Fatalf("the kernel's retried chmod: errno %v, want 0", errno)
+	}
+	if st, err := os.Stat(b + "/f"); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the file the name holds: %v, %v; want mode 600", st.Mode(), err)
+	}
+	if st, err := os.Stat(a + "/f"); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the file the name holds, seen by the mount that changed it: %v, %v; want mode 600", st.Mode(), err)
 	}
 }

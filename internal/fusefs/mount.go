@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -104,6 +105,22 @@ type fileSystem struct {
 	// calls counts requests that reached the mount, so that a test can
 	// tell what the kernel answered from its own caches.
 	calls struct{ lookups, fileGetattrs atomic.Int64 }
+	// growth is the content to store in the kernel's page cache with
+	// a GETATTR's reply, by inode (growth.go).
+	growth struct {
+		sync.Mutex
+		m map[core.Ino]pageStore
+	}
+	// retries are the threads answered ESTALE, whose retry may need
+	// an answer other than a second ESTALE (retry.go).
+	retries retries
+	// hooks let a test hold the mount where the kernel's state and the
+	// servers' differ; nil outside tests.
+	hooks struct {
+		renamed       atomic.Pointer[func()] // a rename committed; its request has not returned
+		deferredNames atomic.Pointer[func()] // before the names of a deferred recall go
+		getattr       atomic.Pointer[func()] // a Getattr through a handle read the server
+	}
 }
 
 // Mount is a mounted weft file system.

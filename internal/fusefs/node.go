@@ -33,6 +33,11 @@ type Node struct {
 		// closed when it drops to 0 (lease.go: invalidateAttrs).
 		getattrs     int
 		getattrsDone chan struct{}
+		// Deferred name invalidations that concern n (lease.go:
+		// staleNames): pending now, made, and answered with ESTALE.
+		staleNames   int
+		staleMarks   uint64
+		staleChecked uint64
 	}
 }
 
@@ -147,38 +152,85 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if !n.IsDir() {
 		n.fsys.calls.fileGetattrs.Add(1)
 	}
-	lctx, cancel := n.fsys.callCtx(ctx)
-	l := n.attrLease(lctx)
-	cancel()
-	a, err := n.getattr(ctx)
+	var retry bool
+	if fh == nil {
+		_, retry = n.fsys.retries.retry(ctx, n)
+		if !retry && n.maybeStaleName() {
+			n.fsys.retries.estale(ctx)
+			return syscall.ESTALE
+		}
+	}
+	n.mu.Lock()
+	told := n.mu.attr.Size
+	n.mu.Unlock()
+	a, l, err := n.getattr(ctx, fh == nil, retry)
 	if err != nil {
-		return n.fsys.fail("getattr", err)
+		errno := n.fsys.fail("getattr", err)
+		if errno == syscall.ESTALE && fh == nil {
+			n.fsys.retries.estale(ctx)
+		}
+		return errno
+	}
+	if h := n.fsys.hooks.getattr.Load(); h != nil && fh != nil {
+		(*h)()
+	}
+	if h, ok := fh.(*handle); ok && n.fsys.leases && a.Size > told {
+		n.fsys.storeGrowth(ctx, h, int64(told), a)
 	}
 	fillAttr(&out.Attr, a)
 	out.SetTimeout(n.fsys.cacheFor(l, n.attrTimeout()))
 	return 0
 }
 
-func (n *Node) getattr(ctx context.Context) (core.Attr, error) {
+// getattr asks the server for n's attributes under the read lease that
+// covers them where the server found them (client.GetAttrLeased: a file
+// open here that another mount renamed is found by its new name, not the
+// one go-fuse's tree still has).
+//
+// A file open here whose last name is gone answers with what this mount
+// knows, through a descriptor. A request by path (byPath) that reached it
+// by a name another mount removed or replaced gets ESTALE instead: the
+// kernel walked a name that was valid when it looked it up, a recall then
+// made it forget the attributes, and the open state's size may predate
+// another mount's write (linz: stat -> the old size of a file another
+// mount had written and closed). The kernel looks the name up again; its
+// retry (retry.go) gets what that lookup said.
+func (n *Node) getattr(ctx context.Context, byPath, retry bool) (core.Attr, client.Lease, error) {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
-	a, err := n.fsys.c.GetAttr(cctx, n.ref())
+	n.mu.Lock()
+	known := n.mu.attr
+	n.mu.Unlock()
+	ref := n.ref()
+	a, l, err := n.fsys.c.GetAttrLeased(cctx, ref, known)
 	if err == nil {
 		n.setAttr(a)
-		return a, nil
+		return a, l, nil
 	}
-	if k := errs.KindOf(err); k != errs.NotExist && k != errs.Stale {
-		return a, err
+	k := errs.KindOf(err)
+	if k != errs.NotExist && k != errs.Stale {
+		return a, l, err
 	}
 	n.mu.Lock()
 	open, last := n.mu.opens > 0, n.mu.attr
 	n.mu.Unlock()
+	if byPath && ref.Parent != 0 {
+		switch {
+		case !open && k == errs.NotExist:
+			return a, l, err // the name is gone now: ENOENT
+		case retry && last.Ino != 0:
+			// The kernel looked the name up again within this call:
+			// what that lookup said is the answer.
+			return last, client.Lease{}, nil
+		}
+		return a, l, errs.Wrap(errs.Stale, "getattr", ref.Name, err)
+	}
 	if !open || last.Ino == 0 {
-		return a, err
+		return a, l, err
 	}
 	last.Nlink = 0
 	last, _ = n.fsys.c.OpenAttr(last)
-	return last, nil
+	return last, l, nil
 }
 
 // Setattr is chmod, chown, truncate and utimensat. A truncate through an
@@ -186,9 +238,18 @@ func (n *Node) getattr(ctx context.Context) (core.Attr, error) {
 func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
+	var (
+		walk  retryWalk
+		retry bool
+	)
 	if fh == nil {
 		// A chmod, chown or utimes by path (the kernel names no handle
 		// but for a truncate): it must change what the name holds now.
+		walk, retry = n.fsys.retries.retry(ctx, n)
+		if !retry && n.maybeStaleName() {
+			n.fsys.retries.estale(ctx)
+			return syscall.ESTALE
+		}
 		cctx = client.ByName(cctx)
 	}
 	// The reply is cached under the attributes' lease, taken first: the
@@ -237,9 +298,26 @@ func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	var a core.Attr
 	var err error
 	if s == (client.SetAttr{}) {
-		a, err = n.getattr(ctx)
+		a, l, err = n.getattr(ctx, fh == nil, retry)
 	} else {
-		a, err = n.fsys.c.SetAttr(cctx, n.ref(), s)
+		ref := n.ref()
+		a, err = n.fsys.c.SetAttr(cctx, ref, s)
+		if retry && errs.Is(err, errs.Stale) {
+			// The kernel's retry, and the name it looked up in
+			// this call holds another file now: the call changes
+			// what the name holds (retry.go).
+			a, err = n.fsys.c.SetAttr(cctx, client.Ref{Parent: walk.parent, Name: walk.name}, s)
+			if err == nil {
+				n.changedOther(a.Ino)
+				l = client.Lease{}
+			}
+		}
+		if h, ok := fh.(*handle); ok && h.f.Ref() != ref {
+			// Through a handle the client follows the file to where
+			// another mount moved it: the lease taken on the name in
+			// go-fuse's tree does not cover what the reply says.
+			l = client.Lease{}
+		}
 		// The kernel truncates its page cache to the size in this reply:
 		// it must be this mount's size, buffered writes included, and
 		// otherwise the server's (an open state's size may predate
@@ -247,7 +325,11 @@ func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 		a = n.fsys.c.OwnWrites(a)
 	}
 	if err != nil {
-		return n.fsys.fail("setattr", err)
+		errno := n.fsys.fail("setattr", err)
+		if errno == syscall.ESTALE && fh == nil {
+			n.fsys.retries.estale(ctx)
+		}
+		return errno
 	}
 	n.setAttr(a)
 	fillAttr(&out.Attr, a)
@@ -294,4 +376,16 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 		return nil, n.fsys.fail("readlink", err)
 	}
 	return []byte(t), 0
+}
+
+// changedOther makes the kernel forget the attributes of ino, which a
+// setattr of n changed instead (the name n was reached by holds ino now),
+// and n's own, which the reply would otherwise overwrite with ino's: the
+// invalidation, made while the kernel waits for the reply, makes it drop
+// the reply's attributes. Attributes only: no lock the kernel holds.
+func (n *Node) changedOther(ino core.Ino) {
+	for _, o := range n.fsys.index.get(ino) {
+		_ = o.NotifyContent(-1, 0)
+	}
+	_ = n.NotifyContent(-1, 0)
 }

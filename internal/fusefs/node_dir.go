@@ -40,6 +40,10 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		a, al = n.ownAttrs(cctx, a)
 	}
 	child := n.newChild(ctx, name, a)
+	if cn, ok := child.Operations().(*Node); ok {
+		cn.lookedUp()
+		n.fsys.retries.lookedUp(ctx, n.ino(), name, cn)
+	}
 	n.fillEntryLeased(out, child, a, l, al)
 	return child, 0
 }
@@ -154,5 +158,14 @@ func (n *Node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	defer n.fsys.change(n.ino(), np.ino())()
-	return n.fsys.fail("rename", n.fsys.c.RenameAt(cctx, n.ino(), name, np.ino(), newName, flags))
+	if ch := n.GetChild(name); ch != nil {
+		if cn, ok := ch.Operations().(*Node); ok {
+			defer n.fsys.index.moveInto(np.ino(), cn)()
+		}
+	}
+	err := n.fsys.c.RenameAt(cctx, n.ino(), name, np.ino(), newName, flags)
+	if h := n.fsys.hooks.renamed.Load(); h != nil && err == nil {
+		(*h)()
+	}
+	return n.fsys.fail("rename", err)
 }

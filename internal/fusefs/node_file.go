@@ -40,12 +40,20 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	ref := n.ref()
+	_, retry := n.fsys.retries.retry(ctx, n)
 	f, err := n.fsys.c.OpenRef(cctx, ref, int(flags))
 	if errs.Is(err, errs.NotExist) && ref.Parent != 0 {
 		// The name the kernel reached this node by is gone (another
 		// mount removed it): ESTALE makes the kernel look it up again,
-		// and an O_CREAT open then creates the file.
-		err = errs.Wrap(errs.Stale, "open", ref.Name, err)
+		// and an O_CREAT open then creates the file. Once only: if the
+		// kernel's second lookup found it and it is gone again, the
+		// file was removed during the call (retry.go).
+		if !retry {
+			err = errs.Wrap(errs.Stale, "open", ref.Name, err)
+		}
+	}
+	if errs.Is(err, errs.Stale) {
+		n.fsys.retries.estale(ctx)
 	}
 	if err != nil {
 		return nil, 0, n.fsys.fail("open", err)

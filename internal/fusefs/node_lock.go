@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -176,10 +177,14 @@ func lockOwnerOf(owner uint64, flags uint32) client.LockOwner {
 func mountWithLocks(dir string, root fs.InodeEmbedder, opts *fs.Options) (*fuse.Server, error) {
 	raw := &lockReleasingFS{RawFileSystem: fs.NewNodeFS(root, opts)}
 	raw.mu.set = make(map[lockUse]struct{})
+	if n, ok := root.(*Node); ok {
+		raw.fsys = n.fsys
+	}
 	server, err := fuse.NewServer(raw, dir, &opts.MountOptions)
 	if err != nil {
 		return nil, err
 	}
+	raw.server.Store(server)
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
 		return nil, err
@@ -191,6 +196,10 @@ func mountWithLocks(dir string, root fs.InodeEmbedder, opts *fs.Options) (*fuse.
 // closes into unlocks (see the top of this file).
 type lockReleasingFS struct {
 	fuse.RawFileSystem
+	// fsys and server hand the kernel the pages a GETATTR's reply
+	// needs (growth.go).
+	fsys   *fileSystem
+	server atomic.Pointer[fuse.Server]
 
 	mu struct {
 		sync.Mutex
