@@ -257,6 +257,9 @@ func (c *Client) MknodAt(ctx context.Context, parent core.Ino, name string, mode
 
 // MkdirAt creates directory name in parent.
 func (c *Client) MkdirAt(ctx context.Context, parent core.Ino, name string, mode uint32) (core.Attr, error) {
+	if a, ok, err := c.wbMkdir(ctx, parent, name, mode); ok {
+		return a, err
+	}
 	var r pb.MkdirReply
 	err := c.callName(ctx, parent, name, pb.MethodMkdir, &pb.MkdirRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name, Mode: mode & core.ModeBits,
@@ -301,6 +304,9 @@ func (c *Client) UnlinkAt(ctx context.Context, parent core.Ino, name string) err
 
 // RmdirAt removes the empty directory name from parent.
 func (c *Client) RmdirAt(ctx context.Context, parent core.Ino, name string) error {
+	if ok, err := c.wbRmdir(ctx, parent, name); ok {
+		return err
+	}
 	// The directory's written-back unlinks go first: the server checks
 	// that it is empty.
 	if err := c.wbBarrierChild(ctx, parent, name); err != nil {

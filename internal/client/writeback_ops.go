@@ -180,7 +180,9 @@ func newAttr(creds core.Creds, d core.Attr, ino core.Ino, mode uint32, now time.
 	gid := creds.GID
 	if d.Mode&core.ModeSetgid != 0 {
 		gid = d.GID
-		if mode&(core.ModeSetgid|0o010) == core.ModeSetgid|0o010 && creds.UID != 0 && !creds.InGroup(gid) {
+		if core.IsDir(mode) {
+			mode |= core.ModeSetgid
+		} else if mode&(core.ModeSetgid|0o010) == core.ModeSetgid|0o010 && creds.UID != 0 && !creds.InGroup(gid) {
 			mode &^= core.ModeSetgid
 		}
 	}
@@ -213,7 +215,7 @@ func (c *Client) wbCreate(ctx context.Context, parent core.Ino, name string, fla
 	case exists:
 		return nil, core.Attr{}, false, nil // opens the file: the servers' part
 	}
-	ino, err := c.newIno(ctx, parent)
+	ino, err := c.newIno(ctx, parent, name)
 	if err != nil {
 		return nil, core.Attr{}, false, nil
 	}

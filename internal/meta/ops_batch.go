@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"encoding/binary"
+	"time"
 
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
@@ -85,6 +86,7 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 		s.wbRefused.Add(1)
 		return nil, err
 	}
+	grant, leased := s.grantNewDirs(ctx, req.Session, ops)
 	var freed bool
 	var revoked []*weftpb.Revocation
 	err = s.update(ctx, op, []core.Ino{dir}, func(t *txn) error {
@@ -100,6 +102,9 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 		return nil
 	})
 	if err != nil {
+		if len(leased) > 0 {
+			s.leases.Release(req.Session, leased, nil)
+		}
 		if errs.KindOf(err) != errs.WrongServer {
 			s.wbRefused.Add(1)
 		}
@@ -113,7 +118,14 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 	if freed {
 		s.reclaim.poke()
 	}
-	return &weftpb.ApplyBatchReply{Applied: uint32(len(ops))}, nil
+	reply := &weftpb.ApplyBatchReply{Applied: uint32(len(ops))}
+	if len(leased) > 0 {
+		reply.LeaseSeq, reply.LeaseTermMs = grant.Seq, uint32(grant.Term/time.Millisecond)
+		for _, k := range leased {
+			reply.Leased = append(reply.Leased, uint64(k))
+		}
+	}
+	return reply, nil
 }
 
 // batchError says which op of a batch failed, keeping its kind (and a
@@ -189,6 +201,13 @@ func (s *Server) checkBatch(ctx context.Context, in []*weftpb.BatchOp) ([]batchO
 			if err = use(o.Rename.Src); err == nil {
 				err = use(o.Rename.Dst)
 			}
+		case o.Mkdir != nil:
+			err = use(o.Mkdir.Name)
+			if err == nil && !s.handedOut(core.Ino(o.Mkdir.Ino)) {
+				err = errs.New(errs.Invalid, op, "inode %d was never handed out", o.Mkdir.Ino)
+			}
+		case o.Rmdir != nil:
+			err = use(o.Rmdir.Name)
 		default:
 			err = errs.New(errs.Invalid, op, "operation %d is empty", i)
 		}
@@ -276,6 +295,10 @@ func (o batchOp) apply(t *txn, dir core.Ino) (freed bool, err error) {
 		return false, t.batchWrite(o.c, dir, o.op.Write)
 	case o.op.Owner != nil:
 		return false, t.batchOwner(o.c, dir, o.op.Owner)
+	case o.op.Mkdir != nil:
+		return false, t.batchMkdir(o.c, dir, o.op.Mkdir)
+	case o.op.Rmdir != nil:
+		return false, t.batchRmdir(o.c, dir, o.op.Rmdir)
 	default:
 		return false, t.batchRename(o.c, dir, o.op.Rename)
 	}
@@ -304,7 +327,7 @@ func (t *txn) batchCreate(c core.Creds, dir core.Ino, req *weftpb.BatchCreate) e
 	d.Entries++
 	t.grew(dir, d)
 	t.touchDirAt(dir, d, req.TimeNs)
-	t.inodeDelta++
+	t.count(core.Ino(req.Ino), false)
 	return nil
 }
 

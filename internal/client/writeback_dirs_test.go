@@ -1,0 +1,187 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/waitfor"
+)
+
+// wbCreateClose creates and closes name in dir.
+func wbCreateClose(t *testing.T, ctx context.Context, c *client.Client, dir core.Ino, name string) {
+	t.Helper()
+	f, err := c.CreateAt(ctx, dir, name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatalf("create %s: %v", name, err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("close %s: %v", name, err)
+	}
+}
+
+// A mkdir in a directory under write-back completes in the client, which
+// holds the new directory's write lease from the start: creates in it, a
+// mkdir and rmdir below it, are queued too, with no synchronous request.
+// Another client sees the new directory and its entries at once (its read
+// leases recall the writer's, which sends the queues in order).
+func TestWriteBackMkdirRmdir(t *testing.T) {
+	emb, count := startCountedCluster(t)
+	ctx := context.Background()
+	a := newClientOf(t, emb.Config(), true)
+	b := newClientOf(t, emb.Config(), false)
+	b.OnRecall(func([]client.LeaseKey) {})
+	top, err := b.MkdirAt(ctx, core.RootIno, "top", 0o777)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The write lease on top, taken by the first change in it.
+	wbCreateClose(t, ctx, a, top.Ino, "first")
+	methods := []string{"mkdir", "rmdir", "create", "apply_batch", "lease_acquire", "getattr", "lookup", "readdir"}
+	before := map[string]float64{}
+	for _, m := range methods {
+		before[m] = count(m)
+	}
+	d, err := a.MkdirAt(ctx, top.Ino, "d", 0o750)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.IsDir() || d.Mode&core.ModeBits != 0o750 || d.Nlink != 2 {
+		t.Errorf("new directory: mode %#o nlink %d", d.Mode, d.Nlink)
+	}
+	for i := range 10 {
+		wbCreateClose(t, ctx, a, d.Ino, fmt.Sprintf("f%d", i))
+	}
+	sub, err := a.MkdirAt(ctx, d.Ino, "sub", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wbCreateClose(t, ctx, a, sub.Ino, "g")
+	if err := a.RmdirAt(ctx, d.Ino, "sub"); !errs.Is(err, errs.NotEmpty) {
+		t.Errorf("rmdir of a directory with a queued create: %v, want NotEmpty", err)
+	}
+	if err := a.UnlinkAt(ctx, sub.Ino, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RmdirAt(ctx, d.Ino, "sub"); err != nil {
+		t.Fatalf("rmdir of an emptied directory: %v", err)
+	}
+	if _, err := a.MkdirAt(ctx, top.Ino, "d", 0o755); !errs.Is(err, errs.Exist) {
+		t.Errorf("mkdir over a queued mkdir: %v, want Exist", err)
+	}
+	if _, err := a.MkdirAt(ctx, top.Ino, "e", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RmdirAt(ctx, top.Ino, "e"); err != nil {
+		t.Fatalf("rmdir of a queued mkdir: %v", err)
+	}
+	// The writer sees its own tree.
+	if got, err := a.LookupAt(ctx, top.Ino, "d"); err != nil || got.Ino != d.Ino {
+		t.Errorf("lookup d: %v %v", got.Ino, err)
+	}
+	if _, err := a.LookupAt(ctx, d.Ino, "f3"); err != nil {
+		t.Errorf("lookup d/f3: %v", err)
+	}
+	if _, err := a.LookupAt(ctx, d.Ino, "sub"); !errs.Is(err, errs.NotExist) {
+		t.Errorf("lookup of the removed d/sub: %v", err)
+	}
+	if ta, err := a.GetAttr(ctx, client.Ref{Ino: top.Ino}); err != nil || ta.Nlink != 3 {
+		t.Errorf("top's nlink %d (%v), want 3 (d's ..)", ta.Nlink, err)
+	}
+	for _, m := range methods {
+		if got := count(m) - before[m]; got != 0 {
+			t.Errorf("%v %s requests for mkdir, creates and rmdir under write-back, want 0", got, m)
+		}
+	}
+	// Nothing reached the servers: a client without leases sees nothing.
+	if _, err := b.LookupAt(ctx, top.Ino, "d"); !errs.Is(err, errs.NotExist) {
+		t.Errorf("a client without leases sees the queued mkdir at once (%v)", err)
+	}
+	// With read leases, another client sees everything at once.
+	if l := b.ReadLease(ctx, b.DirLeases(top.Ino)...); l.Denied() {
+		t.Fatal("read lease on top denied")
+	}
+	bd, err := b.LookupAt(ctx, top.Ino, "d")
+	if err != nil || bd.Ino != d.Ino {
+		t.Fatalf("the other client's lookup of d: %v %v", bd.Ino, err)
+	}
+	if l := b.ReadLease(ctx, b.DirLeases(d.Ino)...); l.Denied() {
+		t.Fatal("read lease on d denied")
+	}
+	want := map[string]uint32{}
+	for i := range 10 {
+		want[fmt.Sprintf("f%d", i)] = 0o644
+	}
+	checkNames(t, ctx, b, d.Ino, want, []string{"sub"})
+	if _, err := b.LookupAt(ctx, top.Ino, "e"); !errs.Is(err, errs.NotExist) {
+		t.Errorf("e, made and removed under write-back: %v", err)
+	}
+	// The batches went as few requests, and the writer's errors are none.
+	waitfor.Until(t, 10*time.Second, "the batches counted", func() bool { return count("apply_batch") > before["apply_batch"] })
+	for _, dir := range []core.Ino{top.Ino, d.Ino} {
+		if err := a.SyncDir(ctx, dir); err != nil {
+			t.Errorf("a batch was refused: %v", err)
+		}
+	}
+	for _, m := range []string{"mkdir", "rmdir", "create"} {
+		if got := count(m) - before[m]; got != 0 {
+			t.Errorf("%v %s requests, want 0", got, m)
+		}
+	}
+}
+
+// rmdir under write-back of a directory the servers hold with entries
+// (not all known to the client) is refused or goes to the servers: never
+// a lost entry.
+func TestWriteBackRmdirNotEmptyOnServers(t *testing.T) {
+	emb, _ := startCountedCluster(t)
+	ctx := context.Background()
+	a := newClientOf(t, emb.Config(), true)
+	plain := newClientOf(t, emb.Config(), false)
+	top, err := plain.MkdirAt(ctx, core.RootIno, "top", 0o777)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := plain.MkdirAt(ctx, top.Ino, "d", 0o777)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wbCreateClose(t, ctx, plain, d.Ino, "x")
+	wbCreateClose(t, ctx, a, top.Ino, "first")
+	if err := a.RmdirAt(ctx, top.Ino, "d"); !errs.Is(err, errs.NotEmpty) {
+		t.Fatalf("rmdir of a directory with an entry on the servers: %v, want NotEmpty", err)
+	}
+	if err := a.UnlinkAt(ctx, d.Ino, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RmdirAt(ctx, top.Ino, "d"); err != nil {
+		t.Fatalf("rmdir after the unlink: %v", err)
+	}
+	if err := a.SyncDir(ctx, top.Ino); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	if _, err := plain.LookupAt(ctx, top.Ino, "d"); !errs.Is(err, errs.NotExist) {
+		t.Errorf("d after a synced rmdir: %v", err)
+	}
+}
+
+// mkdirSent makes directory name in parent on a write-back client and
+// sends the mkdir: the tests hand the new number to other clients, which
+// would otherwise learn it from a lookup in parent (whose read lease
+// recalls the writer's, which sends the mkdir first).
+func mkdirSent(t *testing.T, ctx context.Context, c *client.Client, parent core.Ino, name string, mode uint32) core.Attr {
+	t.Helper()
+	a, err := c.MkdirAt(ctx, parent, name, mode)
+	if err != nil {
+		t.Fatalf("mkdir %s: %v", name, err)
+	}
+	if err := c.SyncDir(ctx, parent); err != nil {
+		t.Fatalf("sync of mkdir %s: %v", name, err)
+	}
+	return a
+}
