@@ -116,9 +116,9 @@ type wbDir struct {
 		partial bool
 		// kids are the directories the queued mkdirs and rmdirs make and
 		// remove, by op.
-		kids map[*weftpb.BatchOp]*wbDir
-		lost    bool      // recalled, expired or never granted: queue nothing
-		retired bool      // no longer the directory's state: never granted again
+		kids    map[*weftpb.BatchOp]*wbDir
+		lost    bool // recalled, expired or never granted: queue nothing
+		retired bool // no longer the directory's state: never granted again
 		// gen counts forgetLocked: what a read of the servers learnt is
 		// kept only if no request changed the directory meanwhile.
 		gen     uint64
