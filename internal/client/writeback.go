@@ -91,6 +91,11 @@ type wbName struct {
 	// (writeback_data.go).
 	data   []byte
 	dataOK bool
+	// fresh: a file this client created under write-back, with no
+	// extended attributes: nothing about the name went to the servers
+	// since (forgetName clears it). The kernel asks each written file for
+	// security.capability; the answer needs no request (wbNoXattrs).
+	fresh bool
 }
 
 // wbDir is one directory under write-back.
@@ -528,6 +533,8 @@ func (w *wbDir) forgetName(name string, method uint16) {
 			w.mu.absent--
 		}
 		delete(w.mu.names, name)
+	} else if n != nil {
+		n.fresh = false
 	}
 }
 

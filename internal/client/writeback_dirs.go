@@ -259,3 +259,22 @@ func (w *wbDir) dropKidsLocked(ops []*pb.BatchOp, err error) {
 		kid.mu.Unlock()
 	}
 }
+
+// wbNoXattrs reports whether ref is a file this client created under
+// write-back that has no extended attributes (wbName.fresh), as known to
+// creds, who may read them (its owner, or root).
+func (c *Client) wbNoXattrs(ctx context.Context, ref Ref) bool {
+	if ref.Parent == 0 || ref.Name == "" {
+		return false
+	}
+	w := c.wbLookupDir(ref.Parent)
+	if w == nil {
+		return false
+	}
+	creds := c.creds(ctx)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.mu.names[ref.Name]
+	return n != nil && n.fresh && !n.absent && n.pending > 0 && n.attr.Ino == ref.Ino &&
+		(creds.UID == 0 || creds.UID == n.attr.UID)
+}
