@@ -14,7 +14,7 @@ import (
 // writeback`). A client that changes a directory takes an exclusive write
 // lease on it (its key on every meta server, so that a split directory is
 // covered too) and then completes creates, unlinks, renames and setattrs of
-// files there itself: it checks them against what it knows (the
+// files, mkdirs and rmdirs (writeback_dirs.go) there itself: it checks them against what it knows (the
 // directory's attributes, its queued changes, and the server's entries,
 // which nobody else can change while the lease is held), answers at once,
 // and queues them. Queued changes go to the servers in batches (ApplyBatch),
@@ -292,7 +292,7 @@ func (c *Client) wbAcquireLease(ctx context.Context, dir core.Ino) *wbDir {
 	}
 	c.wb.mu.Unlock()
 	w.mu.Lock()
-	ok := !w.mu.lost && time.Until(w.mu.trusted) >= wbMinTrust && (!w.mu.partial || w.mu.born != nil)
+	ok := !w.mu.lost && time.Until(w.mu.trusted) >= wbMinTrust && !w.mu.partial
 	w.mu.Unlock()
 	if ok {
 		return w

@@ -12,8 +12,9 @@ import (
 )
 
 // Metadata write-back. A client holding a directory's write lease completes
-// creates, unlinks, renames, setattrs (mode, times, owner) and the commits
-// of inline files' content there itself and sends them here in
+// creates, unlinks, renames, setattrs (mode, times, owner), the commits
+// of inline files' content, mkdirs and rmdirs (ops_batch_dir.go) there
+// itself and sends them here in
 // batches (ApplyBatch). A batch is one txn and so one Pebble batch: each op
 // is checked again as if it came alone, against the state the ops before it
 // left, and one op that fails fails the batch, which changes nothing. The
