@@ -1,0 +1,66 @@
+package meta
+
+import (
+	"testing"
+
+	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/proto/weftpb"
+)
+
+// A written-back mkdir writes the entry and the new directory's record in
+// one batch, with the parent's link; a create inside it works at once; an
+// rmdir of a non-empty directory fails the batch, of an empty one removes
+// it; a number in use or never handed out is refused.
+func TestApplyBatchMkdirRmdir(t *testing.T) {
+	e := newEnv(t)
+	e.chmod(rootCreds(), inoRef(root), 0o777)
+	r, err := e.AllocInos(ctx, &weftpb.AllocInosRequest{Count: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.getattr(root).Nlink
+	mk := func(name string, ino uint64) *weftpb.BatchOp {
+		return &weftpb.BatchOp{Creds: alice, Mkdir: &weftpb.BatchMkdir{Name: name, Ino: ino, Mode: core.ModeDir | core.ModeSetuid | 0o750, TimeNs: 5}}
+	}
+	if _, err := e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{mk("d", r.First)}}); err != nil {
+		t.Fatal(err)
+	}
+	d := e.mustLookup(root, "d")
+	if d.Ino != r.First || d.Mode != core.ModeDir|0o750 || d.Nlink != 2 || d.Uid != 1000 {
+		t.Fatalf("d: %+v", d)
+	}
+	if got := e.getattr(root).Nlink; got != before+1 {
+		t.Errorf("root nlink %d, want %d", got, before+1)
+	}
+	// Inside it at once, in the directory's own batch.
+	if _, err := e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: r.First, Ops: []*weftpb.BatchOp{batchCreate(alice, "f", r.First+1)}}); err != nil {
+		t.Fatal(err)
+	}
+	// Numbers in use, or never handed out, are refused.
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{mk("e", r.First)}})
+	wantKind(t, err, errs.Invalid)
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{mk("e", r.First+1000)}})
+	wantKind(t, err, errs.Invalid)
+	rm := &weftpb.BatchOp{Creds: alice, Rmdir: &weftpb.BatchRmdir{Name: "d", Ino: r.First, TimeNs: 6}}
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{rm}})
+	wantKind(t, err, errs.NotEmpty)
+	if _, err := e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: r.First, Ops: []*weftpb.BatchOp{
+		{Creds: alice, Unlink: &weftpb.BatchUnlink{Name: "f", Ino: r.First + 1, TimeNs: 6}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{rm}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.names(root); len(got) != 0 {
+		t.Errorf("root holds %v after the rmdir", got)
+	}
+	if got := e.getattr(root).Nlink; got != before {
+		t.Errorf("root nlink %d after the rmdir, want %d", got, before)
+	}
+	// rmdir of a file is ENOTDIR.
+	f := e.create(alice, root, "file", 0o644)
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{
+		{Creds: alice, Rmdir: &weftpb.BatchRmdir{Name: "file", Ino: f.Ino}}}})
+	wantKind(t, err, errs.NotDir)
+}
