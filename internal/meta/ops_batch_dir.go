@@ -36,8 +36,12 @@ const mkdirLeaseWait = 50 * time.Millisecond
 // batch makes that this server owns. It returns the grant (zero if none)
 // and the keys granted.
 func (s *Server) grantNewDirs(ctx context.Context, session uint64, ops []batchOp) (lease.Grant, []lease.Key) {
+	// Only to a session that holds its leases here over this connection
+	// (the parent's write lease): an edge forwards its clients' batches
+	// and grants their leases itself, and a lease here would be unknown
+	// to it.
 	holder := lease.HolderOf(ctx)
-	if s.leases == nil || session == 0 || holder == nil {
+	if s.leases == nil || session == 0 || !s.leases.AcquiredOver(session, holder) {
 		return lease.Grant{}, nil
 	}
 	var keys []lease.Key
