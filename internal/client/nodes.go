@@ -96,6 +96,9 @@ func (c *Client) SetAttr(ctx context.Context, ref Ref, s SetAttr) (core.Attr, er
 	if a, ok := c.wbSetAttr(ctx, ref, s); ok {
 		return a, nil
 	}
+	if a, ok := c.wbSetDirAttr(ctx, ref, s); ok {
+		return a, nil
+	}
 	// A directory under write-back: its queue goes first, and the client
 	// forgets the attributes it knew.
 	if err := c.wbBarrier(ctx, ref.Ino); err != nil {

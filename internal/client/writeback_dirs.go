@@ -278,3 +278,66 @@ func (c *Client) wbNoXattrs(ctx context.Context, ref Ref) bool {
 	return n != nil && n.fresh && !n.absent && n.pending > 0 && n.attr.Ino == ref.Ino &&
 		(creds.UID == 0 || creds.UID == n.attr.UID)
 }
+
+// wbSetDirAttr queues a change of the mode, times or owner of a directory
+// under write-back in the directory's own queue (BatchOp.dir_setattr,
+// dir_owner), in order with its entries' changes, which touch its times:
+// tar sets each directory's times, mode and owner after its entries.
+func (c *Client) wbSetDirAttr(ctx context.Context, ref Ref, s SetAttr) (core.Attr, bool) {
+	if !wbSetAttrOK(s) {
+		return core.Attr{}, false
+	}
+	w := c.wbLookupDir(ref.Ino)
+	if w == nil {
+		return core.Attr{}, false
+	}
+	w.ops.Lock()
+	defer w.ops.Unlock()
+	creds := c.creds(ctx)
+	now := time.Now()
+	w.mu.Lock()
+	if !w.usableLocked(now) || !w.mu.dattrOK || w.mu.partial {
+		w.mu.Unlock()
+		return core.Attr{}, false
+	}
+	a := w.mu.dattr
+	if w.mu.mtime.After(a.Mtime) {
+		a.Mtime, a.Ctime = w.mu.mtime, w.mu.mtime
+	}
+	req := s.pb()
+	var op *pb.BatchOp
+	if s.UID != nil || s.GID != nil {
+		var ok bool
+		if a, ok = ownerChange(creds, a, s); !ok {
+			w.mu.Unlock()
+			return core.Attr{}, false
+		}
+		op = &pb.BatchOp{Creds: credsPB(creds), DirOwner: &pb.BatchOwner{Ino: uint64(a.Ino),
+			Valid: req.Valid, Uid: req.Uid, Gid: req.Gid, TimeNs: now.UnixNano()}}
+	} else {
+		if creds.UID != 0 && creds.UID != a.UID {
+			w.mu.Unlock()
+			return core.Attr{}, false
+		}
+		a = modeTimesChange(creds, a, s, req, now)
+		op = &pb.BatchOp{Creds: credsPB(creds), DirSetattr: &pb.BatchSetAttr{Ino: uint64(a.Ino),
+			Valid: req.Valid, Mode: req.Mode, AtimeNs: req.AtimeNs, MtimeNs: req.MtimeNs, TimeNs: now.UnixNano()}}
+	}
+	a.Ctime = now
+	w.queueLocked(op)
+	// What a stat here sees from now on; later changes in the directory
+	// move its times on from the one set.
+	w.mu.dattr, w.mu.mtime = a, a.Mtime
+	w.mu.Unlock()
+	// The parent's queued entry of the directory, if any, says the same.
+	if ref.Parent != 0 && ref.Name != "" {
+		if p := c.wbLookupDir(ref.Parent); p != nil {
+			p.mu.Lock()
+			if n := p.mu.names[ref.Name]; n != nil && !n.absent && n.attr.Ino == a.Ino {
+				n.attr = a
+			}
+			p.mu.Unlock()
+		}
+	}
+	return a, true
+}

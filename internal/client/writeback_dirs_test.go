@@ -128,7 +128,7 @@ func testWriteBackMkdirRmdir(t *testing.T, metas int) {
 	}
 	// The write lease on top, taken by the first change in it.
 	wbCreateClose(t, ctx, a, top.Ino, "first")
-	methods := []string{"mkdir", "rmdir", "create", "apply_batch", "lease_acquire", "getattr", "lookup", "readdir"}
+	methods := []string{"mkdir", "rmdir", "create", "setattr", "apply_batch", "lease_acquire", "getattr", "lookup", "readdir"}
 	before := map[string]int{}
 	for _, m := range methods {
 		before[m] = count(m)
@@ -156,6 +156,12 @@ func testWriteBackMkdirRmdir(t *testing.T, metas int) {
 	}
 	if err := a.RmdirAt(ctx, d.Ino, "sub"); err != nil {
 		t.Fatalf("rmdir of an emptied directory: %v", err)
+	}
+	// tar's chmod and utimes of a directory it made, after its entries.
+	mode, mtime := uint32(0o705), time.Unix(1_600_000_000, 0)
+	if got, err := a.SetAttr(ctx, client.Ref{Ino: d.Ino, Parent: top.Ino, Name: "d"}, client.SetAttr{Mode: &mode, Mtime: &mtime}); err != nil ||
+		got.Mode&core.ModeBits != mode || !got.Mtime.Equal(mtime) {
+		t.Errorf("setattr of d: %+v, %v", got, err)
 	}
 	if _, err := a.MkdirAt(ctx, top.Ino, "d", 0o755); !errs.Is(err, errs.Exist) {
 		t.Errorf("mkdir over a queued mkdir: %v, want Exist", err)
@@ -204,6 +210,9 @@ func testWriteBackMkdirRmdir(t *testing.T, metas int) {
 		want[fmt.Sprintf("f%d", i)] = 0o644
 	}
 	checkNames(t, ctx, b, d.Ino, want, []string{"sub"})
+	if got, err := b.GetAttr(ctx, client.Ref{Ino: d.Ino}); err != nil || got.Mode&core.ModeBits != mode || !got.Mtime.Equal(mtime) || got.Nlink != 2 {
+		t.Errorf("the other client's stat of d: mode %#o mtime %v nlink %d (%v), want %#o %v 2", got.Mode&core.ModeBits, got.Mtime, got.Nlink, err, mode, mtime)
+	}
 	if _, err := b.LookupAt(ctx, top.Ino, "e"); !errs.Is(err, errs.NotExist) {
 		t.Errorf("e, made and removed under write-back: %v", err)
 	}
@@ -216,7 +225,7 @@ func testWriteBackMkdirRmdir(t *testing.T, metas int) {
 			t.Errorf("a batch was refused: %v", err)
 		}
 	}
-	for _, m := range []string{"mkdir", "rmdir", "create"} {
+	for _, m := range []string{"mkdir", "rmdir", "create", "setattr"} {
 		if got := count(m) - before[m]; got != 0 {
 			t.Errorf("%d %s requests, want 0", got, m)
 		}

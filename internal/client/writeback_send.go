@@ -257,7 +257,11 @@ func (c *Client) splitBatch(dir core.Ino, ops []*weftpb.BatchOp) []batchPart {
 	var parts []batchPart
 	idx := map[uint32]int{}
 	for _, op := range ops {
-		p := core.PartitionOf(core.NameHash(opNames(op)[0]), bitmap)
+		// A change of the directory itself goes with partition 0.
+		p := uint32(0)
+		if names := opNames(op); len(names) > 0 {
+			p = core.PartitionOf(core.NameHash(names[0]), bitmap)
+		}
 		i, ok := idx[p]
 		if !ok {
 			i = len(parts)

@@ -209,6 +209,10 @@ func (s *Server) checkBatch(ctx context.Context, in []*weftpb.BatchOp) ([]batchO
 			}
 		case o.Rmdir != nil:
 			err = use(o.Rmdir.Name)
+		case o.DirSetattr != nil:
+			err = checkDirChange(o.DirSetattr.Name, o.DirSetattr.Valid, batchSetAttrBits)
+		case o.DirOwner != nil:
+			err = checkDirChange(o.DirOwner.Name, o.DirOwner.Valid, batchOwnerBits)
 		default:
 			err = errs.New(errs.Invalid, op, "operation %d is empty", i)
 		}
@@ -300,6 +304,12 @@ func (o batchOp) apply(t *txn, dir core.Ino) (freed bool, err error) {
 		return false, t.batchMkdir(o.c, dir, o.op.Mkdir)
 	case o.op.Rmdir != nil:
 		return false, t.batchRmdir(o.c, dir, o.op.Rmdir)
+	case o.op.DirSetattr != nil:
+		a := o.op.DirSetattr
+		return false, t.batchDirAttr(o.c, dir, a.Ino, setAttrOf(a), a.TimeNs)
+	case o.op.DirOwner != nil:
+		a := o.op.DirOwner
+		return false, t.batchDirAttr(o.c, dir, a.Ino, ownerOf(a), a.TimeNs)
 	default:
 		return false, t.batchRename(o.c, dir, o.op.Rename)
 	}

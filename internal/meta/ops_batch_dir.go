@@ -140,3 +140,37 @@ func (t *txn) count(ino core.Ino, dir bool) {
 	}
 	t.ownerDeltas[owner] = d
 }
+
+// checkDirChange checks a change of the batch's directory's own
+// attributes: no name, and bits of those allowed.
+func checkDirChange(name string, valid, allowed uint32) error {
+	switch {
+	case name != "":
+		return errs.New(errs.Invalid, "apply batch", "a change of the directory itself names %q", name)
+	case valid == 0 || valid&^allowed != 0:
+		return errs.New(errs.Invalid, "apply batch", "directory change bits %#x cannot be written back", valid)
+	}
+	return nil
+}
+
+// batchDirAttr applies a change of directory dir's own attributes (ino
+// must be dir), with SetAttr's checks, at the client's time ns. It is
+// applied in order with the batch's entry changes, which touch the same
+// record's times.
+func (t *txn) batchDirAttr(c core.Creds, dir core.Ino, ino uint64, sa *weftpb.SetAttrRequest, ns int64) error {
+	if core.Ino(ino) != dir {
+		return errs.New(errs.Invalid, t.op, "a change of directory %d in a batch of directory %d", ino, dir)
+	}
+	r, err := t.inode(dir)
+	if err != nil {
+		return err
+	}
+	if !core.IsDir(r.Mode) {
+		return errs.New(errs.NotDir, t.op, "inode %d is not a directory", dir)
+	}
+	if err := t.setAttrAt(c, r, sa, ns); err != nil {
+		return err
+	}
+	t.putInode(dir, r)
+	return nil
+}

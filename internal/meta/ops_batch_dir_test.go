@@ -64,3 +64,36 @@ func TestApplyBatchMkdirRmdir(t *testing.T) {
 		{Creds: alice, Rmdir: &weftpb.BatchRmdir{Name: "file", Ino: f.Ino}}}})
 	wantKind(t, err, errs.NotDir)
 }
+
+// A change of the batch's directory's own attributes applies in order with
+// its entries' changes: a create before it does not move the mtime it sets.
+func TestApplyBatchDirAttr(t *testing.T) {
+	e := newEnv(t)
+	e.chmod(rootCreds(), inoRef(root), 0o777)
+	d := e.mkdir(alice, root, "d", 0o755)
+	r, err := e.AllocInos(ctx, &weftpb.AllocInosRequest{Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := &weftpb.BatchOp{Creds: alice, DirSetattr: &weftpb.BatchSetAttr{Ino: d.Ino,
+		Valid: uint32(weftpb.SetAttrBits_SETATTR_MODE | weftpb.SetAttrBits_SETATTR_MTIME), Mode: 0o700, MtimeNs: 7_000_000_000, TimeNs: 9_000_000_000}}
+	if _, err := e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: d.Ino, Ops: []*weftpb.BatchOp{
+		batchCreate(alice, "f", r.First), set}}); err != nil {
+		t.Fatal(err)
+	}
+	got := e.getattr(d.Ino)
+	if got.Mode != core.ModeDir|0o700 || got.MtimeNs != 7_000_000_000 {
+		t.Errorf("d after the batch: mode %#o mtime %d", got.Mode, got.MtimeNs)
+	}
+	if n := e.names(d.Ino); len(n) != 1 {
+		t.Errorf("d holds %v", n)
+	}
+	// Another user may not; a named or foreign change is refused.
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: d.Ino, Ops: []*weftpb.BatchOp{{Creds: bob, DirSetattr: set.DirSetattr}}})
+	wantKind(t, err, errs.NotPermitted)
+	named := &weftpb.BatchOp{Creds: alice, DirSetattr: &weftpb.BatchSetAttr{Name: "f", Ino: d.Ino, Valid: uint32(weftpb.SetAttrBits_SETATTR_MODE), Mode: 0o755}}
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: d.Ino, Ops: []*weftpb.BatchOp{named}})
+	wantKind(t, err, errs.Invalid)
+	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{set}})
+	wantKind(t, err, errs.Invalid)
+}

@@ -3663,16 +3663,22 @@ func (x *AllocInosReply) GetCount() uint32 {
 // BatchOp is one operation of a write-back batch, in a directory the batch
 // names. Exactly one of its parts is set.
 type BatchOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Creds         *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
-	Create        *BatchCreate           `protobuf:"bytes,2,opt,name=create,proto3" json:"create,omitempty"`
-	Unlink        *BatchUnlink           `protobuf:"bytes,3,opt,name=unlink,proto3" json:"unlink,omitempty"`
-	Setattr       *BatchSetAttr          `protobuf:"bytes,4,opt,name=setattr,proto3" json:"setattr,omitempty"`
-	Rename        *BatchRename           `protobuf:"bytes,5,opt,name=rename,proto3" json:"rename,omitempty"`
-	Write         *BatchWrite            `protobuf:"bytes,6,opt,name=write,proto3" json:"write,omitempty"`
-	Owner         *BatchOwner            `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
-	Mkdir         *BatchMkdir            `protobuf:"bytes,80,opt,name=mkdir,proto3" json:"mkdir,omitempty"`
-	Rmdir         *BatchRmdir            `protobuf:"bytes,81,opt,name=rmdir,proto3" json:"rmdir,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Creds   *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
+	Create  *BatchCreate           `protobuf:"bytes,2,opt,name=create,proto3" json:"create,omitempty"`
+	Unlink  *BatchUnlink           `protobuf:"bytes,3,opt,name=unlink,proto3" json:"unlink,omitempty"`
+	Setattr *BatchSetAttr          `protobuf:"bytes,4,opt,name=setattr,proto3" json:"setattr,omitempty"`
+	Rename  *BatchRename           `protobuf:"bytes,5,opt,name=rename,proto3" json:"rename,omitempty"`
+	Write   *BatchWrite            `protobuf:"bytes,6,opt,name=write,proto3" json:"write,omitempty"`
+	Owner   *BatchOwner            `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
+	Mkdir   *BatchMkdir            `protobuf:"bytes,80,opt,name=mkdir,proto3" json:"mkdir,omitempty"`
+	Rmdir   *BatchRmdir            `protobuf:"bytes,81,opt,name=rmdir,proto3" json:"rmdir,omitempty"`
+	// dir_setattr and dir_owner change the attributes of the batch's
+	// directory itself (their name is empty and their ino the directory's),
+	// in order with the batch's other changes (tar's utimes, chmod and chown
+	// of a directory it made, after its entries).
+	DirSetattr    *BatchSetAttr `protobuf:"bytes,82,opt,name=dir_setattr,json=dirSetattr,proto3" json:"dir_setattr,omitempty"`
+	DirOwner      *BatchOwner   `protobuf:"bytes,83,opt,name=dir_owner,json=dirOwner,proto3" json:"dir_owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3766,6 +3772,20 @@ func (x *BatchOp) GetMkdir() *BatchMkdir {
 func (x *BatchOp) GetRmdir() *BatchRmdir {
 	if x != nil {
 		return x.Rmdir
+	}
+	return nil
+}
+
+func (x *BatchOp) GetDirSetattr() *BatchSetAttr {
+	if x != nil {
+		return x.DirSetattr
+	}
+	return nil
+}
+
+func (x *BatchOp) GetDirOwner() *BatchOwner {
+	if x != nil {
+		return x.DirOwner
 	}
 	return nil
 }
@@ -4724,40 +4744,42 @@ const file_meta_proto_rawDesc = "" +
 	"v1.AttrR\x04attr\x12\x1d\n\nentry_mode\x18\x05 \x01(\rR\tentryMode\x12\x16\n\x06parent\x18\x06 \x01(\x04R\x06pa" +
 	"rent\x12\x18\n\arecheck\x18\a \x01(\bR\arecheck\"(\n\x10AllocInosRequest\x12\x14\n\x05count\x18\x01 \x01(" +
 	"\rR\x05count\"<\n\x0eAllocInosReply\x12\x14\n\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n\x05count\x18\x02 \x01(\rR" +
-	"\x05count\"\x96\x03\n\aBatchOp\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12,\n\x06crea" +
+	"\x05count\"\x80\x04\n\aBatchOp\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12,\n\x06crea" +
 	"te\x18\x02 \x01(\v2\x14.weft.v1.BatchCreateR\x06create\x12,\n\x06unlink\x18\x03 \x01(\v2\x14.weft.v1" +
 	".BatchUnlinkR\x06unlink\x12/\n\asetattr\x18\x04 \x01(\v2\x15.weft.v1.BatchSetAttrR\ase" +
 	"tattr\x12,\n\x06rename\x18\x05 \x01(\v2\x14.weft.v1.BatchRenameR\x06rename\x12)\n\x05write\x18\x06 \x01" +
 	"(\v2\x13.weft.v1.BatchWriteR\x05write\x12)\n\x05owner\x18\a \x01(\v2\x13.weft.v1.BatchOwn" +
 	"erR\x05owner\x12)\n\x05mkdir\x18P \x01(\v2\x13.weft.v1.BatchMkdirR\x05mkdir\x12)\n\x05rmdir\x18Q " +
-	"\x01(\v2\x13.weft.v1.BatchRmdirR\x05rmdir\"f\n\nBatchMkdir\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02" +
-	" \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R" +
-	"\x06timeNs\"R\n\nBatchRmdir\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03i" +
-	"no\x12\x17\n\atime_ns\x18\x03 \x01(\x03R\x06timeNs\"\x8d\x01\n\vBatchCreate\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03" +
-	"R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06t" +
-	"imeNs\x12$\n\x04then\x18\x05 \x03(\v2\x10.weft.v1.BatchOpR\x04then\"\x81\x01\n\nBatchWrite\x12\x19\n\x04na" +
-	"me\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04data\x18\x03 \x01(\fR\x04data\x12\x19\n\bm" +
-	"time_ns\x18\x04 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18\x05 \x01(\x03R\x06timeNs\"\x8c\x01\n\nBatchOwner\x12\x19" +
-	"\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05vali" +
-	"d\x12\x10\n\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n\x03gid\x18\x05 \x01(\rR\x03gid\x12\x17\n\atime_ns\x18\x06 \x01(\x03R\x06timeNs\"g" +
-	"\n\vBatchUnlink\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04op" +
-	"en\x18\x03 \x03(\x04R\x04open\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"\xb4\x01\n\fBatchSetAttr\x12\x19\n\x04name" +
-	"\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04m" +
-	"ode\x18\x04 \x01(\rR\x04mode\x12\x19\n\batime_ns\x18\x05 \x01(\x03R\aatimeNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amt" +
-	"imeNs\x12\x17\n\atime_ns\x18\a \x01(\x03R\x06timeNs\"j\n\vBatchRename\x12\x17\n\x03src\x18\x01 \x01(\tB\x05\xaa\x01\x02 " +
-	"\x03R\x03src\x12\x17\n\x03dst\x18\x02 \x01(\tB\x05\xaa\x01\x02 \x03R\x03dst\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01" +
-	"(\x03R\x06timeNs\"c\n\x11ApplyBatchRequest\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v2\x10" +
-	".weft.v1.BatchOpR\x03ops\x12\x18\n\asession\x18P \x01(\x04R\asession\"\x84\x01\n\x0fApplyBatchRe" +
-	"ply\x12\x18\n\aapplied\x18\x01 \x01(\rR\aapplied\x12\x16\n\x06leased\x18P \x03(\x04R\x06leased\x12\x1b\n\tlease_s" +
-	"eq\x18Q \x01(\x04R\bleaseSeq\x12\"\n\rlease_term_ms\x18R \x01(\rR\vleaseTermMs\"!\n\rLocate" +
-	"Request\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"I\n\vLocateReply\x12\x14\n\x05found\x18\x01 \x01(\bR\x05found\x12$" +
-	"\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_" +
-	"NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSE" +
-	"TATTR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_AT" +
-	"IME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10" +
-	"\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXA" +
-	"TTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/we" +
-	"ftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
+	"\x01(\v2\x13.weft.v1.BatchRmdirR\x05rmdir\x126\n\vdir_setattr\x18R \x01(\v2\x15.weft.v1.B" +
+	"atchSetAttrR\ndirSetattr\x120\n\tdir_owner\x18S \x01(\v2\x13.weft.v1.BatchOwnerR" +
+	"\bdirOwner\"f\n\nBatchMkdir\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R" +
+	"\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"R\n\nBatchRmdir\x12" +
+	"\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x03 \x01(\x03R\x06t" +
+	"imeNs\"\x8d\x01\n\vBatchCreate\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03i" +
+	"no\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\x12$\n\x04then\x18\x05 \x03(\v2\x10." +
+	"weft.v1.BatchOpR\x04then\"\x81\x01\n\nBatchWrite\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12" +
+	"\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04data\x18\x03 \x01(\fR\x04data\x12\x19\n\bmtime_ns\x18\x04 \x01(\x03R\amtimeNs" +
+	"\x12\x17\n\atime_ns\x18\x05 \x01(\x03R\x06timeNs\"\x8c\x01\n\nBatchOwner\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04n" +
+	"ame\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x10\n\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\x05 \x01(\rR\x03gid\x12\x17\n\atime_ns\x18\x06 \x01(\x03R\x06timeNs\"g\n\vBatchUnlink\x12\x19\n\x04name\x18" +
+	"\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04open\x18\x03 \x03(\x04R\x04open\x12\x17\n\atime" +
+	"_ns\x18\x04 \x01(\x03R\x06timeNs\"\xb4\x01\n\fBatchSetAttr\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x19\n\bati" +
+	"me_ns\x18\x05 \x01(\x03R\aatimeNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18\a \x01(\x03" +
+	"R\x06timeNs\"j\n\vBatchRename\x12\x17\n\x03src\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x03src\x12\x17\n\x03dst\x18\x02 \x01(\tB\x05\xaa" +
+	"\x01\x02 \x03R\x03dst\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"c\n\x11ApplyBat" +
+	"chRequest\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v2\x10.weft.v1.BatchOpR\x03ops\x12" +
+	"\x18\n\asession\x18P \x01(\x04R\asession\"\x84\x01\n\x0fApplyBatchReply\x12\x18\n\aapplied\x18\x01 \x01(\rR\a" +
+	"applied\x12\x16\n\x06leased\x18P \x03(\x04R\x06leased\x12\x1b\n\tlease_seq\x18Q \x01(\x04R\bleaseSeq\x12\"\n\r" +
+	"lease_term_ms\x18R \x01(\rR\vleaseTermMs\"!\n\rLocateRequest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03" +
+	"ino\"I\n\vLocateReply\x12\x14\n\x05found\x18\x01 \x01(\bR\x05found\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1" +
+	".NodeRefR\x04node*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE" +
+	"\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATT" +
+	"R_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_M" +
+	"TIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10" +
+	"\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CR" +
+	"EATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftfs/weft/proto/weftpb" +
+	"\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
@@ -4913,14 +4935,16 @@ var file_meta_proto_depIdxs = []int32{
 	62, // 61: weft.v1.BatchOp.owner:type_name -> weft.v1.BatchOwner
 	58, // 62: weft.v1.BatchOp.mkdir:type_name -> weft.v1.BatchMkdir
 	59, // 63: weft.v1.BatchOp.rmdir:type_name -> weft.v1.BatchRmdir
-	57, // 64: weft.v1.BatchCreate.then:type_name -> weft.v1.BatchOp
-	57, // 65: weft.v1.ApplyBatchRequest.ops:type_name -> weft.v1.BatchOp
-	72, // 66: weft.v1.LocateReply.node:type_name -> weft.v1.NodeRef
-	67, // [67:67] is the sub-list for method output_type
-	67, // [67:67] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	64, // 64: weft.v1.BatchOp.dir_setattr:type_name -> weft.v1.BatchSetAttr
+	62, // 65: weft.v1.BatchOp.dir_owner:type_name -> weft.v1.BatchOwner
+	57, // 66: weft.v1.BatchCreate.then:type_name -> weft.v1.BatchOp
+	57, // 67: weft.v1.ApplyBatchRequest.ops:type_name -> weft.v1.BatchOp
+	72, // 68: weft.v1.LocateReply.node:type_name -> weft.v1.NodeRef
+	69, // [69:69] is the sub-list for method output_type
+	69, // [69:69] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
