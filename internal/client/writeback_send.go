@@ -94,6 +94,12 @@ func (w *wbDir) flush(ctx context.Context) error {
 		if err != nil && (errs.Is(err, errs.Canceled) || errs.Is(err, errs.Timeout)) && ctx.Err() != nil {
 			return err
 		}
+		if errs.Is(err, errs.Busy) {
+			// Not applied, and not refused for what it holds: the
+			// batch stays queued and goes again (the flusher, the
+			// next fsync).
+			return err
+		}
 		w.mu.Lock()
 		if err != nil {
 			w.refusedLocked(err)

@@ -90,7 +90,7 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 	grant, leased := s.grantNewDirs(ctx, req.Session, ops)
 	var freed bool
 	var revoked []*weftpb.Revocation
-	err = s.update(ctx, op, []core.Ino{dir}, func(t *txn) error {
+	err = s.update(ctx, op, s.batchLocks(dir, ops), func(t *txn) error {
 		freed = false
 		for i, o := range ops {
 			f, err := o.apply(t, dir)

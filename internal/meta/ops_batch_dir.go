@@ -70,6 +70,9 @@ func (t *txn) batchMkdir(c core.Creds, dir core.Ino, req *weftpb.BatchMkdir) err
 	}
 	ino := core.Ino(req.Ino)
 	// A number in use is never overwritten (a client that reused one).
+	// Its stripe is locked from the start when this server owns it
+	// (batchLocks): one relock per mkdir would make a batch of many give
+	// up.
 	if _, err := t.inode(ino); err == nil {
 		return errs.New(errs.Invalid, t.op, "inode %d is in use", ino)
 	} else if !errs.Is(err, errs.Stale) {
@@ -173,4 +176,27 @@ func (t *txn) batchDirAttr(c core.Creds, dir core.Ino, ino uint64, sa *weftpb.Se
 	}
 	t.putInode(dir, r)
 	return nil
+}
+
+// batchLocks are the inodes whose stripes a batch in dir locks from the
+// start: the directory's, and those of the directories its mkdirs and
+// rmdirs make and remove here. Found one at a time (a relock each), a
+// batch of many of them would give up ("could not settle the locks").
+func (s *Server) batchLocks(dir core.Ino, ops []batchOp) []core.Ino {
+	lock := []core.Ino{dir}
+	for _, o := range ops {
+		var ino core.Ino
+		switch {
+		case o.op.Mkdir != nil:
+			ino = core.Ino(o.op.Mkdir.Ino)
+		case o.op.Rmdir != nil:
+			ino = core.Ino(o.op.Rmdir.Ino)
+		default:
+			continue
+		}
+		if s.ownerOf(ino) == s.cfg.ID {
+			lock = append(lock, ino)
+		}
+	}
+	return lock
 }

@@ -97,3 +97,33 @@ func TestApplyBatchDirAttr(t *testing.T) {
 	_, err = e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: []*weftpb.BatchOp{set}})
 	wantKind(t, err, errs.Invalid)
 }
+
+// A batch of many mkdirs, and one of many rmdirs, applies: each new or
+// removed directory's lock is taken from the start (a relock for each gave
+// up after 64: "could not settle the locks it needs").
+func TestApplyBatchManyDirs(t *testing.T) {
+	e := newEnv(t)
+	const n = 300
+	r, err := e.AllocInos(ctx, &weftpb.AllocInosRequest{Count: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mk, rm []*weftpb.BatchOp
+	for i := range uint64(n) {
+		name := "d" + itoa(int(i))
+		mk = append(mk, &weftpb.BatchOp{Creds: rootCreds(), Mkdir: &weftpb.BatchMkdir{Name: name, Ino: r.First + i, Mode: core.ModeDir | 0o755, TimeNs: 1}})
+		rm = append(rm, &weftpb.BatchOp{Creds: rootCreds(), Rmdir: &weftpb.BatchRmdir{Name: name, Ino: r.First + i, TimeNs: 2}})
+	}
+	if _, err := e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: mk}); err != nil {
+		t.Fatalf("%d mkdirs: %v", n, err)
+	}
+	if got := len(e.names(root)); got != n {
+		t.Fatalf("%d names after the mkdirs", got)
+	}
+	if _, err := e.ApplyBatch(ctx, &weftpb.ApplyBatchRequest{Dir: root, Ops: rm}); err != nil {
+		t.Fatalf("%d rmdirs: %v", n, err)
+	}
+	if got := len(e.names(root)); got != 0 {
+		t.Fatalf("%d names after the rmdirs", got)
+	}
+}
