@@ -106,6 +106,9 @@ func (c *Client) SetAttr(ctx context.Context, ref Ref, s SetAttr) (core.Attr, er
 	if a, ok := c.wbSetAttr(ctx, ref, s); ok {
 		return a, nil
 	}
+	if a, ok := c.wbSetDirAttr(ctx, ref, s); ok {
+		return a, nil
+	}
 	// A directory under write-back: its queue goes first, and the client
 	// forgets the attributes it knew.
 	if err := c.wbBarrier(ctx, ref.Ino); err != nil {
@@ -267,6 +270,9 @@ func (c *Client) MknodAt(ctx context.Context, parent core.Ino, name string, mode
 
 // MkdirAt creates directory name in parent.
 func (c *Client) MkdirAt(ctx context.Context, parent core.Ino, name string, mode uint32) (core.Attr, error) {
+	if a, ok, err := c.wbMkdir(ctx, parent, name, mode); ok {
+		return a, err
+	}
 	var r pb.MkdirReply
 	err := c.callName(ctx, parent, name, pb.MethodMkdir, &pb.MkdirRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name, Mode: mode & core.ModeBits,
@@ -311,6 +317,9 @@ func (c *Client) UnlinkAt(ctx context.Context, parent core.Ino, name string) err
 
 // RmdirAt removes the empty directory name from parent.
 func (c *Client) RmdirAt(ctx context.Context, parent core.Ino, name string) error {
+	if ok, err := c.wbRmdir(ctx, parent, name); ok {
+		return err
+	}
 	// The directory's written-back unlinks go first: the server checks
 	// that it is empty.
 	if err := c.wbBarrierChild(ctx, parent, name); err != nil {

@@ -14,7 +14,7 @@ import (
 // writeback`). A client that changes a directory takes an exclusive write
 // lease on it (its key on every meta server, so that a split directory is
 // covered too) and then completes creates, unlinks, renames and setattrs of
-// files there itself: it checks them against what it knows (the
+// files, mkdirs and rmdirs (writeback_dirs.go) there itself: it checks them against what it knows (the
 // directory's attributes, its queued changes, and the server's entries,
 // which nobody else can change while the lease is held), answers at once,
 // and queues them. Queued changes go to the servers in batches (ApplyBatch),
@@ -91,6 +91,11 @@ type wbName struct {
 	// (writeback_data.go).
 	data   []byte
 	dataOK bool
+	// fresh: a file this client created under write-back, with no
+	// extended attributes: nothing about the name went to the servers
+	// since (forgetName clears it). The kernel asks each written file for
+	// security.capability; the answer needs no request (wbNoXattrs).
+	fresh bool
 }
 
 // wbDir is one directory under write-back.
@@ -105,10 +110,20 @@ type wbDir struct {
 	ops sync.Mutex
 	mu  struct {
 		sync.Mutex
-		seqs    []uint64  // grant of each meta server's key
-		trusted time.Time // monotonic: until when the lease is relied on
-		lost    bool      // recalled, expired or never granted: queue nothing
-		retired bool      // no longer the directory's state: never granted again
+		seqs    []uint64      // grant of each meta server's key
+		trusted time.Time     // monotonic: until when the lease is relied on
+		term    time.Duration // of the last grant
+		// born is the directory whose queue holds this one's mkdir, until
+		// the servers applied it (writeback_dirs.go); partial: the lease
+		// is held on the directory's owner only (the server that applied
+		// its mkdir), not yet on the other meta servers.
+		born    *wbDir
+		partial bool
+		// kids are the directories the queued mkdirs and rmdirs make and
+		// remove, by op.
+		kids    map[*weftpb.BatchOp]*wbDir
+		lost    bool // recalled, expired or never granted: queue nothing
+		retired bool // no longer the directory's state: never granted again
 		// gen counts forgetLocked: what a read of the servers learnt is
 		// kept only if no request changed the directory meanwhile.
 		gen     uint64
@@ -277,7 +292,7 @@ func (c *Client) wbAcquireLease(ctx context.Context, dir core.Ino) *wbDir {
 	}
 	c.wb.mu.Unlock()
 	w.mu.Lock()
-	ok := !w.mu.lost && time.Until(w.mu.trusted) >= wbMinTrust
+	ok := !w.mu.lost && time.Until(w.mu.trusted) >= wbMinTrust && !w.mu.partial
 	w.mu.Unlock()
 	if ok {
 		return w
@@ -305,15 +320,16 @@ func (c *Client) wbGrant(ctx context.Context, w *wbDir) bool {
 	}
 	seqs := make([]uint64, len(c.metas))
 	trusted := time.Time{}
+	var term time.Duration
 	for server := range c.metas {
-		seq, until, ok := c.acquireWrite(ctx, server, w.dir)
+		seq, until, t, ok := c.acquireWrite(ctx, server, w.dir)
 		if !ok {
 			c.wbBackoff(w.dir)
 			return false
 		}
 		seqs[server] = seq
 		if trusted.IsZero() || until.Before(trusted) {
-			trusted = until
+			trusted, term = until, t
 		}
 	}
 	w.mu.Lock()
@@ -329,6 +345,7 @@ func (c *Client) wbGrant(ctx context.Context, w *wbDir) bool {
 		}
 	}
 	w.mu.seqs, w.mu.trusted, w.mu.lost, w.mu.dattr, w.mu.dattrOK = seqs, trusted, false, dattr, true
+	w.mu.term, w.mu.partial = term, false
 	if w.mu.mtime.Before(dattr.Mtime) {
 		w.mu.mtime = dattr.Mtime
 	}
@@ -393,10 +410,10 @@ func (c *Client) loadListing(ctx context.Context, w *wbDir) {
 }
 
 // acquireWrite asks server for the write lease on dir.
-func (c *Client) acquireWrite(ctx context.Context, server int, dir core.Ino) (seq uint64, trusted time.Time, ok bool) {
+func (c *Client) acquireWrite(ctx context.Context, server int, dir core.Ino) (seq uint64, trusted time.Time, term time.Duration, ok bool) {
 	session, err := c.lockSessionFor(server)
 	if err != nil {
-		return 0, time.Time{}, false
+		return 0, time.Time{}, 0, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTerm+leaseAcquireSlack)
 	defer cancel()
@@ -405,10 +422,10 @@ func (c *Client) acquireWrite(ctx context.Context, server int, dir core.Ino) (se
 	err = c.metas[server].Call(ctx, weftpb.MethodLeaseAcquire, &weftpb.LeaseAcquireRequest{
 		Session: session, Mode: weftpb.LeaseMode_LEASE_WRITE, Keys: []uint64{uint64(dir)}}, &reply)
 	if err != nil || len(reply.Granted) == 0 {
-		return 0, time.Time{}, false
+		return 0, time.Time{}, 0, false
 	}
-	term := time.Duration(reply.TermMs) * time.Millisecond
-	return reply.Seq, sent.Add(term - leaseMargin(term)), true
+	term = time.Duration(reply.TermMs) * time.Millisecond
+	return reply.Seq, sent.Add(term - leaseMargin(term)), term, true
 }
 
 func (c *Client) wbBackoff(dir core.Ino) {
@@ -516,6 +533,8 @@ func (w *wbDir) forgetName(name string, method uint16) {
 			w.mu.absent--
 		}
 		delete(w.mu.names, name)
+	} else if n != nil {
+		n.fresh = false
 	}
 }
 

@@ -195,10 +195,7 @@ func TestWriteBackInlineContentCoherent(t *testing.T) {
 	plain := newClientOf(t, emb.Config(), false)
 	b := newClientOf(t, emb.Config(), false)
 	b.OnRecall(func([]client.LeaseKey) {})
-	d, err := a.MkdirAt(ctx, core.RootIno, "d", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := mkdirSent(t, ctx, a, core.RootIno, "d", 0o755)
 	writeFiles(t, ctx, a, d.Ino, 20)
 	if _, err := plain.LookupAt(ctx, d.Ino, "f019"); !errs.Is(err, errs.NotExist) {
 		t.Errorf("a client without leases sees a queued create at once (%v): nothing was written back", err)
@@ -206,10 +203,7 @@ func TestWriteBackInlineContentCoherent(t *testing.T) {
 	checkFiles(t, ctx, a, d.Ino, 20)
 	// More, queued after the reads sent the first ones, then read by
 	// another client.
-	d2, err := a.MkdirAt(ctx, core.RootIno, "d2", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d2 := mkdirSent(t, ctx, a, core.RootIno, "d2", 0o755)
 	writeFiles(t, ctx, a, d2.Ino, 20)
 	if l := b.ReadLease(ctx, b.DirLeases(d2.Ino)...); l.Denied() {
 		t.Fatal("read lease denied")
@@ -339,10 +333,7 @@ func TestWriteBackKeepsListingAcrossRequests(t *testing.T) {
 	emb, count := startCountedCluster(t)
 	ctx := context.Background()
 	a := newClientOf(t, emb.Config(), true)
-	d, err := a.MkdirAt(ctx, core.RootIno, "d", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := mkdirSent(t, ctx, a, core.RootIno, "d", 0o755)
 	writeFiles(t, ctx, a, d.Ino, 5)
 	sub, err := a.MkdirAt(ctx, d.Ino, "sub", 0o700)
 	if err != nil {

@@ -180,7 +180,9 @@ func newAttr(creds core.Creds, d core.Attr, ino core.Ino, mode uint32, now time.
 	gid := creds.GID
 	if d.Mode&core.ModeSetgid != 0 {
 		gid = d.GID
-		if mode&(core.ModeSetgid|0o010) == core.ModeSetgid|0o010 && creds.UID != 0 && !creds.InGroup(gid) {
+		if core.IsDir(mode) {
+			mode |= core.ModeSetgid
+		} else if mode&(core.ModeSetgid|0o010) == core.ModeSetgid|0o010 && creds.UID != 0 && !creds.InGroup(gid) {
 			mode &^= core.ModeSetgid
 		}
 	}
@@ -213,7 +215,7 @@ func (c *Client) wbCreate(ctx context.Context, parent core.Ino, name string, fla
 	case exists:
 		return nil, core.Attr{}, false, nil // opens the file: the servers' part
 	}
-	ino, err := c.newIno(ctx, parent)
+	ino, err := c.newIno(ctx, parent, name)
 	if err != nil {
 		return nil, core.Attr{}, false, nil
 	}
@@ -235,7 +237,7 @@ func (c *Client) wbCreate(ctx context.Context, parent core.Ino, name string, fla
 		n.absent = false
 		w.mu.absent--
 	}
-	n.attr, n.data, n.dataOK = a, nil, true
+	n.attr, n.data, n.dataOK, n.fresh = a, nil, true, true
 	w.mu.mtime = now
 	w.mu.Unlock()
 	ref := Ref{Ino: ino, Parent: parent, Name: name}
@@ -433,15 +435,15 @@ func (c *Client) wbRename(ctx context.Context, dir core.Ino, src, dst string, fl
 	}
 	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Rename: &pb.BatchRename{Src: src, Dst: dst, Ino: uint64(a.Ino), TimeNs: now.UnixNano()}}, src, dst)
 	s := w.nameLocked(src)
-	data, dataOK := s.data, s.dataOK
-	s.absent, s.attr, s.data, s.dataOK = true, core.Attr{}, nil, false
+	data, dataOK, fresh := s.data, s.dataOK, s.fresh
+	s.absent, s.attr, s.data, s.dataOK, s.fresh = true, core.Attr{}, nil, false, false
 	d := w.nameLocked(dst)
 	if d.absent {
 		d.absent = false
 		w.mu.absent--
 	}
 	a.Ctime = now
-	d.attr, d.data, d.dataOK = a, data, dataOK
+	d.attr, d.data, d.dataOK, d.fresh = a, data, dataOK, fresh
 	w.mu.mtime = now
 	w.mu.Unlock()
 	// An open file follows its name: its next commit (which sends the

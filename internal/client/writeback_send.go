@@ -59,6 +59,14 @@ func (w *wbDir) nameLocked(name string) *wbName {
 // discarded with everything queued after it; flush returns an error only
 // when ctx ended first (what was not sent stays queued).
 func (w *wbDir) flush(ctx context.Context) error {
+	// A new directory's entries go after its mkdir: the parent's queue
+	// first (before this one's token: a parent's flush takes its kids'
+	// tokens, never the other way round).
+	if p := w.bornIn(); p != nil {
+		if err := p.flush(ctx); err != nil {
+			return err
+		}
+	}
 	select {
 	case w.sending <- struct{}{}:
 	case <-ctx.Done():
@@ -76,14 +84,27 @@ func (w *wbDir) flush(ctx context.Context) error {
 		}
 		batch := w.mu.sealed[0]
 		w.mu.Unlock()
-		err := w.c.sendBatch(ctx, w.dir, batch)
+		// A removed directory's own changes go before its rmdir.
+		for _, kid := range w.kidsOf(batch) {
+			if err := kid.flush(ctx); err != nil {
+				return err
+			}
+		}
+		trusted, err := w.c.sendBatch(ctx, w.dir, batch)
 		if err != nil && (errs.Is(err, errs.Canceled) || errs.Is(err, errs.Timeout)) && ctx.Err() != nil {
+			return err
+		}
+		if errs.Is(err, errs.Busy) {
+			// Not applied, and not refused for what it holds: the
+			// batch stays queued and goes again (the flusher, the
+			// next fsync).
 			return err
 		}
 		w.mu.Lock()
 		if err != nil {
 			w.refusedLocked(err)
 		} else {
+			w.bornLocked(batch, trusted)
 			w.appliedLocked(batch)
 		}
 		w.mu.Unlock()
@@ -134,6 +155,10 @@ func (w *wbDir) refusedLocked(err error) {
 	if w.mu.err == nil {
 		w.mu.err = errs.Wrap(errs.KindOf(err), "write-back", "changes queued in the directory were not applied", err)
 	}
+	for _, b := range w.mu.sealed {
+		w.dropKidsLocked(b, err)
+	}
+	w.dropKidsLocked(w.mu.open, err)
 	w.mu.sealed, w.mu.open, w.mu.used, w.mu.creates = nil, nil, nil, nil
 	w.mu.names = make(map[string]*wbName)
 	w.mu.absent = 0
@@ -156,23 +181,39 @@ func opNames(op *weftpb.BatchOp) []string {
 		return []string{op.Write.Name}
 	case op.Owner != nil:
 		return []string{op.Owner.Name}
+	case op.Mkdir != nil:
+		return []string{op.Mkdir.Name}
+	case op.Rmdir != nil:
+		return []string{op.Rmdir.Name}
 	}
 	return nil
 }
 
 // sendBatch sends a batch to the servers of the partitions its names are
-// in (one, unless the directory is split), each part one atomic group.
-func (c *Client) sendBatch(ctx context.Context, dir core.Ino, batch []*weftpb.BatchOp) error {
+// in (one, unless the directory is split), each part one atomic group. It
+// returns until when the client may trust the write leases the servers
+// granted it on the directories the batch made.
+func (c *Client) sendBatch(ctx context.Context, dir core.Ino, batch []*weftpb.BatchOp) (map[core.Ino]time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, wbSendWait)
 	defer cancel()
+	var trusted map[core.Ino]time.Time
 	todo := batch
 	for range maxRedirects {
 		parts := c.splitBatch(dir, todo)
 		todo = nil
 		for _, p := range parts {
+			req := &weftpb.ApplyBatchRequest{Dir: uint64(dir), Ops: p.ops}
+			server := 0
+			if len(c.metas) > 1 {
+				server = core.PartitionServer(dir, p.part, len(c.metas))
+			}
+			if hasMkdir(p.ops) {
+				// The new directories' leases go to the client's session.
+				req.Session, _ = c.lockSessionFor(server)
+			}
+			sent := time.Now()
 			var reply weftpb.ApplyBatchReply
-			err := call(ctx, c.partPeer(dir, p.part), weftpb.MethodApplyBatch,
-				&weftpb.ApplyBatchRequest{Dir: uint64(dir), Ops: p.ops}, &reply)
+			err := call(ctx, c.partPeer(dir, p.part), weftpb.MethodApplyBatch, req, &reply)
 			if b, ok := redirectBitmap(err); ok {
 				// Not applied: a split moved names. Route the part again.
 				c.maps.redirects.Add(1)
@@ -181,14 +222,31 @@ func (c *Client) sendBatch(ctx context.Context, dir core.Ino, batch []*weftpb.Ba
 				continue
 			}
 			if err != nil {
-				return err
+				return nil, err
+			}
+			term := time.Duration(reply.LeaseTermMs) * time.Millisecond
+			for _, ino := range reply.Leased {
+				if trusted == nil {
+					trusted = make(map[core.Ino]time.Time)
+				}
+				// The term runs from the grant, after the send.
+				trusted[core.Ino(ino)] = sent.Add(term - leaseMargin(term))
 			}
 		}
 		if len(todo) == 0 {
-			return nil
+			return trusted, nil
 		}
 	}
-	return errs.New(errs.Protocol, "write-back", "too many redirects for a batch of directory %d", dir)
+	return nil, errs.New(errs.Protocol, "write-back", "too many redirects for a batch of directory %d", dir)
+}
+
+func hasMkdir(ops []*weftpb.BatchOp) bool {
+	for _, op := range ops {
+		if op.Mkdir != nil {
+			return true
+		}
+	}
+	return false
 }
 
 type batchPart struct {
@@ -205,7 +263,11 @@ func (c *Client) splitBatch(dir core.Ino, ops []*weftpb.BatchOp) []batchPart {
 	var parts []batchPart
 	idx := map[uint32]int{}
 	for _, op := range ops {
-		p := core.PartitionOf(core.NameHash(opNames(op)[0]), bitmap)
+		// A change of the directory itself goes with partition 0.
+		p := uint32(0)
+		if names := opNames(op); len(names) > 0 {
+			p = core.PartitionOf(core.NameHash(names[0]), bitmap)
+		}
 		i, ok := idx[p]
 		if !ok {
 			i = len(parts)
@@ -218,9 +280,14 @@ func (c *Client) splitBatch(dir core.Ino, ops []*weftpb.BatchOp) []batchPart {
 }
 
 // newIno hands out an inode number reserved from the meta server that
-// holds dir's first partition.
-func (c *Client) newIno(ctx context.Context, dir core.Ino) (core.Ino, error) {
-	server := core.PartitionServer(dir, 0, len(c.metas))
+// holds name's partition of dir: the server a batch with the op goes to
+// (splitBatch), which writes a new directory's record in the batch's own
+// txn.
+func (c *Client) newIno(ctx context.Context, dir core.Ino, name string) (core.Ino, error) {
+	server := 0
+	if len(c.metas) > 1 {
+		server = core.NameServer(dir, name, c.maps.bitmap(dir), len(c.metas))
+	}
 	c.wb.mu.Lock()
 	r := c.wb.mu.inos[server]
 	if r.next < r.end {

@@ -115,10 +115,7 @@ func TestWriteBackRecallShowsQueuedChanges(t *testing.T) {
 			plain := newClientOf(t, cfg, false)
 			reader := newClientOf(t, cfg, false)
 			reader.OnRecall(func([]client.LeaseKey) {})
-			d, err := a.MkdirAt(ctx, core.RootIno, "d", 0o755)
-			if err != nil {
-				t.Fatal(err)
-			}
+			d := mkdirSent(t, ctx, a, core.RootIno, "d", 0o755)
 			want, gone := wbScript(t, ctx, a, d.Ino)
 			if _, err := plain.LookupAt(ctx, d.Ino, "f19"); !errs.Is(err, errs.NotExist) {
 				t.Errorf("a client without leases sees a queued create at once (%v): nothing was written back", err)
@@ -144,10 +141,7 @@ func TestWriteBackChangeByOtherClientOrdersAfterQueue(t *testing.T) {
 	ctx := context.Background()
 	a := newClientOf(t, cfg, true)
 	b := newClientOf(t, cfg, false)
-	d, err := a.MkdirAt(ctx, core.RootIno, "d", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := mkdirSent(t, ctx, a, core.RootIno, "d", 0o755)
 	want, gone := wbScript(t, ctx, a, d.Ino)
 	start := time.Now()
 	if _, err := b.CreateAt(ctx, d.Ino, "f19", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); !errs.Is(err, errs.Exist) {

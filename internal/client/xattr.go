@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 
+	"github.com/weftfs/weft/internal/errs"
 	pb "github.com/weftfs/weft/proto/weftpb"
 )
 
@@ -14,6 +15,9 @@ const (
 
 // GetXattr returns the value of extended attribute name.
 func (c *Client) GetXattr(ctx context.Context, ref Ref, name string) ([]byte, error) {
+	if c.wbNoXattrs(ctx, ref) {
+		return nil, &errs.Error{Kind: errs.NoData, Op: "getxattr", Path: name}
+	}
 	var r pb.GetXattrReply
 	req := &pb.GetXattrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Name: name}
 	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodGetXattr, req, &r, true)
@@ -28,6 +32,9 @@ func (c *Client) SetXattr(ctx context.Context, ref Ref, name string, value []byt
 
 // ListXattr returns the names of the extended attributes of ref.
 func (c *Client) ListXattr(ctx context.Context, ref Ref) ([]string, error) {
+	if c.wbNoXattrs(ctx, ref) {
+		return nil, nil
+	}
 	var r pb.ListXattrReply
 	req := &pb.ListXattrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb()}
 	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodListXattr, req, &r, true)

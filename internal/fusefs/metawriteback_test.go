@@ -118,6 +118,29 @@ func storm(dir string, stop <-chan struct{}, synced *atomic.Int64) *stormModel {
 				m.ops++
 			}
 		}
+		if i%7 == 3 {
+			// A directory with a file in it, made under write-back.
+			sub := fmt.Sprintf("d%05d", i)
+			touch(sub)
+			if os.Mkdir(filepath.Join(dir, sub), 0o755) != nil {
+				return m
+			}
+			m.now[sub] = true
+			if os.WriteFile(filepath.Join(dir, sub, "x"), stormContent(i), 0o644) != nil {
+				return m
+			}
+			m.ops += 2
+		}
+		if i%14 == 6 {
+			// Emptied and removed, before or after its mkdir was sent.
+			sub := fmt.Sprintf("d%05d", i-3)
+			touch(sub)
+			if os.Remove(filepath.Join(dir, sub, "x")) != nil || os.Remove(filepath.Join(dir, sub)) != nil {
+				return m
+			}
+			delete(m.now, sub)
+			m.ops += 2
+		}
 		if i%25 == 24 {
 			if d.Sync() != nil {
 				return m
@@ -213,6 +236,10 @@ func TestWriteBackMountKilledDuringStorm(t *testing.T) {
 			t.Errorf("unexpected name %q", n)
 			continue
 		}
+		if n[0] == 'd' {
+			checkStormDir(t, ctx, c, n, i)
+			continue
+		}
 		f, err := c.Open(ctx, "/d/"+n, os.O_RDONLY, 0)
 		if err != nil {
 			t.Errorf("open %s: %v", n, err)
@@ -250,6 +277,38 @@ func TestWriteBackMountKilledDuringStorm(t *testing.T) {
 		}
 	} else {
 		t.Logf("weft fsck: %s", out)
+	}
+}
+
+// checkStormDir checks directory name (the storm's number i) on the
+// servers: a directory holding nothing, or x.
+func checkStormDir(t *testing.T, ctx context.Context, c *client.Client, name string, i int) {
+	t.Helper()
+	a, err := c.Stat(ctx, "/d/"+name)
+	if err != nil || !a.IsDir() {
+		t.Errorf("%s: %+v, %v; want a directory", name, a, err)
+		return
+	}
+	if err := c.ReadDirAt(ctx, a.Ino, false, func(e core.DirEntry) error {
+		if e.Name != "x" {
+			t.Errorf("%s holds %q", name, e.Name)
+			return nil
+		}
+		f, err := c.Open(ctx, "/d/"+name+"/x", os.O_RDONLY, 0)
+		if err != nil {
+			t.Errorf("open %s/x: %v", name, err)
+			return nil
+		}
+		defer f.Close()
+		// Nothing in the directory was fsynced: x may hold its content
+		// or (its create sent before its commit) none, never part of it.
+		got, err := io.ReadAll(f)
+		if err != nil || len(got) > 0 && !bytes.Equal(got, stormContent(i)) {
+			t.Errorf("%s/x holds %d bytes (%v), want %d or 0", name, len(got), err, len(stormContent(i)))
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("readdir %s: %v", name, err)
 	}
 }
 

@@ -136,6 +136,16 @@ func (s *Service) Term() time.Duration { return s.term }
 // SessionTTL is how long a silent session lives.
 func (s *Service) SessionTTL() time.Duration { return s.ttl }
 
+// AcquiredOver reports whether session id took its leases here over
+// holder h: a session that never acquired one here (an edge's client,
+// whose leases the edge grants) did not.
+func (s *Service) AcquiredOver(id uint64, h Holder) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.mu.sessions[id]
+	return h != nil && ss != nil && ss.holder == h
+}
+
 // Held returns how many leases are held.
 func (s *Service) Held() int {
 	s.mu.Lock()

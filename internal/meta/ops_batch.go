@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"encoding/binary"
+	"time"
 
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
@@ -11,8 +12,9 @@ import (
 )
 
 // Metadata write-back. A client holding a directory's write lease completes
-// creates, unlinks, renames, setattrs (mode, times, owner) and the commits
-// of inline files' content there itself and sends them here in
+// creates, unlinks, renames, setattrs (mode, times, owner), the commits
+// of inline files' content, mkdirs and rmdirs (ops_batch_dir.go) there
+// itself and sends them here in
 // batches (ApplyBatch). A batch is one txn and so one Pebble batch: each op
 // is checked again as if it came alone, against the state the ops before it
 // left, and one op that fails fails the batch, which changes nothing. The
@@ -85,9 +87,10 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 		s.wbRefused.Add(1)
 		return nil, err
 	}
+	grant, leased := s.grantNewDirs(ctx, req.Session, ops)
 	var freed bool
 	var revoked []*weftpb.Revocation
-	err = s.update(ctx, op, []core.Ino{dir}, func(t *txn) error {
+	err = s.update(ctx, op, s.batchLocks(dir, ops), func(t *txn) error {
 		freed = false
 		for i, o := range ops {
 			f, err := o.apply(t, dir)
@@ -100,6 +103,9 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 		return nil
 	})
 	if err != nil {
+		if len(leased) > 0 {
+			s.leases.Release(req.Session, leased, nil)
+		}
 		if errs.KindOf(err) != errs.WrongServer {
 			s.wbRefused.Add(1)
 		}
@@ -113,7 +119,14 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 	if freed {
 		s.reclaim.poke()
 	}
-	return &weftpb.ApplyBatchReply{Applied: uint32(len(ops))}, nil
+	reply := &weftpb.ApplyBatchReply{Applied: uint32(len(ops))}
+	if len(leased) > 0 {
+		reply.LeaseSeq, reply.LeaseTermMs = grant.Seq, uint32(grant.Term/time.Millisecond)
+		for _, k := range leased {
+			reply.Leased = append(reply.Leased, uint64(k))
+		}
+	}
+	return reply, nil
 }
 
 // batchError says which op of a batch failed, keeping its kind (and a
@@ -189,6 +202,17 @@ func (s *Server) checkBatch(ctx context.Context, in []*weftpb.BatchOp) ([]batchO
 			if err = use(o.Rename.Src); err == nil {
 				err = use(o.Rename.Dst)
 			}
+		case o.Mkdir != nil:
+			err = use(o.Mkdir.Name)
+			if err == nil && !s.handedOut(core.Ino(o.Mkdir.Ino)) {
+				err = errs.New(errs.Invalid, op, "inode %d was never handed out", o.Mkdir.Ino)
+			}
+		case o.Rmdir != nil:
+			err = use(o.Rmdir.Name)
+		case o.DirSetattr != nil:
+			err = checkDirChange(o.DirSetattr.Name, o.DirSetattr.Valid, batchSetAttrBits)
+		case o.DirOwner != nil:
+			err = checkDirChange(o.DirOwner.Name, o.DirOwner.Valid, batchOwnerBits)
 		default:
 			err = errs.New(errs.Invalid, op, "operation %d is empty", i)
 		}
@@ -276,6 +300,16 @@ func (o batchOp) apply(t *txn, dir core.Ino) (freed bool, err error) {
 		return false, t.batchWrite(o.c, dir, o.op.Write)
 	case o.op.Owner != nil:
 		return false, t.batchOwner(o.c, dir, o.op.Owner)
+	case o.op.Mkdir != nil:
+		return false, t.batchMkdir(o.c, dir, o.op.Mkdir)
+	case o.op.Rmdir != nil:
+		return false, t.batchRmdir(o.c, dir, o.op.Rmdir)
+	case o.op.DirSetattr != nil:
+		a := o.op.DirSetattr
+		return false, t.batchDirAttr(o.c, dir, a.Ino, setAttrOf(a), a.TimeNs)
+	case o.op.DirOwner != nil:
+		a := o.op.DirOwner
+		return false, t.batchDirAttr(o.c, dir, a.Ino, ownerOf(a), a.TimeNs)
 	default:
 		return false, t.batchRename(o.c, dir, o.op.Rename)
 	}
@@ -304,7 +338,7 @@ func (t *txn) batchCreate(c core.Creds, dir core.Ino, req *weftpb.BatchCreate) e
 	d.Entries++
 	t.grew(dir, d)
 	t.touchDirAt(dir, d, req.TimeNs)
-	t.inodeDelta++
+	t.count(core.Ino(req.Ino), false)
 	return nil
 }
 

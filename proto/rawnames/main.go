@@ -50,6 +50,8 @@ var rawFields = map[string]bool{
 	"weft.v1.BatchRename.dst":   true,
 	"weft.v1.BatchWrite.name":   true,
 	"weft.v1.BatchOwner.name":   true,
+	"weft.v1.BatchMkdir.name":   true,
+	"weft.v1.BatchRmdir.name":   true,
 }
 
 func main() {

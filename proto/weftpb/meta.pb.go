@@ -3663,14 +3663,22 @@ func (x *AllocInosReply) GetCount() uint32 {
 // BatchOp is one operation of a write-back batch, in a directory the batch
 // names. Exactly one of its parts is set.
 type BatchOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Creds         *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
-	Create        *BatchCreate           `protobuf:"bytes,2,opt,name=create,proto3" json:"create,omitempty"`
-	Unlink        *BatchUnlink           `protobuf:"bytes,3,opt,name=unlink,proto3" json:"unlink,omitempty"`
-	Setattr       *BatchSetAttr          `protobuf:"bytes,4,opt,name=setattr,proto3" json:"setattr,omitempty"`
-	Rename        *BatchRename           `protobuf:"bytes,5,opt,name=rename,proto3" json:"rename,omitempty"`
-	Write         *BatchWrite            `protobuf:"bytes,6,opt,name=write,proto3" json:"write,omitempty"`
-	Owner         *BatchOwner            `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Creds   *Creds                 `protobuf:"bytes,1,opt,name=creds,proto3" json:"creds,omitempty"`
+	Create  *BatchCreate           `protobuf:"bytes,2,opt,name=create,proto3" json:"create,omitempty"`
+	Unlink  *BatchUnlink           `protobuf:"bytes,3,opt,name=unlink,proto3" json:"unlink,omitempty"`
+	Setattr *BatchSetAttr          `protobuf:"bytes,4,opt,name=setattr,proto3" json:"setattr,omitempty"`
+	Rename  *BatchRename           `protobuf:"bytes,5,opt,name=rename,proto3" json:"rename,omitempty"`
+	Write   *BatchWrite            `protobuf:"bytes,6,opt,name=write,proto3" json:"write,omitempty"`
+	Owner   *BatchOwner            `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
+	Mkdir   *BatchMkdir            `protobuf:"bytes,80,opt,name=mkdir,proto3" json:"mkdir,omitempty"`
+	Rmdir   *BatchRmdir            `protobuf:"bytes,81,opt,name=rmdir,proto3" json:"rmdir,omitempty"`
+	// dir_setattr and dir_owner change the attributes of the batch's
+	// directory itself (their name is empty and their ino the directory's),
+	// in order with the batch's other changes (tar's utimes, chmod and chown
+	// of a directory it made, after its entries).
+	DirSetattr    *BatchSetAttr `protobuf:"bytes,82,opt,name=dir_setattr,json=dirSetattr,proto3" json:"dir_setattr,omitempty"`
+	DirOwner      *BatchOwner   `protobuf:"bytes,83,opt,name=dir_owner,json=dirOwner,proto3" json:"dir_owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3754,6 +3762,168 @@ func (x *BatchOp) GetOwner() *BatchOwner {
 	return nil
 }
 
+func (x *BatchOp) GetMkdir() *BatchMkdir {
+	if x != nil {
+		return x.Mkdir
+	}
+	return nil
+}
+
+func (x *BatchOp) GetRmdir() *BatchRmdir {
+	if x != nil {
+		return x.Rmdir
+	}
+	return nil
+}
+
+func (x *BatchOp) GetDirSetattr() *BatchSetAttr {
+	if x != nil {
+		return x.DirSetattr
+	}
+	return nil
+}
+
+func (x *BatchOp) GetDirOwner() *BatchOwner {
+	if x != nil {
+		return x.DirOwner
+	}
+	return nil
+}
+
+// BatchMkdir makes directory name with the client-reserved ino, which must
+// be a number the applying server handed out and not in use, with the
+// client's time. The new directory's record is written in the same txn,
+// and the server grants the batch's session (ApplyBatchRequest.session)
+// the write lease on ino, before any other client can see it.
+type BatchMkdir struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	TimeNs        int64                  `protobuf:"varint,4,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchMkdir) Reset() {
+	*x = BatchMkdir{}
+	mi := &file_meta_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchMkdir) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchMkdir) ProtoMessage() {}
+
+func (x *BatchMkdir) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchMkdir.ProtoReflect.Descriptor instead.
+func (*BatchMkdir) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *BatchMkdir) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BatchMkdir) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *BatchMkdir) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *BatchMkdir) GetTimeNs() int64 {
+	if x != nil {
+		return x.TimeNs
+	}
+	return 0
+}
+
+// BatchRmdir removes the empty directory name, which must still hold ino.
+type BatchRmdir struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	TimeNs        int64                  `protobuf:"varint,3,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRmdir) Reset() {
+	*x = BatchRmdir{}
+	mi := &file_meta_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRmdir) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRmdir) ProtoMessage() {}
+
+func (x *BatchRmdir) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRmdir.ProtoReflect.Descriptor instead.
+func (*BatchRmdir) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *BatchRmdir) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BatchRmdir) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *BatchRmdir) GetTimeNs() int64 {
+	if x != nil {
+		return x.TimeNs
+	}
+	return 0
+}
+
 // BatchCreate creates an empty regular file (or fifo or socket) with the
 // client-allocated ino and the client's times.
 type BatchCreate struct {
@@ -3773,7 +3943,7 @@ type BatchCreate struct {
 
 func (x *BatchCreate) Reset() {
 	*x = BatchCreate{}
-	mi := &file_meta_proto_msgTypes[54]
+	mi := &file_meta_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3785,7 +3955,7 @@ func (x *BatchCreate) String() string {
 func (*BatchCreate) ProtoMessage() {}
 
 func (x *BatchCreate) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[54]
+	mi := &file_meta_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3798,7 +3968,7 @@ func (x *BatchCreate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreate.ProtoReflect.Descriptor instead.
 func (*BatchCreate) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{54}
+	return file_meta_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BatchCreate) GetName() string {
@@ -3853,7 +4023,7 @@ type BatchWrite struct {
 
 func (x *BatchWrite) Reset() {
 	*x = BatchWrite{}
-	mi := &file_meta_proto_msgTypes[55]
+	mi := &file_meta_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3865,7 +4035,7 @@ func (x *BatchWrite) String() string {
 func (*BatchWrite) ProtoMessage() {}
 
 func (x *BatchWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[55]
+	mi := &file_meta_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3878,7 +4048,7 @@ func (x *BatchWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWrite.ProtoReflect.Descriptor instead.
 func (*BatchWrite) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{55}
+	return file_meta_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BatchWrite) GetName() string {
@@ -3932,7 +4102,7 @@ type BatchOwner struct {
 
 func (x *BatchOwner) Reset() {
 	*x = BatchOwner{}
-	mi := &file_meta_proto_msgTypes[56]
+	mi := &file_meta_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3944,7 +4114,7 @@ func (x *BatchOwner) String() string {
 func (*BatchOwner) ProtoMessage() {}
 
 func (x *BatchOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[56]
+	mi := &file_meta_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3957,7 +4127,7 @@ func (x *BatchOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchOwner.ProtoReflect.Descriptor instead.
 func (*BatchOwner) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{56}
+	return file_meta_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BatchOwner) GetName() string {
@@ -4016,7 +4186,7 @@ type BatchUnlink struct {
 
 func (x *BatchUnlink) Reset() {
 	*x = BatchUnlink{}
-	mi := &file_meta_proto_msgTypes[57]
+	mi := &file_meta_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4028,7 +4198,7 @@ func (x *BatchUnlink) String() string {
 func (*BatchUnlink) ProtoMessage() {}
 
 func (x *BatchUnlink) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[57]
+	mi := &file_meta_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4041,7 +4211,7 @@ func (x *BatchUnlink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchUnlink.ProtoReflect.Descriptor instead.
 func (*BatchUnlink) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{57}
+	return file_meta_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BatchUnlink) GetName() string {
@@ -4089,7 +4259,7 @@ type BatchSetAttr struct {
 
 func (x *BatchSetAttr) Reset() {
 	*x = BatchSetAttr{}
-	mi := &file_meta_proto_msgTypes[58]
+	mi := &file_meta_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4101,7 +4271,7 @@ func (x *BatchSetAttr) String() string {
 func (*BatchSetAttr) ProtoMessage() {}
 
 func (x *BatchSetAttr) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[58]
+	mi := &file_meta_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4114,7 +4284,7 @@ func (x *BatchSetAttr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchSetAttr.ProtoReflect.Descriptor instead.
 func (*BatchSetAttr) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{58}
+	return file_meta_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BatchSetAttr) GetName() string {
@@ -4180,7 +4350,7 @@ type BatchRename struct {
 
 func (x *BatchRename) Reset() {
 	*x = BatchRename{}
-	mi := &file_meta_proto_msgTypes[59]
+	mi := &file_meta_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4192,7 +4362,7 @@ func (x *BatchRename) String() string {
 func (*BatchRename) ProtoMessage() {}
 
 func (x *BatchRename) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[59]
+	mi := &file_meta_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4205,7 +4375,7 @@ func (x *BatchRename) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRename.ProtoReflect.Descriptor instead.
 func (*BatchRename) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{59}
+	return file_meta_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BatchRename) GetSrc() string {
@@ -4240,16 +4410,19 @@ func (x *BatchRename) GetTimeNs() int64 {
 // op is checked again against the state the ops before it left, and if any
 // fails nothing is applied (the reply's error names the op by index).
 type ApplyBatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Dir           uint64                 `protobuf:"varint,1,opt,name=dir,proto3" json:"dir,omitempty"`
-	Ops           []*BatchOp             `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Dir   uint64                 `protobuf:"varint,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	Ops   []*BatchOp             `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	// session: the client's lock session on this server, which a BatchMkdir's
+	// write lease is granted to (0: none is granted).
+	Session       uint64 `protobuf:"varint,80,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApplyBatchRequest) Reset() {
 	*x = ApplyBatchRequest{}
-	mi := &file_meta_proto_msgTypes[60]
+	mi := &file_meta_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4261,7 +4434,7 @@ func (x *ApplyBatchRequest) String() string {
 func (*ApplyBatchRequest) ProtoMessage() {}
 
 func (x *ApplyBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[60]
+	mi := &file_meta_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4274,7 +4447,7 @@ func (x *ApplyBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBatchRequest.ProtoReflect.Descriptor instead.
 func (*ApplyBatchRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{60}
+	return file_meta_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ApplyBatchRequest) GetDir() uint64 {
@@ -4291,16 +4464,29 @@ func (x *ApplyBatchRequest) GetOps() []*BatchOp {
 	return nil
 }
 
+func (x *ApplyBatchRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+// ApplyBatchReply: leased are the new directories whose write lease the
+// batch's session was granted, under grant lease_seq with term
+// lease_term_ms from before the batch was applied.
 type ApplyBatchReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Applied       uint32                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	Leased        []uint64               `protobuf:"varint,80,rep,packed,name=leased,proto3" json:"leased,omitempty"`
+	LeaseSeq      uint64                 `protobuf:"varint,81,opt,name=lease_seq,json=leaseSeq,proto3" json:"lease_seq,omitempty"`
+	LeaseTermMs   uint32                 `protobuf:"varint,82,opt,name=lease_term_ms,json=leaseTermMs,proto3" json:"lease_term_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApplyBatchReply) Reset() {
 	*x = ApplyBatchReply{}
-	mi := &file_meta_proto_msgTypes[61]
+	mi := &file_meta_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4312,7 +4498,7 @@ func (x *ApplyBatchReply) String() string {
 func (*ApplyBatchReply) ProtoMessage() {}
 
 func (x *ApplyBatchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[61]
+	mi := &file_meta_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4325,12 +4511,33 @@ func (x *ApplyBatchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBatchReply.ProtoReflect.Descriptor instead.
 func (*ApplyBatchReply) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{61}
+	return file_meta_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ApplyBatchReply) GetApplied() uint32 {
 	if x != nil {
 		return x.Applied
+	}
+	return 0
+}
+
+func (x *ApplyBatchReply) GetLeased() []uint64 {
+	if x != nil {
+		return x.Leased
+	}
+	return nil
+}
+
+func (x *ApplyBatchReply) GetLeaseSeq() uint64 {
+	if x != nil {
+		return x.LeaseSeq
+	}
+	return 0
+}
+
+func (x *ApplyBatchReply) GetLeaseTermMs() uint32 {
+	if x != nil {
+		return x.LeaseTermMs
 	}
 	return 0
 }
@@ -4348,7 +4555,7 @@ type LocateRequest struct {
 
 func (x *LocateRequest) Reset() {
 	*x = LocateRequest{}
-	mi := &file_meta_proto_msgTypes[62]
+	mi := &file_meta_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4360,7 +4567,7 @@ func (x *LocateRequest) String() string {
 func (*LocateRequest) ProtoMessage() {}
 
 func (x *LocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[62]
+	mi := &file_meta_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4373,7 +4580,7 @@ func (x *LocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateRequest.ProtoReflect.Descriptor instead.
 func (*LocateRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{62}
+	return file_meta_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *LocateRequest) GetIno() uint64 {
@@ -4394,7 +4601,7 @@ type LocateReply struct {
 
 func (x *LocateReply) Reset() {
 	*x = LocateReply{}
-	mi := &file_meta_proto_msgTypes[63]
+	mi := &file_meta_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4406,7 +4613,7 @@ func (x *LocateReply) String() string {
 func (*LocateReply) ProtoMessage() {}
 
 func (x *LocateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[63]
+	mi := &file_meta_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4419,7 +4626,7 @@ func (x *LocateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateReply.ProtoReflect.Descriptor instead.
 func (*LocateReply) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{63}
+	return file_meta_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *LocateReply) GetFound() bool {
@@ -4537,34 +4744,42 @@ const file_meta_proto_rawDesc = "" +
 	"v1.AttrR\x04attr\x12\x1d\n\nentry_mode\x18\x05 \x01(\rR\tentryMode\x12\x16\n\x06parent\x18\x06 \x01(\x04R\x06pa" +
 	"rent\x12\x18\n\arecheck\x18\a \x01(\bR\arecheck\"(\n\x10AllocInosRequest\x12\x14\n\x05count\x18\x01 \x01(" +
 	"\rR\x05count\"<\n\x0eAllocInosReply\x12\x14\n\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n\x05count\x18\x02 \x01(\rR" +
-	"\x05count\"\xc0\x02\n\aBatchOp\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12,\n\x06crea" +
+	"\x05count\"\x80\x04\n\aBatchOp\x12$\n\x05creds\x18\x01 \x01(\v2\x0e.weft.v1.CredsR\x05creds\x12,\n\x06crea" +
 	"te\x18\x02 \x01(\v2\x14.weft.v1.BatchCreateR\x06create\x12,\n\x06unlink\x18\x03 \x01(\v2\x14.weft.v1" +
 	".BatchUnlinkR\x06unlink\x12/\n\asetattr\x18\x04 \x01(\v2\x15.weft.v1.BatchSetAttrR\ase" +
 	"tattr\x12,\n\x06rename\x18\x05 \x01(\v2\x14.weft.v1.BatchRenameR\x06rename\x12)\n\x05write\x18\x06 \x01" +
 	"(\v2\x13.weft.v1.BatchWriteR\x05write\x12)\n\x05owner\x18\a \x01(\v2\x13.weft.v1.BatchOwn" +
-	"erR\x05owner\"\x8d\x01\n\vBatchCreate\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(" +
-	"\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\x12$\n\x04then\x18\x05 \x03(" +
-	"\v2\x10.weft.v1.BatchOpR\x04then\"\x81\x01\n\nBatchWrite\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04n" +
-	"ame\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04data\x18\x03 \x01(\fR\x04data\x12\x19\n\bmtime_ns\x18\x04 \x01(\x03R\amti" +
-	"meNs\x12\x17\n\atime_ns\x18\x05 \x01(\x03R\x06timeNs\"\x8c\x01\n\nBatchOwner\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 " +
-	"\x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x10\n\x03uid\x18\x04 \x01(\rR\x03ui" +
-	"d\x12\x10\n\x03gid\x18\x05 \x01(\rR\x03gid\x12\x17\n\atime_ns\x18\x06 \x01(\x03R\x06timeNs\"g\n\vBatchUnlink\x12\x19\n\x04n" +
-	"ame\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04open\x18\x03 \x03(\x04R\x04open\x12\x17\n\a" +
-	"time_ns\x18\x04 \x01(\x03R\x06timeNs\"\xb4\x01\n\fBatchSetAttr\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04nam" +
-	"e\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x19\n" +
-	"\batime_ns\x18\x05 \x01(\x03R\aatimeNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18\a" +
-	" \x01(\x03R\x06timeNs\"j\n\vBatchRename\x12\x17\n\x03src\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x03src\x12\x17\n\x03dst\x18\x02 \x01(" +
-	"\tB\x05\xaa\x01\x02 \x03R\x03dst\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"I\n\x11Appl" +
-	"yBatchRequest\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v2\x10.weft.v1.BatchOpR\x03" +
-	"ops\"+\n\x0fApplyBatchReply\x12\x18\n\aapplied\x18\x01 \x01(\rR\aapplied\"!\n\rLocateReques" +
-	"t\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"I\n\vLocateReply\x12\x14\n\x05found\x18\x01 \x01(\bR\x05found\x12$\n\x04node" +
-	"\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00" +
-	"\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_" +
-	"SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NO" +
-	"W\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10R" +
-	"ENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NO" +
-	"NE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftfs/w" +
-	"eft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
+	"erR\x05owner\x12)\n\x05mkdir\x18P \x01(\v2\x13.weft.v1.BatchMkdirR\x05mkdir\x12)\n\x05rmdir\x18Q " +
+	"\x01(\v2\x13.weft.v1.BatchRmdirR\x05rmdir\x126\n\vdir_setattr\x18R \x01(\v2\x15.weft.v1.B" +
+	"atchSetAttrR\ndirSetattr\x120\n\tdir_owner\x18S \x01(\v2\x13.weft.v1.BatchOwnerR" +
+	"\bdirOwner\"f\n\nBatchMkdir\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R" +
+	"\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"R\n\nBatchRmdir\x12" +
+	"\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x03 \x01(\x03R\x06t" +
+	"imeNs\"\x8d\x01\n\vBatchCreate\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03i" +
+	"no\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\x12$\n\x04then\x18\x05 \x03(\v2\x10." +
+	"weft.v1.BatchOpR\x04then\"\x81\x01\n\nBatchWrite\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12" +
+	"\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04data\x18\x03 \x01(\fR\x04data\x12\x19\n\bmtime_ns\x18\x04 \x01(\x03R\amtimeNs" +
+	"\x12\x17\n\atime_ns\x18\x05 \x01(\x03R\x06timeNs\"\x8c\x01\n\nBatchOwner\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04n" +
+	"ame\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x10\n\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\x05 \x01(\rR\x03gid\x12\x17\n\atime_ns\x18\x06 \x01(\x03R\x06timeNs\"g\n\vBatchUnlink\x12\x19\n\x04name\x18" +
+	"\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04open\x18\x03 \x03(\x04R\x04open\x12\x17\n\atime" +
+	"_ns\x18\x04 \x01(\x03R\x06timeNs\"\xb4\x01\n\fBatchSetAttr\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x19\n\bati" +
+	"me_ns\x18\x05 \x01(\x03R\aatimeNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18\a \x01(\x03" +
+	"R\x06timeNs\"j\n\vBatchRename\x12\x17\n\x03src\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x03src\x12\x17\n\x03dst\x18\x02 \x01(\tB\x05\xaa" +
+	"\x01\x02 \x03R\x03dst\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"c\n\x11ApplyBat" +
+	"chRequest\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v2\x10.weft.v1.BatchOpR\x03ops\x12" +
+	"\x18\n\asession\x18P \x01(\x04R\asession\"\x84\x01\n\x0fApplyBatchReply\x12\x18\n\aapplied\x18\x01 \x01(\rR\a" +
+	"applied\x12\x16\n\x06leased\x18P \x03(\x04R\x06leased\x12\x1b\n\tlease_seq\x18Q \x01(\x04R\bleaseSeq\x12\"\n\r" +
+	"lease_term_ms\x18R \x01(\rR\vleaseTermMs\"!\n\rLocateRequest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03" +
+	"ino\"I\n\vLocateReply\x12\x14\n\x05found\x18\x01 \x01(\bR\x05found\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1" +
+	".NodeRefR\x04node*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATTR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE" +
+	"\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATT" +
+	"R_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_M" +
+	"TIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NONE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10" +
+	"\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CR" +
+	"EATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/weftfs/weft/proto/weftpb" +
+	"\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
@@ -4579,7 +4794,7 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_meta_proto_goTypes = []any{
 	(SetAttrBits)(0),              // 0: weft.v1.SetAttrBits
 	(RenameFlags)(0),              // 1: weft.v1.RenameFlags
@@ -4639,68 +4854,70 @@ var file_meta_proto_goTypes = []any{
 	(*AllocInosRequest)(nil),      // 55: weft.v1.AllocInosRequest
 	(*AllocInosReply)(nil),        // 56: weft.v1.AllocInosReply
 	(*BatchOp)(nil),               // 57: weft.v1.BatchOp
-	(*BatchCreate)(nil),           // 58: weft.v1.BatchCreate
-	(*BatchWrite)(nil),            // 59: weft.v1.BatchWrite
-	(*BatchOwner)(nil),            // 60: weft.v1.BatchOwner
-	(*BatchUnlink)(nil),           // 61: weft.v1.BatchUnlink
-	(*BatchSetAttr)(nil),          // 62: weft.v1.BatchSetAttr
-	(*BatchRename)(nil),           // 63: weft.v1.BatchRename
-	(*ApplyBatchRequest)(nil),     // 64: weft.v1.ApplyBatchRequest
-	(*ApplyBatchReply)(nil),       // 65: weft.v1.ApplyBatchReply
-	(*LocateRequest)(nil),         // 66: weft.v1.LocateRequest
-	(*LocateReply)(nil),           // 67: weft.v1.LocateReply
-	(*Creds)(nil),                 // 68: weft.v1.Creds
-	(*Attr)(nil),                  // 69: weft.v1.Attr
-	(*NodeRef)(nil),               // 70: weft.v1.NodeRef
+	(*BatchMkdir)(nil),            // 58: weft.v1.BatchMkdir
+	(*BatchRmdir)(nil),            // 59: weft.v1.BatchRmdir
+	(*BatchCreate)(nil),           // 60: weft.v1.BatchCreate
+	(*BatchWrite)(nil),            // 61: weft.v1.BatchWrite
+	(*BatchOwner)(nil),            // 62: weft.v1.BatchOwner
+	(*BatchUnlink)(nil),           // 63: weft.v1.BatchUnlink
+	(*BatchSetAttr)(nil),          // 64: weft.v1.BatchSetAttr
+	(*BatchRename)(nil),           // 65: weft.v1.BatchRename
+	(*ApplyBatchRequest)(nil),     // 66: weft.v1.ApplyBatchRequest
+	(*ApplyBatchReply)(nil),       // 67: weft.v1.ApplyBatchReply
+	(*LocateRequest)(nil),         // 68: weft.v1.LocateRequest
+	(*LocateReply)(nil),           // 69: weft.v1.LocateReply
+	(*Creds)(nil),                 // 70: weft.v1.Creds
+	(*Attr)(nil),                  // 71: weft.v1.Attr
+	(*NodeRef)(nil),               // 72: weft.v1.NodeRef
 }
 var file_meta_proto_depIdxs = []int32{
-	68, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
-	69, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
-	68, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
-	70, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
-	69, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
-	68, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
-	70, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
-	69, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
-	68, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
-	69, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
-	68, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
-	69, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
-	68, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
-	69, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
-	68, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
-	70, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
-	68, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
-	69, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
-	68, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
-	68, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
-	69, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
-	68, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
-	70, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
-	69, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
-	68, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
-	69, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
+	70, // 0: weft.v1.LookupRequest.creds:type_name -> weft.v1.Creds
+	71, // 1: weft.v1.LookupReply.attr:type_name -> weft.v1.Attr
+	70, // 2: weft.v1.GetAttrRequest.creds:type_name -> weft.v1.Creds
+	72, // 3: weft.v1.GetAttrRequest.node:type_name -> weft.v1.NodeRef
+	71, // 4: weft.v1.GetAttrReply.attr:type_name -> weft.v1.Attr
+	70, // 5: weft.v1.SetAttrRequest.creds:type_name -> weft.v1.Creds
+	72, // 6: weft.v1.SetAttrRequest.node:type_name -> weft.v1.NodeRef
+	71, // 7: weft.v1.SetAttrReply.attr:type_name -> weft.v1.Attr
+	70, // 8: weft.v1.CreateRequest.creds:type_name -> weft.v1.Creds
+	71, // 9: weft.v1.CreateReply.attr:type_name -> weft.v1.Attr
+	70, // 10: weft.v1.MkdirRequest.creds:type_name -> weft.v1.Creds
+	71, // 11: weft.v1.MkdirReply.attr:type_name -> weft.v1.Attr
+	70, // 12: weft.v1.SymlinkRequest.creds:type_name -> weft.v1.Creds
+	71, // 13: weft.v1.SymlinkReply.attr:type_name -> weft.v1.Attr
+	70, // 14: weft.v1.ReadlinkRequest.creds:type_name -> weft.v1.Creds
+	72, // 15: weft.v1.ReadlinkRequest.node:type_name -> weft.v1.NodeRef
+	70, // 16: weft.v1.UnlinkRequest.creds:type_name -> weft.v1.Creds
+	71, // 17: weft.v1.UnlinkReply.attr:type_name -> weft.v1.Attr
+	70, // 18: weft.v1.RmdirRequest.creds:type_name -> weft.v1.Creds
+	70, // 19: weft.v1.RenameRequest.creds:type_name -> weft.v1.Creds
+	71, // 20: weft.v1.RenameReply.replaced:type_name -> weft.v1.Attr
+	70, // 21: weft.v1.LinkRequest.creds:type_name -> weft.v1.Creds
+	72, // 22: weft.v1.LinkRequest.node:type_name -> weft.v1.NodeRef
+	71, // 23: weft.v1.LinkReply.attr:type_name -> weft.v1.Attr
+	70, // 24: weft.v1.ReadDirRequest.creds:type_name -> weft.v1.Creds
+	71, // 25: weft.v1.DirEntryMsg.attr:type_name -> weft.v1.Attr
 	26, // 26: weft.v1.ReadDirReply.entries:type_name -> weft.v1.DirEntryMsg
-	68, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
-	70, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
-	69, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
-	68, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
-	70, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
-	69, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
-	68, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
-	70, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
-	68, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
-	70, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
-	68, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
-	70, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
-	68, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
-	70, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
-	68, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
-	70, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
+	70, // 27: weft.v1.OpenRequest.creds:type_name -> weft.v1.Creds
+	72, // 28: weft.v1.OpenRequest.node:type_name -> weft.v1.NodeRef
+	71, // 29: weft.v1.OpenReply.attr:type_name -> weft.v1.Attr
+	70, // 30: weft.v1.CommitRequest.creds:type_name -> weft.v1.Creds
+	72, // 31: weft.v1.CommitRequest.node:type_name -> weft.v1.NodeRef
+	71, // 32: weft.v1.CommitReply.attr:type_name -> weft.v1.Attr
+	70, // 33: weft.v1.AccessRequest.creds:type_name -> weft.v1.Creds
+	72, // 34: weft.v1.AccessRequest.node:type_name -> weft.v1.NodeRef
+	70, // 35: weft.v1.GetXattrRequest.creds:type_name -> weft.v1.Creds
+	72, // 36: weft.v1.GetXattrRequest.node:type_name -> weft.v1.NodeRef
+	70, // 37: weft.v1.SetXattrRequest.creds:type_name -> weft.v1.Creds
+	72, // 38: weft.v1.SetXattrRequest.node:type_name -> weft.v1.NodeRef
+	70, // 39: weft.v1.ListXattrRequest.creds:type_name -> weft.v1.Creds
+	72, // 40: weft.v1.ListXattrRequest.node:type_name -> weft.v1.NodeRef
+	70, // 41: weft.v1.RemoveXattrRequest.creds:type_name -> weft.v1.Creds
+	72, // 42: weft.v1.RemoveXattrRequest.node:type_name -> weft.v1.NodeRef
 	43, // 43: weft.v1.StatusReply.top:type_name -> weft.v1.PartitionStatus
-	68, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
-	70, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
-	68, // 46: weft.v1.FindRequest.creds:type_name -> weft.v1.Creds
+	70, // 44: weft.v1.GetCapabilityRequest.creds:type_name -> weft.v1.Creds
+	72, // 45: weft.v1.GetCapabilityRequest.node:type_name -> weft.v1.NodeRef
+	70, // 46: weft.v1.FindRequest.creds:type_name -> weft.v1.Creds
 	3,  // 47: weft.v1.FindRequest.phase:type_name -> weft.v1.FindRequest.Phase
 	49, // 48: weft.v1.FindRequest.query:type_name -> weft.v1.FindQuery
 	50, // 49: weft.v1.FindQuery.names:type_name -> weft.v1.FindGlob
@@ -4708,22 +4925,26 @@ var file_meta_proto_depIdxs = []int32{
 	51, // 51: weft.v1.FindQuery.mtimes:type_name -> weft.v1.FindRange
 	52, // 52: weft.v1.FindQuery.perms:type_name -> weft.v1.FindPerm
 	54, // 53: weft.v1.FindReply.hits:type_name -> weft.v1.FindHit
-	69, // 54: weft.v1.FindHit.attr:type_name -> weft.v1.Attr
-	68, // 55: weft.v1.BatchOp.creds:type_name -> weft.v1.Creds
-	58, // 56: weft.v1.BatchOp.create:type_name -> weft.v1.BatchCreate
-	61, // 57: weft.v1.BatchOp.unlink:type_name -> weft.v1.BatchUnlink
-	62, // 58: weft.v1.BatchOp.setattr:type_name -> weft.v1.BatchSetAttr
-	63, // 59: weft.v1.BatchOp.rename:type_name -> weft.v1.BatchRename
-	59, // 60: weft.v1.BatchOp.write:type_name -> weft.v1.BatchWrite
-	60, // 61: weft.v1.BatchOp.owner:type_name -> weft.v1.BatchOwner
-	57, // 62: weft.v1.BatchCreate.then:type_name -> weft.v1.BatchOp
-	57, // 63: weft.v1.ApplyBatchRequest.ops:type_name -> weft.v1.BatchOp
-	70, // 64: weft.v1.LocateReply.node:type_name -> weft.v1.NodeRef
-	65, // [65:65] is the sub-list for method output_type
-	65, // [65:65] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	71, // 54: weft.v1.FindHit.attr:type_name -> weft.v1.Attr
+	70, // 55: weft.v1.BatchOp.creds:type_name -> weft.v1.Creds
+	60, // 56: weft.v1.BatchOp.create:type_name -> weft.v1.BatchCreate
+	63, // 57: weft.v1.BatchOp.unlink:type_name -> weft.v1.BatchUnlink
+	64, // 58: weft.v1.BatchOp.setattr:type_name -> weft.v1.BatchSetAttr
+	65, // 59: weft.v1.BatchOp.rename:type_name -> weft.v1.BatchRename
+	61, // 60: weft.v1.BatchOp.write:type_name -> weft.v1.BatchWrite
+	62, // 61: weft.v1.BatchOp.owner:type_name -> weft.v1.BatchOwner
+	58, // 62: weft.v1.BatchOp.mkdir:type_name -> weft.v1.BatchMkdir
+	59, // 63: weft.v1.BatchOp.rmdir:type_name -> weft.v1.BatchRmdir
+	64, // 64: weft.v1.BatchOp.dir_setattr:type_name -> weft.v1.BatchSetAttr
+	62, // 65: weft.v1.BatchOp.dir_owner:type_name -> weft.v1.BatchOwner
+	57, // 66: weft.v1.BatchCreate.then:type_name -> weft.v1.BatchOp
+	57, // 67: weft.v1.ApplyBatchRequest.ops:type_name -> weft.v1.BatchOp
+	72, // 68: weft.v1.LocateReply.node:type_name -> weft.v1.NodeRef
+	69, // [69:69] is the sub-list for method output_type
+	69, // [69:69] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -4738,7 +4959,7 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   64,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
