@@ -313,6 +313,7 @@ func (c *Client) wbGrant(ctx context.Context, w *wbDir) bool {
 	if stale {
 		w.forgetLocked()
 	}
+	gen0 := w.mu.gen
 	w.mu.Unlock()
 	dattr, err := c.GetAttr(ctx, Ref{Ino: w.dir})
 	if err != nil || !dattr.IsDir() {
@@ -334,7 +335,7 @@ func (c *Client) wbGrant(ctx context.Context, w *wbDir) bool {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.mu.retired {
+	if w.mu.retired || w.mu.gen != gen0 {
 		return false
 	}
 	if len(w.mu.sealed) > 0 || len(w.mu.open) > 0 {
