@@ -147,8 +147,10 @@ func TestWriteBackChangeByOtherClientOrdersAfterQueue(t *testing.T) {
 	if _, err := b.CreateAt(ctx, d.Ino, "f19", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); !errs.Is(err, errs.Exist) {
 		t.Fatalf("create of a name the writer queued: %v, want Exist", err)
 	}
-	if time.Since(start) > time.Second {
-		t.Errorf("the recall took %v: the writer's flush waited for the lease's term", time.Since(start))
+	// Counted, not timed (a loaded machine makes slow recalls that
+	// waited for no term).
+	if n := leasesExpired(t, cfg); n > 0 {
+		t.Errorf("the recall took %v: %d leases ran out their term instead of being released", time.Since(start), n)
 	}
 	f, err := b.CreateAt(ctx, d.Ino, "f00", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -346,8 +348,8 @@ func TestWriteBackOtherClientsRmdirSeesQueuedCreates(t *testing.T) {
 	if err := b.RmdirAt(ctx, core.RootIno, "d"); !errs.Is(err, errs.NotEmpty) {
 		t.Fatalf("rmdir of a directory with a queued create: %v, want NotEmpty", err)
 	}
-	if time.Since(start) > time.Second {
-		t.Errorf("the rmdir took %v: it waited for the lease's term", time.Since(start))
+	if n := leasesExpired(t, cfg); n > 0 {
+		t.Errorf("the rmdir took %v: %d leases ran out their term instead of being released", time.Since(start), n)
 	}
 	if err := a.SyncDir(ctx, d.Ino); err != nil {
 		t.Errorf("the writer's batch was refused: %v", err)
