@@ -12,31 +12,17 @@ import (
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
-	"github.com/weftfs/weft/internal/rpc"
-	"github.com/weftfs/weft/proto/weftpb"
 )
 
 // leasesExpired is how many recalled leases cfg's meta servers took back
-// at the end of their term instead of a release, summed: a change that
-// waited for that waited out a term.
-func leasesExpired(t testing.TB, cfg *config.Cluster) uint64 {
+// at the end of their term instead of a release (Client.LeasesExpired).
+func leasesExpired(t *testing.T, cfg *config.Cluster) uint64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc := cluster.ClientConfig(cfg, core.Root, nil)
-	var n uint64
-	for _, addr := range cc.MetaAddrs {
-		conn, err := rpc.Dial(ctx, addr, cc.Dial)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r weftpb.LeaseStatusReply
-		err = conn.Call(ctx, weftpb.MethodLeaseStatus, &weftpb.LeaseStatusRequest{}, &r)
-		conn.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n += r.GetExpired()
+	n, err := newClientOf(t, cfg, false).LeasesExpired(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return n
 }

@@ -141,6 +141,21 @@ func (c *Client) OnRecall(fn func([]LeaseKey)) { c.leases.onRecall.Store(&fn) }
 // above (OnRecall) had finished, because it took longer than the bound.
 func (c *Client) SlowRecalls() uint64 { return c.leases.slowRecalls.Load() }
 
+// LeasesExpired is how many recalled leases the meta servers took back at
+// the end of their term because no release came, summed over the servers
+// since they started: a change that waited for one waited out a term.
+func (c *Client) LeasesExpired(ctx context.Context) (uint64, error) {
+	var n uint64
+	for _, m := range c.metas {
+		var r weftpb.LeaseStatusReply
+		if err := call(ctx, m, weftpb.MethodLeaseStatus, &weftpb.LeaseStatusRequest{}, &r); err != nil {
+			return 0, err
+		}
+		n += r.GetExpired()
+	}
+	return n, nil
+}
+
 // LeasesOn reports whether ReadLease may grant leases: a layer registered
 // OnRecall and every meta server is reached over a connection (one in this
 // process has none to recall a lease over). A layer that caches under

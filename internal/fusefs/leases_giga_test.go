@@ -14,8 +14,6 @@ import (
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
-	"github.com/weftfs/weft/internal/rpc"
-	"github.com/weftfs/weft/proto/weftpb"
 )
 
 // multiClient starts metas meta servers (GIGA+, splitting at threshold
@@ -76,8 +74,7 @@ func multiClient(t *testing.T, metas, threshold int, tune ...func(*client.Config
 // changes do not wait for its own leases.
 func TestTwoMountsSingleImageSplit(t *testing.T) {
 	requireFUSE(t)
-	var cc client.Config
-	newClient := multiClient(t, 4, 8, func(c *client.Config) { cc = *c })
+	newClient := multiClient(t, 4, 8)
 	// Clients are closed after the mounts (cleanups run in reverse).
 	ca, cb := newClient(), newClient()
 	a := mount(t, ca, Options{}).Dir()
@@ -161,30 +158,9 @@ func TestTwoMountsSingleImageSplit(t *testing.T) {
 	if n := ca.SlowRecalls() + cb.SlowRecalls(); n > 0 {
 		t.Errorf("%d recalls waited out the invalidation bound (slowest change on A %v)", n, slowest)
 	}
-	if n := leasesExpired(t, cc); n > 0 {
-		t.Errorf("%d leases ran out their term instead of being released (slowest change on A %v)", n, slowest)
-	}
-}
-
-// leasesExpired is how many leases the meta servers of cc took back at the
-// end of their term, summed.
-func leasesExpired(t *testing.T, cc client.Config) uint64 {
-	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var n uint64
-	for _, addr := range cc.MetaAddrs {
-		conn, err := rpc.Dial(ctx, addr, cc.Dial)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r weftpb.LeaseStatusReply
-		err = conn.Call(ctx, weftpb.MethodLeaseStatus, &weftpb.LeaseStatusRequest{}, &r)
-		conn.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n += r.GetExpired()
+	if n, err := ca.LeasesExpired(ctx); err != nil || n > 0 {
+		t.Errorf("%d leases ran out their term instead of being released (slowest change on A %v; %v)", n, slowest, err)
 	}
-	return n
 }
