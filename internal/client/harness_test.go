@@ -61,12 +61,31 @@ func newTestClientBackend(t testing.TB, chunkSize int64, backend string) *client
 // client that knows all of them.
 func newMultiClient(t testing.TB, metas, threshold, splitBits int, chunkSize int64) (*client.Client, *config.Cluster) {
 	t.Helper()
+	cfg := startServers(t, metas, func(cfg *config.Cluster) {
+		cfg.SplitThreshold = threshold
+		if splitBits > 0 {
+			cfg.SplitBits = splitBits
+		}
+	})
+	cc := cluster.ClientConfig(cfg, core.Root, nil)
+	cc.ChunkSize = chunkSize
+	c, err := client.New(cc)
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, cfg
+}
+
+// startServers starts metas meta servers and one store, each on its own
+// loopback port in this process, with the default cluster settings as tune
+// changes them, and returns the cluster's configuration. Everything stops
+// by t.Cleanup.
+func startServers(t testing.TB, metas int, tune func(*config.Cluster)) *config.Cluster {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := config.Default()
-	cfg.SplitThreshold = threshold
-	if splitBits > 0 {
-		cfg.SplitBits = splitBits
-	}
+	tune(cfg)
 	var lns []net.Listener
 	for i := range metas {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -94,12 +113,5 @@ func newMultiClient(t testing.TB, metas, threshold, splitBits int, chunkSize int
 		t.Fatalf("start store: %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
-	cc := cluster.ClientConfig(cfg, core.Root, nil)
-	cc.ChunkSize = chunkSize
-	c, err := client.New(cc)
-	if err != nil {
-		t.Fatalf("client: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c, cfg
+	return cfg
 }

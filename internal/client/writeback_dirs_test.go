@@ -3,9 +3,7 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -44,37 +42,7 @@ func (m *methodCounter) count(method string) int {
 // on a loaded machine during a test that counts requests.
 func startLongLeaseCluster(t *testing.T, metas int) *config.Cluster {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := config.Default()
-	cfg.LeaseTerm = config.Duration(30 * time.Second)
-	var lns []net.Listener
-	for i := range metas {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		cfg.Meta = append(cfg.Meta, config.DefaultMetaServer(ln.Addr().String(), filepath.Join(dir, fmt.Sprintf("meta%d", i))))
-	}
-	sln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Store = []config.StoreServer{config.DefaultStoreServer(sln.Addr().String(), filepath.Join(dir, "store0"))}
-	ctx := context.Background()
-	for i := range metas {
-		m, err := cluster.StartMeta(ctx, cfg, i, cluster.Options{Listener: lns[i]})
-		if err != nil {
-			t.Fatalf("start meta %d: %v", i, err)
-		}
-		t.Cleanup(func() { m.Close() })
-	}
-	s, err := cluster.StartStore(ctx, cfg, 0, cluster.Options{Listener: sln})
-	if err != nil {
-		t.Fatalf("start store: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return cfg
+	return startServers(t, metas, func(cfg *config.Cluster) { cfg.LeaseTerm = config.Duration(30 * time.Second) })
 }
 
 // newCountedClient is newClientOf whose meta calls count in m.
