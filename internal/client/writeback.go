@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weftfs/weft/internal/core"
@@ -62,6 +63,9 @@ const (
 	wbMaxAbsent = 16384
 	// wbMaxListing bounds the listing a client keeps of a directory.
 	wbMaxListing = 200_000
+	// wbMaxContent bounds the inline content a client keeps of files its
+	// batches wrote, over all directories.
+	wbMaxContent = 64 << 20
 )
 
 // writeBack is the client's write-back state.
@@ -74,6 +78,9 @@ type writeBack struct {
 	}
 	started sync.Once
 	done    chan struct{} // closed when the flusher ends
+	// contentBytes is what the directories' content maps hold, at most
+	// wbMaxContent.
+	contentBytes atomic.Int64
 }
 
 // inoRange is a run of reserved inode numbers: next..end-1.
@@ -135,6 +142,9 @@ type wbDir struct {
 		// directory; nil if unknown. With it, a create or unlink needs
 		// no lookup on the servers.
 		listing map[string]core.Attr
+		// content is the whole content of inline files of listing, as
+		// this client's applied batches left it (writeback_data.go).
+		content map[string][]byte
 		// unknown are names of listing a request to the servers may have
 		// changed since (forgetName): asked again.
 		unknown map[string]bool
@@ -214,6 +224,7 @@ func (c *Client) wbForgetIdle(w *wbDir, now time.Time) {
 		return
 	}
 	w.mu.lost, w.mu.retired = true, true
+	w.dropContentLocked()
 	delete(c.wb.mu.dirs, w.dir)
 }
 
@@ -361,6 +372,7 @@ func (c *Client) wbGrant(ctx context.Context, w *wbDir) bool {
 func (w *wbDir) forgetLocked() {
 	w.mu.gen++
 	w.mu.listing, w.mu.unknown, w.mu.dattrOK = nil, nil, false
+	w.dropContentLocked()
 	for name, n := range w.mu.names {
 		if n.pending == 0 {
 			delete(w.mu.names, name)
@@ -529,6 +541,7 @@ func (w *wbDir) forgetName(name string, method uint16) {
 		}
 		w.mu.unknown[name] = true
 	}
+	w.setContentLocked(name, nil, false)
 	if n := w.mu.names[name]; n != nil && n.pending == 0 {
 		if n.absent {
 			w.mu.absent--

@@ -128,11 +128,12 @@ func ownerChange(creds core.Creds, a core.Attr, s SetAttr) (core.Attr, bool) {
 	return a, true
 }
 
-// wbOpen opens a file whose whole content this client queued (a create or
-// a commit not yet applied) without a request: under the directory's write
-// lease nobody else changes it, and the servers would answer with what the
-// queue holds once it is sent. ok = false: the servers open it (a truncate
-// or create, a name with nothing queued, a permission to check there).
+// wbOpen opens a file whose whole content this client knows (a create or
+// a commit it queued, applied or not: knownContentLocked) without a
+// request: under the directory's write lease nobody else changes it, and
+// the servers would answer with the same. ok = false: the servers open it
+// (a truncate or create, a name whose content the client does not know, a
+// permission to check there).
 func (c *Client) wbOpen(ctx context.Context, ref Ref, flags int) (f *File, ok bool, err error) {
 	if !c.cfg.WriteBack || ref.Parent == 0 || ref.Name == "" || flags&(oTRUNC|oCREAT) != 0 {
 		return nil, false, nil
@@ -143,17 +144,70 @@ func (c *Client) wbOpen(ctx context.Context, ref Ref, flags int) (f *File, ok bo
 	}
 	creds := c.creds(ctx)
 	w.mu.Lock()
-	n := w.mu.names[ref.Name]
-	if n == nil || n.absent || n.pending == 0 || !n.dataOK || n.attr.Ino != ref.Ino ||
-		!core.IsRegular(n.attr.Mode) || n.attr.Nlink != 1 || !w.usableLocked(time.Now()) ||
-		!mayOpen(creds, n.attr, flags) {
+	a, data, known := w.knownContentLocked(ref.Name)
+	if !known || a.Ino != ref.Ino || !core.IsRegular(a.Mode) || a.Nlink != 1 ||
+		!w.usableLocked(time.Now()) || !mayOpen(creds, a, flags) {
 		w.mu.Unlock()
 		return nil, false, nil
 	}
-	reply := &pb.OpenReply{Attr: attrToPB(n.attr, true), InlineData: n.data}
+	reply := &pb.OpenReply{Attr: attrToPB(a, true), InlineData: data}
 	w.mu.Unlock()
 	f, err = c.newFile(ctx, ref, reply, flags, false)
 	return f, true, err
+}
+
+// knownContentLocked returns the attributes and whole content of name, if
+// the client knows them: a queued create or commit, or what its applied
+// batches left on the servers (the content map). Under the directory's
+// write lease nobody else changes them: a file's attributes and inline
+// content live in its entry, and a request that changes them (another
+// client's commit through a handle it opened before the lease) recalls the
+// lease first, which drops the map (wbLose).
+func (w *wbDir) knownContentLocked(name string) (core.Attr, []byte, bool) {
+	if n := w.mu.names[name]; n != nil {
+		if n.absent || n.pending == 0 || !n.dataOK {
+			return core.Attr{}, nil, false
+		}
+		return n.attr, n.data, true
+	}
+	data, ok := w.mu.content[name]
+	if !ok || w.mu.unknown[name] {
+		return core.Attr{}, nil, false
+	}
+	a, ok := w.mu.listing[name]
+	if !ok || a.Size != uint64(len(data)) {
+		return core.Attr{}, nil, false
+	}
+	return a, data, true
+}
+
+// setContentLocked records data as name's content on the servers (keep),
+// or forgets it, within the client's budget.
+func (w *wbDir) setContentLocked(name string, data []byte, keep bool) {
+	budget := &w.c.wb.contentBytes
+	if old, ok := w.mu.content[name]; ok {
+		budget.Add(-int64(len(old)))
+		delete(w.mu.content, name)
+	}
+	if !keep || w.mu.listing == nil {
+		return
+	}
+	if budget.Add(int64(len(data))) > wbMaxContent {
+		budget.Add(-int64(len(data)))
+		return
+	}
+	if w.mu.content == nil {
+		w.mu.content = make(map[string][]byte)
+	}
+	w.mu.content[name] = data
+}
+
+// dropContentLocked forgets every content of w.
+func (w *wbDir) dropContentLocked() {
+	for _, data := range w.mu.content {
+		w.c.wb.contentBytes.Add(-int64(len(data)))
+	}
+	w.mu.content = nil
 }
 
 // mayOpen reports whether creds may open a file of attributes a with

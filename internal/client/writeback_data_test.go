@@ -365,3 +365,133 @@ func TestWriteBackKeepsListingAcrossRequests(t *testing.T) {
 	}
 	checkFiles(t, ctx, a, d.Ino, 5)
 }
+
+// PostMark reads and appends to files it wrote a while ago, after their
+// batches were applied: the writer opens and reads them from what its
+// batches left, with no request, while it holds the directory's write
+// lease; an append is written back again; once another client has written
+// one of them (which recalls the lease), the writer reads that client's
+// content, not its own copy.
+func TestWriteBackOpensAppliedFiles(t *testing.T) {
+	emb, count := startCountedCluster(t)
+	ctx := context.Background()
+	a := newClientOf(t, emb.Config(), true)
+	b := newClientOf(t, emb.Config(), false)
+	b.OnRecall(func([]client.LeaseKey) {})
+	d := mkdirSent(t, ctx, a, core.RootIno, "d", 0o755)
+	const n = 20
+	writeFiles(t, ctx, a, d.Ino, n)
+	if err := a.SyncDir(ctx, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+	opens := count("open")
+	checkFiles(t, ctx, a, d.Ino, n)
+	if got := count("open") - opens; got != 0 {
+		t.Errorf("%v open requests to read %d files whose batches the writer sent", got, n)
+	}
+
+	// An append, written back and applied, then read without a request.
+	at, err := a.LookupAt(ctx, d.Ino, "f001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := client.Ref{Ino: at.Ino, Parent: d.Ino, Name: "f001"}
+	f, err := a.OpenRef(ctx, ref, os.O_WRONLY|os.O_APPEND)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("appended\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SyncDir(ctx, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+	want := append(wbContent(1), "appended\n"...)
+	opens = count("open")
+	if got := readRef(t, ctx, a, ref); !bytes.Equal(got, want) {
+		t.Errorf("after the append: read %q, want %q", got, want)
+	}
+	if got := count("open") - opens; got != 0 {
+		t.Errorf("%v open requests to read a file whose append the writer sent", got)
+	}
+
+	// Another client rewrites f002; the writer then reads that content.
+	bt, err := b.LookupAt(ctx, d.Ino, "f002")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.OpenRef(ctx, client.Ref{Ino: bt.Ino, Parent: d.Ino, Name: "f002"}, os.O_WRONLY|os.O_TRUNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Write([]byte("from b\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readRef(t, ctx, a, client.Ref{Ino: bt.Ino, Parent: d.Ino, Name: "f002"}); string(got) != "from b\n" {
+		t.Errorf("the writer read %q after another client rewrote the file, want %q", got, "from b\n")
+	}
+}
+
+// readRef reads the whole file ref names through c.
+func readRef(t *testing.T, ctx context.Context, c *client.Client, ref client.Ref) []byte {
+	t.Helper()
+	f, err := c.OpenRef(ctx, ref, os.O_RDONLY)
+	if err != nil {
+		t.Fatalf("open %s: %v", ref.Name, err)
+	}
+	defer f.Close()
+	got, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatalf("read %s: %v", ref.Name, err)
+	}
+	return got
+}
+
+// Stats of files the writer's batches left on the servers need no request
+// while it holds the directory's write lease; after another client changed
+// one, the writer sees the change.
+func TestWriteBackStatsAppliedFiles(t *testing.T) {
+	emb, count := startCountedCluster(t)
+	ctx := context.Background()
+	a := newClientOf(t, emb.Config(), true)
+	b := newClientOf(t, emb.Config(), false)
+	b.OnRecall(func([]client.LeaseKey) {})
+	d := mkdirSent(t, ctx, a, core.RootIno, "d", 0o755)
+	const n = 20
+	writeFiles(t, ctx, a, d.Ino, n)
+	if err := a.SyncDir(ctx, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+	refs := make([]client.Ref, n)
+	for i := range refs {
+		name := fmt.Sprintf("f%03d", i)
+		at, err := a.LookupAt(ctx, d.Ino, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs[i] = client.Ref{Ino: at.Ino, Parent: d.Ino, Name: name}
+	}
+	getattrs := count("getattr")
+	for i, ref := range refs {
+		at, err := a.GetAttr(ctx, ref)
+		if err != nil || at.Size != uint64(len(wbContent(i))) {
+			t.Errorf("stat %s: size %d (%v), want %d", ref.Name, at.Size, err, len(wbContent(i)))
+		}
+	}
+	if got := count("getattr") - getattrs; got != 0 {
+		t.Errorf("%v getattr requests to stat %d files whose batches the writer sent", got, n)
+	}
+	mode := uint32(0o600)
+	if _, err := b.SetAttr(ctx, refs[3], client.SetAttr{Mode: &mode}); err != nil {
+		t.Fatal(err)
+	}
+	if at, err := a.GetAttr(ctx, refs[3]); err != nil || at.Mode&core.ModeBits != 0o600 {
+		t.Errorf("after another client's chmod the writer sees mode %#o (%v), want 0600", at.Mode&core.ModeBits, err)
+	}
+}

@@ -125,8 +125,9 @@ func (c *Client) wbLookup(parent core.Ino, name string) (core.Attr, bool, error)
 	return n.attr, true, nil
 }
 
-// wbStat answers a stat of a file with queued changes, or of a directory
-// under write-back whose attributes the client knows.
+// wbStat answers a stat of a file with queued changes or in the
+// directory's listing, or of a directory under write-back whose attributes
+// the client knows.
 func (c *Client) wbStat(ref Ref) (core.Attr, bool) {
 	if w := c.wbLookupDir(ref.Ino); w != nil {
 		w.mu.Lock()
@@ -149,7 +150,18 @@ func (c *Client) wbStat(ref Ref) (core.Attr, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := w.mu.names[ref.Name]
-	if n == nil || n.absent || n.pending == 0 || n.attr.Ino != ref.Ino {
+	if n == nil {
+		// What the servers hold, as the client's batches left it: a
+		// file's attributes live in its entry, which the lease covers
+		// (those of a directory or of a file with several links do not).
+		a, ok := w.mu.listing[ref.Name]
+		if !ok || w.mu.unknown[ref.Name] || a.Ino != ref.Ino || a.IsDir() || a.Nlink != 1 ||
+			!w.usableLocked(time.Now()) {
+			return core.Attr{}, false
+		}
+		return a, true
+	}
+	if n.absent || n.pending == 0 || n.attr.Ino != ref.Ino {
 		return core.Attr{}, false
 	}
 	return n.attr, true

@@ -131,6 +131,7 @@ func (w *wbDir) appliedLocked(batch []*weftpb.BatchOp) {
 				} else {
 					w.mu.listing[name] = n.attr
 				}
+				w.setContentLocked(name, n.data, n.dataOK && !n.absent)
 				delete(w.mu.names, name)
 				continue
 			}
