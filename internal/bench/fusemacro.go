@@ -212,11 +212,13 @@ func fusePostmarkFigures(rs []Result) []Figure {
 	return []Figure{barFigure("fusepostmark", "PostMark", "transactions/s", sub, byCase, byTarget)}
 }
 
-// fusePostmarkGoals: PostMark ≥ 3× JuiceFS.
+// fusePostmarkGoals: PostMark ≥ 3× JuiceFS in sync mode (issue 3), ≥ 5×
+// in writeback mode (issue 14).
 func fusePostmarkGoals(rs []Result) []string {
 	var out []string
 	for _, peer := range []string{kindJuiceFSSQLite, kindJuiceFSRedis} {
 		out = append(out, goalAtLeast(rs, "fusepostmark transactions/s", pmRate, weftSync.name, peer, 3, false))
+		out = append(out, goalAtLeast(rs, "fusepostmark transactions/s", pmRate, weftWriteback.name, peer, 5, false))
 	}
 	return out
 }
@@ -318,6 +320,9 @@ func fuseUntarGoals(rs []Result) []string {
 	var out []string
 	for _, peer := range []string{kindJuiceFSSQLite, kindJuiceFSRedis, kindSSHFS} {
 		out = append(out, goalAtLeast(rs, "fuseuntar speed (peer's time / weft's)", untarCase, weftSync.name, peer, 1, true))
+	}
+	for _, peer := range []string{kindJuiceFSSQLite, kindJuiceFSRedis} {
+		out = append(out, goalAtLeast(rs, "fuseuntar speed (peer's time / weft's)", untarCase, weftWriteback.name, peer, 2, true))
 	}
 	return out
 }
