@@ -72,6 +72,16 @@ type upstream struct {
 		// the clients: until the edge releases upstream it is still the
 		// writer there, and its clients' flushes go on deleg.
 		wpending map[lease.Key]int
+
+		// The edge's own write-back (writeback.go): the queues by
+		// directory, changes being forwarded by key, keys recalled
+		// lately, the count of forwarded changes and forgets (wbLearn),
+		// and the first loss since the last sync_meta.
+		wb        map[lease.Key]*wbQueue
+		wbBusy    map[lease.Key]int
+		wbBackoff map[lease.Key]time.Time
+		wbEpoch   uint64
+		wbErr     error
 	}
 }
 
@@ -116,6 +126,9 @@ func newUpstream(s *Server, index int, addr string, session, wsession uint64, cf
 	u.mu.inflight = make(map[lease.Key][]*inflight)
 	u.mu.renewing = make(map[lease.Key]bool)
 	u.mu.wpending = make(map[lease.Key]int)
+	u.mu.wb = make(map[lease.Key]*wbQueue)
+	u.mu.wbBusy = make(map[lease.Key]int)
+	u.mu.wbBackoff = make(map[lease.Key]time.Time)
 	return u
 }
 
@@ -386,6 +399,11 @@ func (u *upstream) recalled(session uint64, inos, seqs []uint64) {
 		// given back once its queued changes are sent (through this
 		// edge, on deleg while wpending counts the key).
 		u.recallAllDownstream(groups)
+		if session == u.wsession {
+			// The edge's own queued setattrs on the keys go before
+			// it gives them back (writeback.go).
+			u.wbRecalled(keys)
+		}
 		ctx, cancel := context.WithTimeout(u.edge.life, releaseTimeout)
 		defer cancel()
 		_ = peer.Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: session, Keys: inos, Seqs: seqs})
