@@ -56,13 +56,17 @@ const (
 	// DefaultWriteBackWindow is how long a setattr waits at the edge
 	// before it is sent upstream at the latest.
 	DefaultWriteBackWindow = time.Second
-	// wbSendSlack: a setattr is queued only under write leases trusted
-	// for the window and this much more, the time its send may take.
+	// wbSendSlack: a queue is sent at the latest this long before the
+	// write leases it rests on stop being trusted (renewals extend
+	// them while the keys are in use), and a setattr is queued only
+	// under leases trusted for twice this.
 	wbSendSlack = 300 * time.Millisecond
 	// wbBackoff: after a recall of its write lease on a key, the edge
 	// takes none of its own on it for this long (another site is using
 	// the key; a write-back client backs off the same way).
 	wbBackoff = 5 * time.Second
+	// wbRetry is how soon a send that failed goes again, at the earliest.
+	wbRetry = 50 * time.Millisecond
 	// wbMaxOps is the most setattrs sent in one batch.
 	wbMaxOps = 1024
 	// wbMaxDirs bounds the directories whose attributes the edge keeps.
@@ -130,7 +134,24 @@ func (u *upstream) setAttr(ctx context.Context, msg, data []byte) ([]byte, error
 }
 
 // wbNeed is how long a write lease must still be trusted to queue under it.
-func (u *upstream) wbNeed() time.Duration { return u.edge.wbWindow + wbSendSlack }
+func (u *upstream) wbNeed() time.Duration { return 2 * wbSendSlack }
+
+// wbArmLocked makes sure q is sent by the window's end, and before the
+// write leases it rests on stop being trusted; not sooner than floor (a
+// send that failed is not tried again at once).
+func (u *upstream) wbArmLocked(q *wbQueue, floor time.Duration) {
+	if q.timer != nil {
+		return
+	}
+	var until time.Time
+	for _, t := range q.until {
+		if until.IsZero() || t.Before(until) {
+			until = t
+		}
+	}
+	delay := max(min(u.edge.wbWindow, time.Until(until)-wbSendSlack), floor)
+	q.timer = time.AfterFunc(delay, func() { u.edge.spawn(func() { u.wbSendInBackground(q) }) })
+}
 
 // wbLeases makes sure the edge holds write leases upstream on keys for
 // its write-back, unless it gave one back lately (wbBackoff).
@@ -220,8 +241,8 @@ func (u *upstream) wbQueueSetAttr(ctx context.Context, req *weftpb.SetAttrReques
 	u.edge.metrics.wbQueued.Inc()
 	if len(q.ops) >= wbMaxOps {
 		u.edge.spawn(func() { u.wbSendInBackground(q) })
-	} else if q.timer == nil {
-		q.timer = time.AfterFunc(u.edge.wbWindow, func() { u.edge.spawn(func() { u.wbSendInBackground(q) }) })
+	} else {
+		u.wbArmLocked(q, 0)
 	}
 	resp, err := proto.Marshal(&weftpb.SetAttrReply{Attr: na, OldSize: a.Size, Queued: true})
 	if err != nil {
@@ -417,9 +438,7 @@ func (u *upstream) wbSend(ctx context.Context, q *wbQueue) error {
 			u.mu.Lock()
 			defer u.mu.Unlock()
 			q.ops = append(ops, q.ops...)
-			if q.timer == nil {
-				q.timer = time.AfterFunc(u.edge.wbWindow, func() { u.edge.spawn(func() { u.wbSendInBackground(q) }) })
-			}
+			u.wbArmLocked(q, wbRetry)
 			return errs.Wrap(errs.Unavailable, "edge write-back", "queued setattrs not sent yet", err)
 		}
 		err = errs.Wrap(errs.IO, "edge write-back", "a batch of setattrs was not applied upstream", err)
