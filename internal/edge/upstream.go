@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/lease"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
@@ -82,6 +83,10 @@ type upstream struct {
 		wbBackoff map[lease.Key]time.Time
 		wbEpoch   uint64
 		wbErr     error
+		// wbSkip: files found not to be written back (directories,
+		// hard-linked files, not regular), so that their setattrs take
+		// no write lease. Inode numbers are never reused.
+		wbSkip map[core.Ino]struct{}
 	}
 }
 
@@ -129,6 +134,7 @@ func newUpstream(s *Server, index int, addr string, session, wsession uint64, cf
 	u.mu.wb = make(map[lease.Key]*wbQueue)
 	u.mu.wbBusy = make(map[lease.Key]int)
 	u.mu.wbBackoff = make(map[lease.Key]time.Time)
+	u.mu.wbSkip = make(map[core.Ino]struct{})
 	return u
 }
 

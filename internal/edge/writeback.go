@@ -117,6 +117,15 @@ func (u *upstream) setAttr(ctx context.Context, msg, data []byte) ([]byte, error
 		return resp, err
 	}
 	keys := writeKeys(weftpb.MethodSetAttr, msg)
+	u.mu.Lock()
+	_, skip := u.mu.wbSkip[core.Ino(req.Node.Ino)]
+	u.mu.Unlock()
+	if skip {
+		// A directory or a file with several links: its attributes are
+		// not in an entry a batch can change. No write lease for it.
+		resp, _, err := u.forward(ctx, weftpb.MethodSetAttr, msg, data)
+		return resp, err
+	}
 	leased := u.wbLeases(ctx, keys)
 	if leased {
 		if resp, ok := u.wbQueueSetAttr(ctx, req, keys); ok {
@@ -283,13 +292,19 @@ func applyModeTimes(c core.Creds, a *weftpb.Attr, req *weftpb.SetAttrRequest, no
 // a batch can change them.
 func (u *upstream) wbLearn(req *weftpb.SetAttrRequest, keys []lease.Key, resp []byte, epoch uint64) {
 	var r weftpb.SetAttrReply
-	if proto.Unmarshal(resp, &r) != nil || r.Attr == nil || r.Attr.Ino != req.Node.Ino ||
-		!core.IsRegular(r.Attr.Mode) || r.Attr.Nlink != 1 {
+	if proto.Unmarshal(resp, &r) != nil || r.Attr == nil || r.Attr.Ino != req.Node.Ino {
 		return
 	}
 	dir := lease.Key(req.Node.Parent)
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if !core.IsRegular(r.Attr.Mode) || r.Attr.Nlink != 1 {
+		if len(u.mu.wbSkip) >= maxHeld {
+			clear(u.mu.wbSkip)
+		}
+		u.mu.wbSkip[core.Ino(r.Attr.Ino)] = struct{}{}
+		return
+	}
 	if u.mu.wbEpoch != epoch+1 {
 		return
 	}
