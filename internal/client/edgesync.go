@@ -9,7 +9,7 @@ import (
 // writeback) may complete a setattr itself and send it upstream later; it
 // says so in the reply (SetAttrReply.queued). Such a change is durable
 // upstream once a sync_meta to the edge has returned, so this client then
-// sends one at the next fsync of a file, fsync of a directory, syncfs or
+// sends one at the next fsync of a file, fsync of a directory (SyncNamespace) or
 // Close. Against meta servers (which never set it) nothing changes.
 
 // edgeHeld records that an edge holds a change of this client's.

@@ -41,7 +41,7 @@ import (
 // client's queue).
 //
 // Durability. A queued setattr is durable upstream once a sync_meta to
-// the edge has returned (the client sends one at fsync, syncfs and close
+// the edge has returned (the client sends one at fsync, fsyncdir and close
 // when a reply said queued), once a recall sent it, or within the window
 // (Config.WriteBackWindow, default 1 s). A kill -9 of the edge loses at
 // most what it queued since the last of these; a batch the upstream
