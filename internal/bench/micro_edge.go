@@ -83,7 +83,9 @@ func microClient(ctx context.Context, lc *libCluster, column string, link *links
 		t.links = append(t.links, l)
 		up.Meta[i] = config.MetaServer{Addr: l.Addr()}
 	}
-	e, err := edge.Start(ctx, edge.Config{Upstream: up, Listen: "127.0.0.1:0"})
+	// In write-back mode: the seed's mixed column has the local
+	// server complete metadata writes and send them upstream later.
+	e, err := edge.Start(ctx, edge.Config{Upstream: up, Listen: "127.0.0.1:0", WriteBack: true})
 	if err != nil {
 		t.Close()
 		return nil, err

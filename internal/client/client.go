@@ -173,6 +173,8 @@ type Client struct {
 
 	maps dirMaps // GIGA+ partition bitmaps of directories (route.go)
 
+	edgeHeld edgeHeld // an edge holds changes of this client's (edgesync.go)
+
 	// afterOpenReply, set by tests only, runs between an open's reply
 	// and the open state it makes (a change racing the open).
 	afterOpenReply func()
@@ -239,6 +241,7 @@ func New(cfg Config) (*Client, error) {
 // open are not flushed: close them first.
 func (c *Client) Close() error {
 	c.wbClose()
+	c.closeEdgeHeld()
 	c.endLocks()
 	c.bg.Wait()
 	c.closeParityCache()

@@ -331,6 +331,9 @@ func (f *File) SyncContext(ctx context.Context) error {
 	if err := f.c.syncCachedParity(ctx, f.n.ino); err != nil {
 		return err
 	}
+	if err := f.c.syncEdgeHeld(ctx); err != nil {
+		return err
+	}
 	// The file's name and attributes, if written back, are durable too.
 	return f.c.SyncDir(ctx, f.Ref().Parent)
 }

@@ -176,6 +176,7 @@ func (c *Client) setAttr(ctx context.Context, ref Ref, s SetAttr, byHandle bool)
 	if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodSetAttr, req, &r, false); err != nil {
 		return core.Attr{}, err
 	}
+	c.noteEdgeHeld(r.Queued)
 	a := attrFromPB(r.Attr)
 	if c.ec != nil && s.Size != nil && !r.Attr.GetInline() {
 		if err := c.shrinkParity(ctx, a.Ino, a.Size, r.OldSize); err != nil {

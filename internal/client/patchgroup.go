@@ -214,6 +214,9 @@ func (c *Client) syncMetas(ctx context.Context, metas []*rpc.Peer) error {
 // acknowledged durable: fsync of a directory. With sync durability they
 // are already.
 func (c *Client) SyncNamespace(ctx context.Context) error {
+	if err := c.syncEdgeHeld(ctx); err != nil {
+		return err
+	}
 	if c.cfg.SyncOnClose {
 		return nil
 	}

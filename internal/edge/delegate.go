@@ -37,7 +37,8 @@ import (
 // would wait for the edge, which waits for the holder, which waits for
 // its flush.
 //
-// Durability: the edge holds no change of its own. A write-back client's
+// Durability: without Config.WriteBack the edge holds no change of its
+// own (with it, its queued setattrs: writeback.go). A write-back client's
 // queue is in the client; what reaches the edge goes upstream before it
 // is answered, so a kill -9 of the edge loses nothing its clients were
 // told was done (fsync included), and a write lease the dead edge held
@@ -49,7 +50,8 @@ import (
 // Rmdir and rename may write a directory's record their requests do not
 // name (the removed or replaced directory's, a moved directory's ".."),
 // which may be delegated to another client (one with creates queued in
-// it): they go on fwd, where the upstream recalls it.
+// it): they go on deleg only as onlyNamed says, else on fwd, where the
+// upstream recalls it.
 var delegable = map[uint16]bool{
 	weftpb.MethodCreate: true, weftpb.MethodMkdir: true, weftpb.MethodSymlink: true,
 	weftpb.MethodSetAttr: true, weftpb.MethodCommit: true, weftpb.MethodOpen: true,
@@ -67,16 +69,30 @@ var delegable = map[uint16]bool{
 // (dirs.go) or on a key they name.
 var fileRecords = map[uint16]bool{weftpb.MethodUnlink: true, weftpb.MethodLink: true}
 
+// onlyNamed are the changes that may write a directory's own record their
+// request does not name: an rmdir the removed directory's, a rename a
+// replaced directory's or a moved directory's (its ".."), or a file's
+// (a replaced hard-linked file's). That directory may be delegated to
+// another client of the edge, with creates queued in it, and the upstream
+// would spare it on deleg. So they go on deleg only while every write
+// lease the edge holds on this server (held or being given back) is on a
+// key they name: whatever else they write is then under no lease of
+// deleg's, and the upstream recalls it as for any change (the edge's
+// read leases are on its cache connection). A write-back client working
+// in one directory renames over a name and removes a subdirectory there
+// without losing its lease; holding several, it still loses them (fwd).
+var onlyNamed = map[uint16]bool{weftpb.MethodRmdir: true, weftpb.MethodRename: true}
+
 // route returns the connection a change naming keys goes upstream on, and
 // what to call once its reply is in. A change under a delegated key first
 // recalls the other clients' leases on it here, bounded by their term.
 func (u *upstream) route(ctx context.Context, method uint16, keys []lease.Key) (*rpc.Peer, func(), error) {
-	if !delegable[method] || len(keys) == 0 {
+	if !delegable[method] && !onlyNamed[method] || len(keys) == 0 {
 		return u.fwd, func() {}, nil
 	}
 	u.mu.Lock()
 	dk := u.delegatedLocked(keys)
-	if fileRecords[method] && !u.onlyDirsDelegatedLocked(keys) {
+	if fileRecords[method] && !u.onlyDirsDelegatedLocked(keys) || onlyNamed[method] && !u.onlyNamedDelegatedLocked(keys) {
 		dk = nil
 	}
 	u.mu.Unlock()
@@ -91,7 +107,8 @@ func (u *upstream) route(ctx context.Context, method uint16, keys []lease.Key) (
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if len(u.delegatedLocked(dk)) != len(dk) || fileRecords[method] && !u.onlyDirsDelegatedLocked(keys) {
+	if len(u.delegatedLocked(dk)) != len(dk) || fileRecords[method] && !u.onlyDirsDelegatedLocked(keys) ||
+		onlyNamed[method] && !u.onlyNamedDelegatedLocked(keys) {
 		// Recalled upstream and given back meanwhile: the upstream
 		// recalls what the change touches, as for any change.
 		end()
@@ -130,6 +147,22 @@ func (u *upstream) onlyDirsDelegatedLocked(named []lease.Key) bool {
 	}
 	for k := range u.mu.wpending {
 		if !ok(k) {
+			return false
+		}
+	}
+	return true
+}
+
+// onlyNamedDelegatedLocked reports whether every key the edge is the
+// writer of upstream (delegatedLocked) is one of named.
+func (u *upstream) onlyNamedDelegatedLocked(named []lease.Key) bool {
+	for k, h := range u.mu.held {
+		if h.write && !slices.Contains(named, k) {
+			return false
+		}
+	}
+	for k := range u.mu.wpending {
+		if !slices.Contains(named, k) {
 			return false
 		}
 	}

@@ -42,7 +42,15 @@ type Config struct {
 	// MetricsAddr, if set, is where the edge serves its Prometheus
 	// metrics (metrics.go) at /metrics.
 	MetricsAddr string
-	Log         *slog.Logger
+	// WriteBack: the edge completes its clients' chmods and utimes of
+	// one-link files itself under write leases it holds upstream, and
+	// sends them upstream within WriteBackWindow (default
+	// DefaultWriteBackWindow), at a client's sync_meta (fsync) or at a
+	// recall (writeback.go). Off: every change is durable upstream
+	// before the edge answers it.
+	WriteBack       bool
+	WriteBackWindow time.Duration
+	Log             *slog.Logger
 
 	// ignoreRecalls breaks the edge on purpose, for the test that shows
 	// the two-site history check can fail (export_test.go): an upstream
@@ -62,6 +70,9 @@ type Server struct {
 	reg     *prometheus.Registry
 	metrics *metrics
 	dirs    dirSet // directories seen in replies (dirs.go)
+	// writeBack and wbWindow: Config.WriteBack, WriteBackWindow.
+	writeBack bool
+	wbWindow  time.Duration
 	// metricsSrv serves reg at metricsAddr, if Config.MetricsAddr is set.
 	metricsSrv  *http.Server
 	metricsAddr string
@@ -106,7 +117,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil || port < 0 || port+len(cfg.Upstream.Meta) > 65536 {
 		return nil, errs.New(errs.Invalid, op, "--listen %s: port must be a number from 0 to %d", cfg.Listen, 65536-len(cfg.Upstream.Meta))
 	}
-	s := &Server{log: cfg.Log, cfg: cfg.Upstream.Clone(), reg: newRegistry()}
+	if cfg.WriteBackWindow <= 0 {
+		cfg.WriteBackWindow = DefaultWriteBackWindow
+	}
+	s := &Server{log: cfg.Log, cfg: cfg.Upstream.Clone(), reg: newRegistry(), writeBack: cfg.WriteBack, wbWindow: cfg.WriteBackWindow}
 	s.metrics = newMetrics(s.reg, s)
 	for i := range s.cfg.Store {
 		// A client file: where each store keeps its data is not the
@@ -191,6 +205,13 @@ func (s *Server) Close() error {
 		s.metricsSrv.Close()
 	}
 	s.served.Wait()
+	// What the edge answered and still holds goes upstream before the
+	// connections close (bounded: a kill -9 would lose it anyway).
+	ctx, cancel := context.WithTimeout(s.life, wbCloseWait)
+	for _, u := range s.ups {
+		u.wbClose(ctx)
+	}
+	cancel()
 	s.stop()
 	s.bg.Lock()
 	s.bg.closed = true

@@ -31,6 +31,14 @@ func (u *upstream) mux() *rpc.Mux {
 			if err != nil {
 				return nil, rpc.Attachment{}, err
 			}
+			switch m {
+			case weftpb.MethodSetAttr:
+				resp, err := u.setAttr(ctx, msg, data)
+				return resp, rpc.Attachment{}, err
+			case weftpb.MethodSyncMeta:
+				resp, err := u.syncMeta(ctx, msg, data)
+				return resp, rpc.Attachment{}, err
+			}
 			return u.forward(ctx, m, msg, data)
 		})
 	}
@@ -58,15 +66,22 @@ func (u *upstream) mux() *rpc.Mux {
 // with its kind and message.
 func (u *upstream) forward(ctx context.Context, method uint16, msg, data []byte) ([]byte, rpc.Attachment, error) {
 	keys := writeKeys(method, msg)
+	// The edge's own queued setattrs go first (writeback.go).
+	wbDone, err := u.wbBeforeForward(ctx, method, msg, keys)
+	if err != nil {
+		return nil, rpc.Attachment{}, err
+	}
 	f := u.begin(ctx, keys)
 	peer, done, err := u.route(ctx, method, keys)
 	if err != nil {
 		u.finish(f)
+		wbDone()
 		return nil, rpc.Attachment{}, err
 	}
 	resp, respData, err := peer.CallRaw(ctx, method, msg, data)
 	done()
 	u.finish(f)
+	wbDone()
 	if err != nil {
 		return nil, rpc.Attachment{}, err
 	}

@@ -28,6 +28,10 @@ type metrics struct {
 	delegatedBatch prometheus.Counter
 	cacheHits      prometheus.Counter
 	cacheMisses    prometheus.Counter
+	// The edge's own write-back (writeback.go).
+	wbQueued  prometheus.Counter
+	wbBatches prometheus.Counter
+	wbLost    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
@@ -44,11 +48,17 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 			Help: "Lookups, getattrs and readdirs answered from the edge's cache."}),
 		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "weft_edge_cache_misses_total",
 			Help: "Lookups, getattrs and readdirs sent upstream."}),
+		wbQueued: prometheus.NewCounter(prometheus.CounterOpts{Name: "weft_edge_writeback_setattrs_total",
+			Help: "Setattrs the edge completed itself under its write leases (--durability writeback)."}),
+		wbBatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "weft_edge_writeback_batches_total",
+			Help: "Batches of the edge's own queued setattrs applied upstream."}),
+		wbLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "weft_edge_writeback_lost_total",
+			Help: "Setattrs the edge answered and could not send upstream (its write lease ended, or the upstream refused)."}),
 	}
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "weft_edge_write_leases_held",
 		Help: "Write leases the edge holds upstream and trusts now (its delegated keys)."},
 		func() float64 { return float64(s.writeLeasesHeld()) })
-	reg.MustRegister(m.writeGranted, m.writeRecalled, m.delegated, m.delegatedBatch, m.cacheHits, m.cacheMisses, held)
+	reg.MustRegister(m.writeGranted, m.writeRecalled, m.delegated, m.delegatedBatch, m.cacheHits, m.cacheMisses, m.wbQueued, m.wbBatches, m.wbLost, held)
 	return m
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/lease"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
@@ -72,6 +73,20 @@ type upstream struct {
 		// the clients: until the edge releases upstream it is still the
 		// writer there, and its clients' flushes go on deleg.
 		wpending map[lease.Key]int
+
+		// The edge's own write-back (writeback.go): the queues by
+		// directory, changes being forwarded by key, keys recalled
+		// lately, the count of forwarded changes and forgets (wbLearn),
+		// and the first loss since the last sync_meta.
+		wb        map[lease.Key]*wbQueue
+		wbBusy    map[lease.Key]int
+		wbBackoff map[lease.Key]time.Time
+		wbEpoch   uint64
+		wbErr     error
+		// wbSkip: files found not to be written back (directories,
+		// hard-linked files, not regular), so that their setattrs take
+		// no write lease. Inode numbers are never reused.
+		wbSkip map[core.Ino]struct{}
 	}
 }
 
@@ -116,6 +131,10 @@ func newUpstream(s *Server, index int, addr string, session, wsession uint64, cf
 	u.mu.inflight = make(map[lease.Key][]*inflight)
 	u.mu.renewing = make(map[lease.Key]bool)
 	u.mu.wpending = make(map[lease.Key]int)
+	u.mu.wb = make(map[lease.Key]*wbQueue)
+	u.mu.wbBusy = make(map[lease.Key]int)
+	u.mu.wbBackoff = make(map[lease.Key]time.Time)
+	u.mu.wbSkip = make(map[core.Ino]struct{})
 	return u
 }
 
@@ -386,6 +405,11 @@ func (u *upstream) recalled(session uint64, inos, seqs []uint64) {
 		// given back once its queued changes are sent (through this
 		// edge, on deleg while wpending counts the key).
 		u.recallAllDownstream(groups)
+		if session == u.wsession {
+			// The edge's own queued setattrs on the keys go before
+			// it gives them back (writeback.go).
+			u.wbRecalled(keys)
+		}
 		ctx, cancel := context.WithTimeout(u.edge.life, releaseTimeout)
 		defer cancel()
 		_ = peer.Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: session, Keys: inos, Seqs: seqs})
