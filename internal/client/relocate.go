@@ -129,3 +129,27 @@ func (c *Client) OpenIn(dir core.Ino) []core.Ino {
 	}
 	return out
 }
+
+// OpenMoved opens the file ref names wherever another client moved it
+// since ref was right: for a caller that found ref's name holding the
+// file during the call it serves (the kernel's retry of an open that the
+// mount answered ESTALE, fusefs retry.go), as a local open opens the inode
+// its path walk found even if the name changes before the open. Unlike
+// OpenRef, a name that no longer holds the file (NotExist, Stale) is not
+// the answer: the file's entry is located and opened there. A file no
+// server holds an entry for was removed: NotExist.
+func (c *Client) OpenMoved(ctx context.Context, ref Ref, flags int) (*File, error) {
+	f, err := c.OpenRef(ctx, ref, flags)
+	for range maxRelocations {
+		if !relocatable(err) || ref.Ino == 0 {
+			return f, err
+		}
+		to, found := c.locate(ctx, ref.Ino)
+		if !found {
+			return nil, errs.Wrap(errs.NotExist, "open", ref.Name, err)
+		}
+		ref = to
+		f, err = c.OpenRef(ctx, ref, flags)
+	}
+	return f, err
+}
