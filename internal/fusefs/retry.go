@@ -23,8 +23,10 @@ import (
 //   - setattr of a name that holds another file by then changes what the
 //     name holds then (the call takes effect at that moment, as a local
 //     chmod of a name being renamed over does);
-//   - open of a file gone by then fails with ENOENT (it was removed during
-//     the call).
+//   - open of a file another mount moved by then opens it where it is
+//     (client.OpenMoved: the inode the walk found, as a local open); of a
+//     file removed by then fails with ENOENT (it was removed during the
+//     call).
 // The thread is the caller's pid in the request (the kernel's task id):
 // the retry comes from the thread of the call, with its lookups first.
 
