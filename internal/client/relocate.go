@@ -137,7 +137,10 @@ func (c *Client) OpenIn(dir core.Ino) []core.Ino {
 // its path walk found even if the name changes before the open. Unlike
 // OpenRef, a name that no longer holds the file (NotExist, Stale) is not
 // the answer: the file's entry is located and opened there. A file no
-// server holds an entry for was removed: NotExist.
+// server holds an entry for was removed: the name's error stands (NotExist
+// if the name is gone too; Stale if it holds another file, which the
+// caller cannot open through this file's handle, and an ENOENT would say
+// the name was absent, which it never was).
 func (c *Client) OpenMoved(ctx context.Context, ref Ref, flags int) (*File, error) {
 	f, err := c.OpenRef(ctx, ref, flags)
 	for range maxRelocations {
@@ -146,7 +149,7 @@ func (c *Client) OpenMoved(ctx context.Context, ref Ref, flags int) (*File, erro
 		}
 		to, found := c.locate(ctx, ref.Ino)
 		if !found {
-			return nil, errs.Wrap(errs.NotExist, "open", ref.Name, err)
+			return nil, err
 		}
 		ref = to
 		f, err = c.OpenRef(ctx, ref, flags)

@@ -40,7 +40,12 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	ref := n.ref()
-	_, retry := n.fsys.retries.retry(ctx, n)
+	walk, retry := n.fsys.retries.retry(ctx, n)
+	if retry && walk.name != "" {
+		// The name the retry's lookup found it under: go-fuse's tree
+		// may have lost it since (a recall's invalidation).
+		ref.Parent, ref.Name = walk.parent, walk.name
+	}
 	var (
 		f   *client.File
 		err error
@@ -50,7 +55,9 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// the name holding this node within the call: the node is
 		// opened wherever another mount moved it since, as a local open
 		// opens the inode its walk found (a second ESTALE would reach
-		// the caller). A file removed by then fails with ENOENT.
+		// the caller). A file removed by then fails with ENOENT if its
+		// name is gone too, else ESTALE reaches the caller: the name
+		// held a file throughout.
 		f, err = n.fsys.c.OpenMoved(cctx, ref, int(flags))
 	} else {
 		f, err = n.fsys.c.OpenRef(cctx, ref, int(flags))

@@ -25,8 +25,9 @@ import (
 //     chmod of a name being renamed over does);
 //   - open of a file another mount moved by then opens it where it is
 //     (client.OpenMoved: the inode the walk found, as a local open); of a
-//     file removed by then fails with ENOENT (it was removed during the
-//     call).
+//     file removed by then fails with ENOENT if the name is gone too (it
+//     was removed during the call), else ESTALE: the name held a file
+//     throughout the call, so ENOENT would be a wrong answer.
 // The thread is the caller's pid in the request (the kernel's task id):
 // the retry comes from the thread of the call, with its lookups first.
 
