@@ -621,7 +621,84 @@ func openRetryOfMovedFile(t *testing.T, replaced bool) {
 	if replaced {
 		want = syscall.ESTALE
 	}
+	if _, _, errno := node.Open(ctx, syscall.O_RDONLY); errno != syscall.ESTALE {
+		t.Fatalf("open of a node its name no longer holds: errno %v, want ESTALE", errno)
+	}
+	ma.fsys.retries.lookedUp(ctx, core.RootIno, "f", node)
 	if _, _, errno := node.Open(ctx, syscall.O_RDONLY); errno != want {
 		t.Errorf("the retried open of a file removed since: errno %v, want %v", errno, want)
+	}
+}
+
+// TestRetryEndsWithItsCall: what the mount remembers of a thread's retry
+// after ESTALE (retry.go) serves the retried request only, not the
+// thread's later calls that reach the node through the kernel's cached
+// dentry. It stayed until the thread's next lookup or ESTALE, so a later
+// stat was answered with the attributes the node had when the retry's
+// lookup found it (make linz: stat(b/x) -> mode 640 after another mount's
+// chmod to 644 returned), and a later chmod went to the name the retry
+// had looked up (chmod(b/x) -> ENOENT right after this mount's own rename
+// to b/x, the retry's name a/z being gone).
+func TestRetryEndsWithItsCall(t *testing.T) {
+	requireFUSE(t)
+	for _, op := range []string{"getattr", "setattr"} {
+		t.Run(op, func(t *testing.T) { retryEndsWithItsCall(t, op) })
+	}
+}
+
+func retryEndsWithItsCall(t *testing.T, op string) {
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(a + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := ma.fsys.index.get(core.Ino(st.Sys().(*syscall.Stat_t).Ino))
+	if len(nodes) == 0 {
+		t.Fatal("mount a has no node for the file")
+	}
+	node := nodes[len(nodes)-1]
+	if err := os.WriteFile(b+"/g", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(b+"/g", b+"/f"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4245}, Cancel: make(chan struct{})}
+	call := func() syscall.Errno {
+		if op == "getattr" {
+			var out fuse.AttrOut
+			return node.Getattr(ctx, nil, &out)
+		}
+		in := &fuse.SetAttrIn{}
+		in.Valid, in.Mode = fuse.FATTR_MODE, 0o600
+		var out fuse.AttrOut
+		return node.Setattr(ctx, nil, in, &out)
+	}
+	if errno := call(); errno != syscall.ESTALE {
+		t.Fatalf("%s of a name that holds another file now: errno %v, want ESTALE", op, errno)
+	}
+	ma.fsys.retries.lookedUp(ctx, core.RootIno, "f", node)
+	if errno := call(); errno != 0 {
+		t.Fatalf("the kernel's retried %s: errno %v, want 0", op, errno)
+	}
+	// A later call of the same thread, through the cached dentry: the
+	// name holds a third file now.
+	if err := os.Rename(b+"/f", b+"/h"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b+"/f", []byte("third"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if errno := call(); errno != syscall.ESTALE {
+		t.Errorf("a later %s of the node, no retry: errno %v, want ESTALE", op, errno)
+	}
+	if st, err := os.Stat(b + "/f"); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("the third file: %v, %v; want mode 644 (no chmod reached it)", st.Mode(), err)
 	}
 }

@@ -40,7 +40,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	ref := n.ref()
-	walk, retry := n.fsys.retries.retry(ctx, n)
+	walk, retry := n.fsys.retries.retry(ctx, n, "open")
 	if retry && walk.name != "" {
 		// The name the retry's lookup found it under: go-fuse's tree
 		// may have lost it since (a recall's invalidation).
@@ -69,7 +69,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		err = errs.Wrap(errs.Stale, "open", ref.Name, err)
 	}
 	if errs.Is(err, errs.Stale) {
-		n.fsys.retries.estale(ctx)
+		n.fsys.retries.estale(ctx, "open")
 	}
 	if err != nil {
 		return nil, 0, n.fsys.fail("open", err)
