@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"sync"
+	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
@@ -107,9 +108,10 @@ func (r *retries) lookedUp(ctx context.Context, parent core.Ino, name string, no
 			delete(r.m, pid)
 			return
 		}
-		if node.IsDir() {
-			// The walk goes on below it; a thread's walk after
-			// ESTALE ends at the node it retries.
+		if node.IsDir() || node.Mode()&syscall.S_IFMT == syscall.S_IFLNK {
+			// The walk goes on below it (or through the link); a
+			// thread's walk after ESTALE ends at the node it
+			// retries.
 			w.node = nil
 			return
 		}
