@@ -178,6 +178,10 @@ type Client struct {
 	// afterOpenReply, set by tests only, runs between an open's reply
 	// and the open state it makes (a change racing the open).
 	afterOpenReply func()
+	// beforeLocate, set by tests only, runs when an open file's request
+	// was refused and before the client asks where the file went (a
+	// rename by another client racing the relocation).
+	beforeLocate func(core.Ino)
 	// stalled, set by tests only, makes the client ignore lease recalls
 	// and its write-back flusher stand still, as a process stopped past
 	// its leases' term would.

@@ -54,21 +54,27 @@ const (
 )
 
 // relocateOpen finds where open file ref.Ino's entry is now, if it is open
-// here and another client moved it from ref: it re-points the open state
-// (unless something re-pointed it meanwhile) and returns the new ref.
+// here and a request through ref was refused: it re-points the open state
+// (unless something re-pointed it meanwhile) and returns the new ref, which
+// may be ref itself when the file came back there.
 func (c *Client) relocateOpen(ctx context.Context, ref Ref) (Ref, relocation) {
 	n := c.lookupOpen(ref.Ino)
 	if n == nil {
 		return Ref{}, notOpen
 	}
 	defer c.releaseOpen(n)
+	if c.beforeLocate != nil {
+		c.beforeLocate(ref.Ino)
+	}
 	to, found := c.locate(ctx, ref.Ino)
 	if !found {
 		return Ref{}, gone
 	}
-	if to.Parent == ref.Parent && to.Name == ref.Name {
-		return Ref{}, notOpen // back where it was: the server said why not
-	}
+	// Found where the refused request went: another client moved the
+	// file away and back between the server's answer and locate (b/x to
+	// b/y and back). The file was never gone; the request goes there
+	// again (callRef bounds the tries). Taking this as the server's last
+	// word failed a commit at close with ENOENT (TestLinzTwoSites).
 	n.mu.Lock()
 	if r := n.mu.ref; r.Parent == ref.Parent && r.Name == ref.Name {
 		n.mu.ref = to
@@ -122,4 +128,31 @@ func (c *Client) OpenIn(dir core.Ino) []core.Ino {
 		n.mu.Unlock()
 	}
 	return out
+}
+
+// OpenMoved opens the file ref names wherever another client moved it
+// since ref was right: for a caller that found ref's name holding the
+// file during the call it serves (the kernel's retry of an open that the
+// mount answered ESTALE, fusefs retry.go), as a local open opens the inode
+// its path walk found even if the name changes before the open. Unlike
+// OpenRef, a name that no longer holds the file (NotExist, Stale) is not
+// the answer: the file's entry is located and opened there. A file no
+// server holds an entry for was removed: the name's error stands (NotExist
+// if the name is gone too; Stale if it holds another file, which the
+// caller cannot open through this file's handle, and an ENOENT would say
+// the name was absent, which it never was).
+func (c *Client) OpenMoved(ctx context.Context, ref Ref, flags int) (*File, error) {
+	f, err := c.OpenRef(ctx, ref, flags)
+	for range maxRelocations {
+		if !relocatable(err) || ref.Ino == 0 {
+			return f, err
+		}
+		to, found := c.locate(ctx, ref.Ino)
+		if !found {
+			return nil, err
+		}
+		ref = to
+		f, err = c.OpenRef(ctx, ref, flags)
+	}
+	return f, err
 }

@@ -262,17 +262,15 @@ var sitesMix = func() linz.Mix {
 // leases. Two upstream meta servers: renames between the directories
 // may cross servers.
 //
-// It runs when WEFT_LINZ is set (make linz sets it). In a fresh-clone run
-// of the whole suite a 3 s history was illegal: a library client's
-// write+close of a file open through b/x failed with ENOENT ("commit x: no
-// such file or directory") after other clients had renamed b/x to b/y and
-// back, so the file was never gone. An open file that follows renames
-// (locate) does not find one renamed away and back; until that is fixed
-// the history stays out of make test.
+// A fresh-clone run of the whole suite once found a 3 s history illegal:
+// a library client's write+close of a file open through b/x failed with
+// ENOENT ("commit x: no such file or directory") after other clients had
+// renamed b/x to b/y and back, so the file was never gone. Its commit was
+// refused while the file was away, and locate then found it back under
+// the name the commit had used, which the client took for the server's
+// last word (client TestOpenFileRenamedAwayAndBack; fixed in
+// relocateOpen).
 func TestLinzTwoSites(t *testing.T) {
-	if os.Getenv("WEFT_LINZ") == "" {
-		t.Skip("a write+close after a rename away and back fails with ENOENT; make linz (WEFT_LINZ=1) runs it")
-	}
 	runTwoSites(t, 2, false)
 }
 
@@ -284,8 +282,10 @@ func TestLinzTwoSites(t *testing.T) {
 // recall came while it was taking it, and the history was then illegal
 // in most runs on two servers (docs/design.md, "Two sites, checked"); the
 // grant now fails when a recall came meanwhile (wbGrant), with which the
-// helper's runs passed 4 of 4 and 10 of 10. It stays out of make test with
-// TestLinzTwoSites.
+// helper's runs passed 4 of 4 and 10 of 10. It stays out of make test: on
+// 2026-11-28 one of four runs (-race) was illegal, a readdir of a by the
+// direct client under its read lease returning [] after a write-back
+// client of edge a had created a/x (docs/design.md, "Two sites").
 func TestLinzTwoSitesWriteBack(t *testing.T) {
 	if os.Getenv("WEFT_LINZ_WRITEBACK") == "" {
 		t.Skip("a random history that has found client bugs; WEFT_LINZ_WRITEBACK=1 runs it")

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"sync"
@@ -545,5 +546,159 @@ func TestChmodRetryOfReplacedName(t *testing.T) {
 	}
 	if st, err := os.Stat(a + "/f"); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("the file the name holds, seen by the mount that changed it: %v, %v; want mode 600", st.Mode(), err)
+	}
+}
+
+// TestOpenRetryOfMovedFile: the kernel's retry of an open that the mount
+// answered ESTALE, through a lookup that found the name holding the file,
+// opens that file wherever another mount moved it since, instead of a
+// second ESTALE (the name holds another file by the retried OPEN) or
+// ENOENT (the name is gone) reaching the caller: the file the lookup
+// found, within the call, is the one a local open opens (linz run 12 of
+// the third session: open(b/x) -> "stale file handle"). Only a file gone
+// by then fails: ENOENT if its name is gone, ESTALE if the name holds
+// another file (it held a file throughout, so ENOENT would be wrong: make
+// linz found open(b/z) -> ENOENT while another mount renamed over b/z).
+func TestOpenRetryOfMovedFile(t *testing.T) {
+	requireFUSE(t)
+	for _, replaced := range []bool{true, false} {
+		t.Run(map[bool]string{true: "name replaced", false: "name gone"}[replaced], func(t *testing.T) {
+			openRetryOfMovedFile(t, replaced)
+		})
+	}
+}
+
+func openRetryOfMovedFile(t *testing.T, replaced bool) {
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(a + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := core.Ino(st.Sys().(*syscall.Stat_t).Ino)
+	nodes := ma.fsys.index.get(ino)
+	if len(nodes) == 0 {
+		t.Fatal("mount a has no node for the file")
+	}
+	node := nodes[len(nodes)-1]
+	if err := os.Rename(b+"/f", b+"/moved"); err != nil {
+		t.Fatal(err)
+	}
+	if replaced {
+		if err := os.WriteFile(b+"/f", []byte("other"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4244}, Cancel: make(chan struct{})}
+	if _, _, errno := node.Open(ctx, syscall.O_RDONLY); errno != syscall.ESTALE {
+		t.Fatalf("open of a node its name no longer holds: errno %v, want ESTALE", errno)
+	}
+	// The retry's lookup found the name holding the node (it changed
+	// again after that): the retried open opens the file it found.
+	ma.fsys.retries.lookedUp(ctx, core.RootIno, "f", node)
+	fh, _, errno := node.Open(ctx, syscall.O_RDONLY)
+	if errno != 0 {
+		t.Fatalf("the kernel's retried open: errno %v, want 0", errno)
+	}
+	h := fh.(*handle)
+	defer h.Release(ctx)
+	buf := make([]byte, 16)
+	n, err := h.f.ReadAt(buf, 0)
+	if h.f.Ino() != ino || string(buf[:n]) != "v1" || err != nil && !errors.Is(err, io.EOF) {
+		t.Errorf("the retried open: ino %d content %q, %v; want ino %d content \"v1\"", h.f.Ino(), buf[:n], err, ino)
+	}
+	// A file removed by then: ENOENT where the name is gone; ESTALE
+	// where it holds another file.
+	if err := os.Remove(b + "/moved"); err != nil {
+		t.Fatal(err)
+	}
+	want := syscall.ENOENT
+	if replaced {
+		want = syscall.ESTALE
+	}
+	if _, _, errno := node.Open(ctx, syscall.O_RDONLY); errno != syscall.ESTALE {
+		t.Fatalf("open of a node its name no longer holds: errno %v, want ESTALE", errno)
+	}
+	ma.fsys.retries.lookedUp(ctx, core.RootIno, "f", node)
+	if _, _, errno := node.Open(ctx, syscall.O_RDONLY); errno != want {
+		t.Errorf("the retried open of a file removed since: errno %v, want %v", errno, want)
+	}
+}
+
+// TestRetryEndsWithItsCall: what the mount remembers of a thread's retry
+// after ESTALE (retry.go) serves the retried request only, not the
+// thread's later calls that reach the node through the kernel's cached
+// dentry. It stayed until the thread's next lookup or ESTALE, so a later
+// stat was answered with the attributes the node had when the retry's
+// lookup found it (make linz: stat(b/x) -> mode 640 after another mount's
+// chmod to 644 returned), and a later chmod went to the name the retry
+// had looked up (chmod(b/x) -> ENOENT right after this mount's own rename
+// to b/x, the retry's name a/z being gone).
+func TestRetryEndsWithItsCall(t *testing.T) {
+	requireFUSE(t)
+	for _, op := range []string{"getattr", "setattr"} {
+		t.Run(op, func(t *testing.T) { retryEndsWithItsCall(t, op) })
+	}
+}
+
+func retryEndsWithItsCall(t *testing.T, op string) {
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(a + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := ma.fsys.index.get(core.Ino(st.Sys().(*syscall.Stat_t).Ino))
+	if len(nodes) == 0 {
+		t.Fatal("mount a has no node for the file")
+	}
+	node := nodes[len(nodes)-1]
+	if err := os.WriteFile(b+"/g", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(b+"/g", b+"/f"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4245}, Cancel: make(chan struct{})}
+	call := func() syscall.Errno {
+		if op == "getattr" {
+			var out fuse.AttrOut
+			return node.Getattr(ctx, nil, &out)
+		}
+		in := &fuse.SetAttrIn{}
+		in.Valid, in.Mode = fuse.FATTR_MODE, 0o600
+		var out fuse.AttrOut
+		return node.Setattr(ctx, nil, in, &out)
+	}
+	if errno := call(); errno != syscall.ESTALE {
+		t.Fatalf("%s of a name that holds another file now: errno %v, want ESTALE", op, errno)
+	}
+	ma.fsys.retries.lookedUp(ctx, core.RootIno, "f", node)
+	if errno := call(); errno != 0 {
+		t.Fatalf("the kernel's retried %s: errno %v, want 0", op, errno)
+	}
+	// A later call of the same thread, through the cached dentry: the
+	// name holds a third file now.
+	if err := os.Rename(b+"/f", b+"/h"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b+"/f", []byte("third"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if errno := call(); errno != syscall.ESTALE {
+		t.Errorf("a later %s of the node, no retry: errno %v, want ESTALE", op, errno)
+	}
+	if st, err := os.Stat(b + "/f"); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("the third file: %v, %v; want mode 644 (no chmod reached it)", st.Mode(), err)
 	}
 }

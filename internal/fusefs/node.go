@@ -152,22 +152,28 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if !n.IsDir() {
 		n.fsys.calls.fileGetattrs.Add(1)
 	}
-	var retry bool
+	var (
+		walk  retryWalk
+		retry bool
+	)
 	if fh == nil {
-		_, retry = n.fsys.retries.retry(ctx, n)
+		walk, retry = n.fsys.retries.retry(ctx, n, "getattr")
 		if !retry && n.maybeStaleName() {
-			n.fsys.retries.estale(ctx)
+			n.fsys.retries.estale(ctx, "getattr")
 			return syscall.ESTALE
 		}
 	}
 	n.mu.Lock()
 	told := n.mu.attr.Size
 	n.mu.Unlock()
-	a, l, err := n.getattr(ctx, fh == nil, retry)
+	a, l, err := n.getattr(ctx, fh == nil, walk, retry)
 	if err != nil {
 		errno := n.fsys.fail("getattr", err)
-		if errno == syscall.ESTALE && fh == nil {
-			n.fsys.retries.estale(ctx)
+		switch {
+		case errno == syscall.ESTALE && fh == nil:
+			n.fsys.retries.estale(ctx, "getattr")
+		case retry:
+			n.fsys.retries.forget(ctx)
 		}
 		return errno
 	}
@@ -195,13 +201,18 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 // another mount's write (linz: stat -> the old size of a file another
 // mount had written and closed). The kernel looks the name up again; its
 // retry (retry.go) gets what that lookup said.
-func (n *Node) getattr(ctx context.Context, byPath, retry bool) (core.Attr, client.Lease, error) {
+func (n *Node) getattr(ctx context.Context, byPath bool, walk retryWalk, retry bool) (core.Attr, client.Lease, error) {
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	n.mu.Lock()
 	known := n.mu.attr
 	n.mu.Unlock()
 	ref := n.ref()
+	if retry && walk.name != "" {
+		// The name the retry's lookup found it under: go-fuse's tree
+		// may have lost it since (a recall's invalidation).
+		ref.Parent, ref.Name = walk.parent, walk.name
+	}
 	a, l, err := n.fsys.c.GetAttrLeased(cctx, ref, known)
 	if err == nil {
 		n.setAttr(a)
@@ -245,9 +256,9 @@ func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	if fh == nil {
 		// A chmod, chown or utimes by path (the kernel names no handle
 		// but for a truncate): it must change what the name holds now.
-		walk, retry = n.fsys.retries.retry(ctx, n)
+		walk, retry = n.fsys.retries.retry(ctx, n, "setattr")
 		if !retry && n.maybeStaleName() {
-			n.fsys.retries.estale(ctx)
+			n.fsys.retries.estale(ctx, "setattr")
 			return syscall.ESTALE
 		}
 		cctx = client.ByName(cctx)
@@ -298,7 +309,7 @@ func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	var a core.Attr
 	var err error
 	if s == (client.SetAttr{}) {
-		a, l, err = n.getattr(ctx, fh == nil, retry)
+		a, l, err = n.getattr(ctx, fh == nil, walk, retry)
 	} else {
 		ref := n.ref()
 		a, err = n.fsys.c.SetAttr(cctx, ref, s)
@@ -327,7 +338,7 @@ func (n *Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	if err != nil {
 		errno := n.fsys.fail("setattr", err)
 		if errno == syscall.ESTALE && fh == nil {
-			n.fsys.retries.estale(ctx)
+			n.fsys.retries.estale(ctx, "setattr")
 		}
 		return errno
 	}

@@ -40,20 +40,36 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	ref := n.ref()
-	_, retry := n.fsys.retries.retry(ctx, n)
-	f, err := n.fsys.c.OpenRef(cctx, ref, int(flags))
-	if errs.Is(err, errs.NotExist) && ref.Parent != 0 {
+	walk, retry := n.fsys.retries.retry(ctx, n, "open")
+	if retry && walk.name != "" {
+		// The name the retry's lookup found it under: go-fuse's tree
+		// may have lost it since (a recall's invalidation).
+		ref.Parent, ref.Name = walk.parent, walk.name
+	}
+	var (
+		f   *client.File
+		err error
+	)
+	if retry {
+		// The kernel's retry after ESTALE, through a lookup that found
+		// the name holding this node within the call: the node is
+		// opened wherever another mount moved it since, as a local open
+		// opens the inode its walk found (a second ESTALE would reach
+		// the caller). A file removed by then fails with ENOENT if its
+		// name is gone too, else ESTALE reaches the caller: the name
+		// held a file throughout.
+		f, err = n.fsys.c.OpenMoved(cctx, ref, int(flags))
+	} else {
+		f, err = n.fsys.c.OpenRef(cctx, ref, int(flags))
+	}
+	if errs.Is(err, errs.NotExist) && ref.Parent != 0 && !retry {
 		// The name the kernel reached this node by is gone (another
 		// mount removed it): ESTALE makes the kernel look it up again,
-		// and an O_CREAT open then creates the file. Once only: if the
-		// kernel's second lookup found it and it is gone again, the
-		// file was removed during the call (retry.go).
-		if !retry {
-			err = errs.Wrap(errs.Stale, "open", ref.Name, err)
-		}
+		// and an O_CREAT open then creates the file.
+		err = errs.Wrap(errs.Stale, "open", ref.Name, err)
 	}
 	if errs.Is(err, errs.Stale) {
-		n.fsys.retries.estale(ctx)
+		n.fsys.retries.estale(ctx, "open")
 	}
 	if err != nil {
 		return nil, 0, n.fsys.fail("open", err)

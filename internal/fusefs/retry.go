@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"sync"
+	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
@@ -23,14 +24,27 @@ import (
 //   - setattr of a name that holds another file by then changes what the
 //     name holds then (the call takes effect at that moment, as a local
 //     chmod of a name being renamed over does);
-//   - open of a file gone by then fails with ENOENT (it was removed during
-//     the call).
+//   - open of a file another mount moved by then opens it where it is
+//     (client.OpenMoved: the inode the walk found, as a local open); of a
+//     file removed by then fails with ENOENT if the name is gone too (it
+//     was removed during the call), else ESTALE: the name held a file
+//     throughout the call, so ENOENT would be a wrong answer.
 // The thread is the caller's pid in the request (the kernel's task id):
 // the retry comes from the thread of the call, with its lookups first.
+//
+// What the mount remembers serves that call only: it ends with the retried
+// request (one of the kind answered ESTALE; an OPEN or SETATTR, which end
+// their call; any that fails), or when the thread looks up again after
+// its walk reached the node (a new walk). It used to stay until the
+// thread's next ESTALE: a later call that reached the node through the
+// kernel's cached dentry, without a lookup, was taken for the retry, and
+// a stat got the attributes the node had at the old lookup, a chmod went
+// to the name the old walk had found (TestRetryEndsWithItsCall).
 
 // retryWalk is what the mount knows of a thread's retry after ESTALE.
 type retryWalk struct {
-	node   *Node // the node the thread's lookup returned since (nil: none yet)
+	op     string // the request answered ESTALE: "getattr", "setattr", "open"
+	node   *Node  // the node the thread's lookup returned since (nil: none yet)
 	parent core.Ino
 	name   string
 }
@@ -49,8 +63,8 @@ func callerPid(ctx context.Context) (uint32, bool) {
 	return c.Pid, true
 }
 
-// estale notes that the request of ctx is answered ESTALE.
-func (r *retries) estale(ctx context.Context) {
+// estale notes that the request op of ctx is answered ESTALE.
+func (r *retries) estale(ctx context.Context, op string) {
 	pid, ok := callerPid(ctx)
 	if !ok {
 		return
@@ -63,7 +77,19 @@ func (r *retries) estale(ctx context.Context) {
 	if len(r.m) > 4096 {
 		clear(r.m) // threads that never retried (their walk failed)
 	}
-	r.m[pid] = &retryWalk{}
+	r.m[pid] = &retryWalk{op: op}
+}
+
+// forget ends the retry of the thread of ctx (its retried request failed:
+// the call is over).
+func (r *retries) forget(ctx context.Context) {
+	pid, ok := callerPid(ctx)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, pid)
 }
 
 // lookedUp notes a lookup of name in parent that returned node, for a
@@ -76,9 +102,16 @@ func (r *retries) lookedUp(ctx context.Context, parent core.Ino, name string, no
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w := r.m[pid]; w != nil {
-		if node.IsDir() {
-			// The walk goes on below it; a thread's walk after
-			// ESTALE ends at the node it retries.
+		if w.node != nil {
+			// The retry's walk had reached its node: this is a
+			// later walk, of another call.
+			delete(r.m, pid)
+			return
+		}
+		if node.IsDir() || node.Mode()&syscall.S_IFMT == syscall.S_IFLNK {
+			// The walk goes on below it (or through the link); a
+			// thread's walk after ESTALE ends at the node it
+			// retries.
 			w.node = nil
 			return
 		}
@@ -86,12 +119,13 @@ func (r *retries) lookedUp(ctx context.Context, parent core.Ino, name string, no
 	}
 }
 
-// retry returns the walk of the thread of ctx if its request about n is
-// the retry, through a fresh lookup of n, of one answered ESTALE. What the
-// mount remembers stays until the thread's next lookup or ESTALE: the
+// retry returns the walk of the thread of ctx if its request op about n
+// is the retry, through a fresh lookup of n, of one answered ESTALE. The
 // retry may make several requests about n (an open's GETATTR, then its
-// OPEN), and the walk before it GETATTRs the directories it passes.
-func (r *retries) retry(ctx context.Context, n *Node) (retryWalk, bool) {
+// OPEN), and the walk before it GETATTRs the directories it passes: what
+// the mount remembers ends with a request of the kind answered ESTALE, or
+// an OPEN or SETATTR (they end their call).
+func (r *retries) retry(ctx context.Context, n *Node, op string) (retryWalk, bool) {
 	pid, ok := callerPid(ctx)
 	if !ok {
 		return retryWalk{}, false
@@ -101,6 +135,9 @@ func (r *retries) retry(ctx context.Context, n *Node) (retryWalk, bool) {
 	w := r.m[pid]
 	if w == nil || w.node != n {
 		return retryWalk{}, false
+	}
+	if op == w.op || op != "getattr" {
+		delete(r.m, pid)
 	}
 	return *w, true
 }
