@@ -242,8 +242,10 @@ func (w *wbDir) bornLocked(batch []*pb.BatchOp, trusted map[core.Ino]time.Time) 
 }
 
 // dropKidsLocked refuses what was queued in the directories that the
-// dropped ops made: they never reach the servers.
-func (w *wbDir) dropKidsLocked(ops []*pb.BatchOp, err error) {
+// dropped ops made: they never reach the servers. It returns the renames
+// into other directories those queues held (settleMoves).
+func (w *wbDir) dropKidsLocked(ops []*pb.BatchOp, err error) []*wbMove {
+	var moved []*wbMove
 	for _, op := range ops {
 		kid := w.mu.kids[op]
 		if kid == nil {
@@ -255,9 +257,10 @@ func (w *wbDir) dropKidsLocked(ops []*pb.BatchOp, err error) {
 		}
 		kid.mu.Lock()
 		kid.mu.born = nil
-		kid.refusedLocked(err)
+		moved = append(moved, kid.refusedLocked(err)...)
 		kid.mu.Unlock()
 	}
+	return moved
 }
 
 // wbNoXattrs reports whether ref is a file this client created under

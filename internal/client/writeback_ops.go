@@ -226,10 +226,10 @@ func (c *Client) wbCreate(ctx context.Context, parent core.Ino, name string, fla
 		return nil, core.Attr{}, false, nil
 	}
 	a := newAttr(creds, w.mu.dattr, ino, core.ModeFile|mode&core.ModeBits, now)
-	create := &pb.BatchCreate{Name: name, Ino: uint64(ino), Mode: a.Mode, TimeNs: now.UnixNano()}
-	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Create: create}, name)
+	create := &pb.BatchOp{Creds: credsPB(creds), Create: &pb.BatchCreate{Name: name, Ino: uint64(ino), Mode: a.Mode, TimeNs: now.UnixNano()}}
+	w.queueLocked(create, name)
 	if w.mu.creates == nil {
-		w.mu.creates = make(map[string]*pb.BatchCreate)
+		w.mu.creates = make(map[string]*pb.BatchOp)
 	}
 	w.mu.creates[name] = create
 	n := w.nameLocked(name)
