@@ -159,9 +159,9 @@ type wbDir struct {
 		// directory's own changes go after it (writeback_move.go).
 		after     *wbDir
 		afterMove *wbMove
-		sealed  [][]*weftpb.BatchOp
-		oldest  time.Time // of the oldest queued op
-		err     error     // a refused batch, for the next fsync or close
+		sealed    [][]*weftpb.BatchOp
+		oldest    time.Time // of the oldest queued op
+		err       error     // a refused batch, for the next fsync or close
 	}
 }
 
