@@ -170,6 +170,22 @@ func imapOnce(ctx context.Context, env *Env, target string, n int) (float64, int
 		return 0, 0, 0, err
 	}
 	defer lc.Close()
+	// INBOX is filled by another client, as a mail delivery agent
+	// would, and closed: the IMAP server's client then finds the
+	// folders as they are on the servers (a write-back client reads a
+	// folder's names once under its lease, not one lookup per message
+	// the delivering client had synced).
+	deliverer, err := client.New(cluster.ClientConfig(lc.cfg, core.Root, nil))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	err = imapSetup(ctx, deliverer, n)
+	if cerr := deliverer.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, 0, 0, err
+	}
 	counter := &callCounter{}
 	cc := cluster.ClientConfig(lc.cfg, core.Root, nil)
 	cc.Dial.Observer = counter
@@ -182,9 +198,6 @@ func imapOnce(ctx context.Context, env *Env, target string, n int) (float64, int
 		return 0, 0, 0, err
 	}
 	defer c.Close()
-	if err := imapSetup(ctx, c, n); err != nil {
-		return 0, 0, 0, err
-	}
 	m, err := openMaildir(ctx, c)
 	if err != nil {
 		return 0, 0, 0, err
