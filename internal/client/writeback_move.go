@@ -34,7 +34,11 @@ import (
 // So the links follow the order the changes were made in, and cannot
 // form a cycle: a link to S is added to D only while D's queue is empty,
 // and a link to D exists only while D's queue holds the rename it waits
-// for.
+// for. A flush follows links only before it takes its own token, and a
+// directory is removed (rmdir, whose batch's flush sends the removed
+// directory's queue with the parent's token held) only once its link is
+// gone; nor is a rename queued into a directory whose mkdir is not
+// applied. So no flush that holds a token waits for a link back to it.
 //
 // The client's view changes at once in both directories: the name is
 // absent in S and present in D (with the file's attributes and content)
@@ -222,6 +226,14 @@ func (w *wbDir) pending(m *wbMove) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return !m.done
+}
+
+// linked reports whether w still records a rename into it queued
+// elsewhere (flushAfter forgets it once applied).
+func (w *wbDir) linked() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mu.after != nil
 }
 
 // afterPending reports whether a rename into w is still queued elsewhere.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/core"
@@ -300,3 +301,45 @@ func TestWriteBackRenameAcrossDirsTwoServers(t *testing.T) {
 	}
 }
 
+
+// A file moved A→Y→K, unlinked in K, and K removed from A, all queued:
+// the removal's batch in A sends K's queue first, which waits for Y's,
+// which waits for A's rename into Y. The client sends the chain before it
+// queues the rmdir, so no flush waits for a queue whose token it holds
+// (this deadlocked until the send's deadline), and the servers end with
+// nothing in Y, no K, in order.
+func TestWriteBackRenameAcrossDirsThenRmdir(t *testing.T) {
+	cfg := startLongLeaseCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := newClientOf(t, cfg, true)
+	plain := newClientOf(t, cfg, false)
+	dirA := mkdirSent(t, ctx, a, core.RootIno, "A", 0o755).Ino
+	dirY := mkdirSent(t, ctx, a, core.RootIno, "Y", 0o755).Ino
+	dirK := mkdirSent(t, ctx, a, dirA, "K", 0o755).Ino
+	deliverSent(t, ctx, a, dirA, 0)
+	if err := a.RenameAt(ctx, dirA, msgName(0), dirY, msgName(0), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RenameAt(ctx, dirY, msgName(0), dirK, msgName(0), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.UnlinkAt(ctx, dirK, msgName(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RmdirAt(ctx, dirA, "K"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SyncAll(ctx); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	for _, d := range []core.Ino{dirA, dirY} {
+		if got := listed(t, ctx, plain, d); len(got) != 0 {
+			t.Errorf("directory %d lists %v, want nothing", d, got)
+		}
+	}
+	if _, err := plain.LookupAt(ctx, dirA, "K"); !errs.Is(err, errs.NotExist) {
+		t.Errorf("K after its rmdir: %v", err)
+	}
+	_ = dirK
+}
