@@ -301,7 +301,6 @@ func TestWriteBackRenameAcrossDirsTwoServers(t *testing.T) {
 	}
 }
 
-
 // A file moved A→Y→K, unlinked in K, and K removed from A, all queued:
 // the removal's batch in A sends K's queue first, which waits for Y's,
 // which waits for A's rename into Y. The client sends the chain before it
