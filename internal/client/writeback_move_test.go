@@ -206,9 +206,8 @@ func TestWriteBackRenameAcrossDirsCrash(t *testing.T) {
 	if err := a.SyncDir(ctx, tmp); err != nil {
 		t.Fatal(err)
 	}
-	// 0..5 move and are synced (6 is moved into cur, then on to 7's
-	// name... no: 5 is moved, then unlinked from cur, in cur's own queue,
-	// which must go after tmp's rename).
+	// 0..5 move and are synced; 5 is then unlinked from cur, in cur's
+	// own queue, which must go after tmp's rename into cur.
 	for i := range 6 {
 		if err := a.RenameAt(ctx, tmp, msgName(i), cur, msgName(i), 0); err != nil {
 			t.Fatal(err)
@@ -340,5 +339,4 @@ func TestWriteBackRenameAcrossDirsThenRmdir(t *testing.T) {
 	if _, err := plain.LookupAt(ctx, dirA, "K"); !errs.Is(err, errs.NotExist) {
 		t.Errorf("K after its rmdir: %v", err)
 	}
-	_ = dirK
 }
