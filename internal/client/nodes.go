@@ -343,6 +343,8 @@ func (c *Client) RenameAt(ctx context.Context, srcParent core.Ino, srcName strin
 		if ok, err := c.wbRename(ctx, srcParent, srcName, dstName, flags); ok {
 			return err
 		}
+	} else if ok, err := c.wbRenameCross(ctx, srcParent, srcName, dstParent, dstName, flags); ok {
+		return err
 	} else if err := c.wbBarrier(ctx, dstParent); err != nil {
 		return err
 	} else {

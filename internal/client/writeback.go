@@ -156,12 +156,22 @@ type wbDir struct {
 		absent        int
 		open          []*weftpb.BatchOp // the batch being filled
 		used          map[string]bool   // names in open
-		// creates are the creates in open, by name: later changes of
-		// their files fold into them (writeback_data.go).
-		creates map[string]*weftpb.BatchCreate
-		sealed  [][]*weftpb.BatchOp
-		oldest  time.Time // of the oldest queued op
-		err     error     // a refused batch, for the next fsync or close
+		// creates are the ops in open that create a file, by name:
+		// later changes of their files fold into them
+		// (writeback_data.go), and so may a rename of the file into
+		// another directory (writeback_move.go).
+		creates map[string]*weftpb.BatchOp
+		// moves are the queued ops that put a name in another
+		// directory (writeback_move.go), until applied or dropped.
+		moves map[*weftpb.BatchOp]*wbMove
+		// after is the directory whose queue holds the latest rename
+		// into this one (afterMove), until it is sent: this
+		// directory's own changes go after it (writeback_move.go).
+		after     *wbDir
+		afterMove *wbMove
+		sealed    [][]*weftpb.BatchOp
+		oldest    time.Time // of the oldest queued op
+		err       error     // a refused batch, for the next fsync or close
 	}
 }
 
@@ -205,7 +215,9 @@ func (w *wbDir) due(now time.Time, window time.Duration) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.mu.open) == 0 && len(w.mu.sealed) == 0 {
-		return false
+		// A rename into the directory queued elsewhere goes with that
+		// queue's window, but before this directory's lease ends.
+		return w.mu.after != nil && (w.mu.lost || w.mu.trusted.Sub(now) < wbFlushBefore)
 	}
 	return w.mu.lost || now.Sub(w.mu.oldest) >= window || w.mu.trusted.Sub(now) < wbFlushBefore
 }
@@ -218,7 +230,7 @@ func (c *Client) wbForgetIdle(w *wbDir, now time.Time) {
 	defer c.wb.mu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	idle := len(w.mu.open) == 0 && len(w.mu.sealed) == 0 && w.mu.err == nil &&
+	idle := len(w.mu.open) == 0 && len(w.mu.sealed) == 0 && w.mu.err == nil && w.mu.after == nil &&
 		(w.mu.lost || !now.Before(w.mu.trusted))
 	if !idle || c.wb.mu.dirs[w.dir] != w {
 		return

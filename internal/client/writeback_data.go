@@ -94,8 +94,8 @@ func mayWrite(creds core.Creds, a core.Attr) bool {
 // queueChangeLocked queues op, a change of file ino named name, folding it
 // into the name's create if that is in the open batch.
 func (w *wbDir) queueChangeLocked(name string, ino core.Ino, op *pb.BatchOp) {
-	if cr := w.mu.creates[name]; cr != nil && cr.Ino == uint64(ino) && len(cr.Then) < wbMaxThen {
-		cr.Then = append(cr.Then, op)
+	if c := w.mu.creates[name]; c != nil && c.Create.Ino == uint64(ino) && len(c.Create.Then) < wbMaxThen {
+		c.Create.Then = append(c.Create.Then, op)
 		return
 	}
 	w.queueLocked(op, name)

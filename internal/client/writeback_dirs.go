@@ -143,6 +143,14 @@ func (c *Client) wbRmdir(ctx context.Context, parent core.Ino, name string) (boo
 	if kid == nil {
 		return false, nil
 	}
+	// A rename into the directory queued elsewhere goes first, and its
+	// link with it (writeback_move.go): the parent's flush sends the
+	// removed directory's queue with the parent's token held, and must
+	// not have to follow a link from there, which may lead back to the
+	// parent's queue.
+	if kid.linked() && (kid.flush(ctx) != nil || kid.linked()) {
+		return false, nil
+	}
 	unsplit := c.unsplit(a.Ino)
 	creds := c.creds(ctx)
 	now := time.Now()
@@ -155,6 +163,7 @@ func (c *Client) wbRmdir(ctx context.Context, parent core.Ino, name string) (boo
 	// in it from now on (its own changes go before the rmdir).
 	kid.mu.Lock()
 	empty, known := kid.emptyLocked(now, unsplit)
+	known = known && kid.mu.after == nil
 	if known && empty {
 		kid.mu.lost, kid.mu.retired = true, true
 	}
@@ -242,8 +251,10 @@ func (w *wbDir) bornLocked(batch []*pb.BatchOp, trusted map[core.Ino]time.Time) 
 }
 
 // dropKidsLocked refuses what was queued in the directories that the
-// dropped ops made: they never reach the servers.
-func (w *wbDir) dropKidsLocked(ops []*pb.BatchOp, err error) {
+// dropped ops made: they never reach the servers. It returns the renames
+// into other directories those queues held (settleMoves).
+func (w *wbDir) dropKidsLocked(ops []*pb.BatchOp, err error) []*wbMove {
+	var moved []*wbMove
 	for _, op := range ops {
 		kid := w.mu.kids[op]
 		if kid == nil {
@@ -255,9 +266,10 @@ func (w *wbDir) dropKidsLocked(ops []*pb.BatchOp, err error) {
 		}
 		kid.mu.Lock()
 		kid.mu.born = nil
-		kid.refusedLocked(err)
+		moved = append(moved, kid.refusedLocked(err)...)
 		kid.mu.Unlock()
 	}
+	return moved
 }
 
 // wbNoXattrs reports whether ref is a file this client created under

@@ -46,7 +46,25 @@ func (c *Client) wbResolve(ctx context.Context, w *wbDir, name string) (a core.A
 		w.noteAbsent(name, gen)
 		return core.Attr{}, false, nil
 	}
+	if err == nil {
+		w.noteListed(name, a, gen)
+	}
 	return a, err == nil, err
+}
+
+// noteListed puts back in the listing a name that a request had made
+// unknown (forgetName), as a lookup that started at generation gen found
+// it: what the servers say stays true under the lease. A file synced by
+// its own request (IMAP's delivery with fsync) is then unlinked later with
+// no lookup.
+func (w *wbDir) noteListed(name string, a core.Attr, gen uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.mu.lost || w.mu.gen != gen || w.mu.listing == nil || !w.mu.unknown[name] || w.mu.names[name] != nil {
+		return
+	}
+	delete(w.mu.unknown, name)
+	w.mu.listing[name] = a
 }
 
 // listedLocked answers from the listing, if it knows name.
@@ -238,10 +256,10 @@ func (c *Client) wbCreate(ctx context.Context, parent core.Ino, name string, fla
 		return nil, core.Attr{}, false, nil
 	}
 	a := newAttr(creds, w.mu.dattr, ino, core.ModeFile|mode&core.ModeBits, now)
-	create := &pb.BatchCreate{Name: name, Ino: uint64(ino), Mode: a.Mode, TimeNs: now.UnixNano()}
-	w.queueLocked(&pb.BatchOp{Creds: credsPB(creds), Create: create}, name)
+	create := &pb.BatchOp{Creds: credsPB(creds), Create: &pb.BatchCreate{Name: name, Ino: uint64(ino), Mode: a.Mode, TimeNs: now.UnixNano()}}
+	w.queueLocked(create, name)
 	if w.mu.creates == nil {
-		w.mu.creates = make(map[string]*pb.BatchCreate)
+		w.mu.creates = make(map[string]*pb.BatchOp)
 	}
 	w.mu.creates[name] = create
 	n := w.nameLocked(name)

@@ -67,115 +67,164 @@ func (w *wbDir) flush(ctx context.Context) error {
 			return err
 		}
 	}
-	select {
-	case w.sending <- struct{}{}:
-	case <-ctx.Done():
-		return ctxError("write-back", ctx)
+	for {
+		// Renames into this directory queued in another's queue go
+		// before this one's changes (writeback_move.go), that queue's
+		// token taken before this one's, as a parent's is.
+		if err := w.flushAfter(ctx); err != nil {
+			return err
+		}
+		select {
+		case w.sending <- struct{}{}:
+		case <-ctx.Done():
+			return ctxError("write-back", ctx)
+		}
+		done, err := w.sendQueued(ctx)
+		<-w.sending
+		if done || err != nil {
+			return err
+		}
 	}
-	defer func() { <-w.sending }()
+}
+
+// sendQueued sends w's batches with its token held, until none is left
+// (done) or a rename into w queued elsewhere since must go first (not
+// done: the caller sends it and comes back).
+func (w *wbDir) sendQueued(ctx context.Context) (done bool, err error) {
 	w.mu.Lock()
 	w.sealLocked()
 	w.mu.Unlock()
 	for {
+		if w.afterPending() {
+			return false, nil
+		}
 		w.mu.Lock()
 		if len(w.mu.sealed) == 0 {
 			w.mu.Unlock()
-			return nil
+			return true, nil
 		}
 		batch := w.mu.sealed[0]
 		w.mu.Unlock()
 		// A removed directory's own changes go before its rmdir.
 		for _, kid := range w.kidsOf(batch) {
 			if err := kid.flush(ctx); err != nil {
-				return err
+				return false, err
 			}
 		}
 		trusted, err := w.c.sendBatch(ctx, w.dir, batch)
 		if err != nil && (errs.Is(err, errs.Canceled) || errs.Is(err, errs.Timeout)) && ctx.Err() != nil {
-			return err
+			return false, err
 		}
 		if errs.Is(err, errs.Busy) {
 			// Not applied, and not refused for what it holds: the
 			// batch stays queued and goes again (the flusher, the
 			// next fsync).
-			return err
+			return false, err
 		}
+		var moved []*wbMove
 		w.mu.Lock()
 		if err != nil {
-			w.refusedLocked(err)
+			moved = w.refusedLocked(err)
 		} else {
 			w.bornLocked(batch, trusted)
-			w.appliedLocked(batch)
+			moved = w.appliedLocked(batch)
 		}
 		w.mu.Unlock()
+		settleMoves(moved, err == nil)
 	}
 }
 
-// appliedLocked forgets what the servers now hold.
-func (w *wbDir) appliedLocked(batch []*weftpb.BatchOp) {
+// appliedLocked forgets what the servers now hold. It returns the renames
+// into other directories the batch applied, whose names there the caller
+// settles (settleMoves) once w's lock is released.
+func (w *wbDir) appliedLocked(batch []*weftpb.BatchOp) []*wbMove {
 	w.mu.sealed = w.mu.sealed[1:]
+	var moved []*wbMove
 	for _, op := range batch {
+		if m := w.mu.moves[op]; m != nil {
+			m.done = true
+			delete(w.mu.moves, op)
+			moved = append(moved, m)
+		}
 		for _, name := range opNames(op) {
-			n := w.mu.names[name]
-			if n == nil {
-				continue
-			}
-			if n.pending--; n.pending > 0 {
-				continue
-			}
-			if w.mu.listing != nil {
-				// The servers now hold the name's last state.
-				delete(w.mu.unknown, name)
-				if n.absent {
-					delete(w.mu.listing, name)
-				} else {
-					w.mu.listing[name] = n.attr
-				}
-				w.setContentLocked(name, n.data, n.dataOK && !n.absent)
-				delete(w.mu.names, name)
-				continue
-			}
-			if n.absent && w.mu.absent < wbMaxAbsent {
-				w.mu.absent++ // still true: nobody else changes the directory
-				continue
-			}
-			delete(w.mu.names, name)
+			w.settledLocked(name)
 		}
 	}
 	if len(w.mu.sealed) == 0 && len(w.mu.open) == 0 {
 		w.mu.oldest = time.Now()
 	}
+	return moved
+}
+
+// settledLocked forgets that an op naming name is queued: once none is
+// left, the servers hold the name's state the client shows.
+func (w *wbDir) settledLocked(name string) {
+	n := w.mu.names[name]
+	if n == nil {
+		return
+	}
+	if n.pending--; n.pending > 0 {
+		return
+	}
+	if w.mu.listing != nil {
+		// The servers now hold the name's last state.
+		delete(w.mu.unknown, name)
+		if n.absent {
+			delete(w.mu.listing, name)
+		} else {
+			w.mu.listing[name] = n.attr
+		}
+		w.setContentLocked(name, n.data, n.dataOK && !n.absent)
+		delete(w.mu.names, name)
+		return
+	}
+	if n.absent && w.mu.absent < wbMaxAbsent {
+		w.mu.absent++ // still true: nobody else changes the directory
+		return
+	}
+	delete(w.mu.names, name)
 }
 
 // refusedLocked drops the refused batch and every later change: they may
 // depend on it. The overlay goes too (the servers' state is the truth
-// again), and the lease is given up at its end.
-func (w *wbDir) refusedLocked(err error) {
+// again), and the lease is given up at its end. It returns the renames
+// into other directories it dropped (settleMoves).
+func (w *wbDir) refusedLocked(err error) []*wbMove {
 	w.c.log.Warn("write-back: the servers refused a batch; it and later changes in the directory are lost",
 		"dir", w.dir, "err", err)
 	if w.mu.err == nil {
 		w.mu.err = errs.Wrap(errs.KindOf(err), "write-back", "changes queued in the directory were not applied", err)
 	}
+	var moved []*wbMove
 	for _, b := range w.mu.sealed {
-		w.dropKidsLocked(b, err)
+		moved = append(moved, w.dropKidsLocked(b, err)...)
 	}
-	w.dropKidsLocked(w.mu.open, err)
-	w.mu.sealed, w.mu.open, w.mu.used, w.mu.creates = nil, nil, nil, nil
+	moved = append(moved, w.dropKidsLocked(w.mu.open, err)...)
+	for _, m := range w.mu.moves {
+		m.done = true
+		moved = append(moved, m)
+	}
+	w.mu.sealed, w.mu.open, w.mu.used, w.mu.creates, w.mu.moves = nil, nil, nil, nil, nil
 	w.mu.names = make(map[string]*wbName)
 	w.mu.absent = 0
 	w.mu.listing, w.mu.unknown, w.mu.dattrOK = nil, nil, false
 	w.mu.lost = true
+	return moved
 }
 
-// opNames lists the names an op changes.
+// opNames lists the names an op changes in its batch's directory.
 func opNames(op *weftpb.BatchOp) []string {
 	switch {
+	case op.Create != nil && op.Create.Dir != 0:
+		return nil // made in another directory (writeback_move.go)
 	case op.Create != nil:
 		return []string{op.Create.Name}
 	case op.Unlink != nil:
 		return []string{op.Unlink.Name}
 	case op.Setattr != nil:
 		return []string{op.Setattr.Name}
+	case op.Rename != nil && op.Rename.DstDir != 0:
+		return []string{op.Rename.Src} // dst is in another directory
 	case op.Rename != nil:
 		return []string{op.Rename.Src, op.Rename.Dst}
 	case op.Write != nil:

@@ -91,10 +91,14 @@ func writeKeys(method uint16, msg []byte) []lease.Key {
 		onNode(&weftpb.RemoveXattrRequest{})
 	case weftpb.MethodApplyBatch:
 		// A batch changes entries of one directory's partition here,
-		// and the attributes held in them.
+		// and the attributes held in them, and of the directories its
+		// renames (and the creates folded into them) move files into.
 		var r weftpb.ApplyBatchRequest
 		if proto.Unmarshal(msg, &r) == nil {
 			add(r.Dir)
+			for _, op := range r.Ops {
+				add(op.GetRename().GetDstDir(), op.GetCreate().GetDir())
+			}
 		}
 	}
 	return keys

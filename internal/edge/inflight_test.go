@@ -30,6 +30,11 @@ func TestWriteKeysNameWhatAChangeWrites(t *testing.T) {
 		{weftpb.MethodSetXattr, &weftpb.SetXattrRequest{Node: node, Name: "user.x"}, []lease.Key{7, 3}},
 		{weftpb.MethodRemoveXattr, &weftpb.RemoveXattrRequest{Node: node, Name: "user.x"}, []lease.Key{7, 3}},
 		{weftpb.MethodApplyBatch, &weftpb.ApplyBatchRequest{Dir: 3}, []lease.Key{3}},
+		{weftpb.MethodApplyBatch, &weftpb.ApplyBatchRequest{Dir: 3, Ops: []*weftpb.BatchOp{
+			{Rename: &weftpb.BatchRename{Src: "a", Dst: "b", DstDir: 4}},
+			{Create: &weftpb.BatchCreate{Name: "c", Dir: 5}},
+			{Unlink: &weftpb.BatchUnlink{Name: "d"}},
+		}}, []lease.Key{3, 4, 5}},
 		{weftpb.MethodReadlink, &weftpb.ReadlinkRequest{Node: node}, nil}, // not a change
 	} {
 		msg, err := proto.Marshal(c.req)

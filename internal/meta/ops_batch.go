@@ -82,7 +82,7 @@ func (s *Server) ApplyBatch(ctx context.Context, req *weftpb.ApplyBatchRequest) 
 		return nil, errs.New(errs.Invalid, op, "%d operations, not 1..%d", len(req.Ops), maxBatchOps)
 	}
 	dir := core.Ino(req.Dir)
-	ops, err := s.checkBatch(ctx, req.Ops)
+	ops, err := s.checkBatch(ctx, dir, req.Ops)
 	if err != nil {
 		s.wbRefused.Add(1)
 		return nil, err
@@ -152,19 +152,23 @@ type batchOp struct {
 
 // checkBatch validates what can be checked without the state: names,
 // credentials, one op per name, inode numbers.
-func (s *Server) checkBatch(ctx context.Context, in []*weftpb.BatchOp) ([]batchOp, error) {
+func (s *Server) checkBatch(ctx context.Context, dir core.Ino, in []*weftpb.BatchOp) ([]batchOp, error) {
 	const op = "apply batch"
+	// Names are keyed by directory: a rename or a folded create names one
+	// in another directory of this server (batchKey).
 	names := make(map[string]bool, len(in))
-	use := func(name string) error {
+	use2 := func(dir uint64, name string) error {
 		if err := validName(op, name); err != nil {
 			return err
 		}
-		if names[name] {
+		k := batchKey(dir, name)
+		if names[k] {
 			return errs.New(errs.Invalid, op, "two operations on %q in one batch", name)
 		}
-		names[name] = true
+		names[k] = true
 		return nil
 	}
+	use := func(name string) error { return use2(0, name) }
 	out := make([]batchOp, len(in))
 	for i, o := range in {
 		c, err := credsOf(ctx, op, o.GetCreds())
@@ -174,7 +178,7 @@ func (s *Server) checkBatch(ctx context.Context, in []*weftpb.BatchOp) ([]batchO
 		out[i] = batchOp{c: c, op: o}
 		switch {
 		case o.Create != nil:
-			err = use(o.Create.Name)
+			err = use2(otherDir(dir, o.Create.Dir), o.Create.Name)
 			if err == nil && !s.handedOut(core.Ino(o.Create.Ino)) {
 				err = errs.New(errs.Invalid, op, "inode %d was never handed out", o.Create.Ino)
 			}
@@ -200,7 +204,7 @@ func (s *Server) checkBatch(ctx context.Context, in []*weftpb.BatchOp) ([]batchO
 			}
 		case o.Rename != nil:
 			if err = use(o.Rename.Src); err == nil {
-				err = use(o.Rename.Dst)
+				err = use2(otherDir(dir, o.Rename.DstDir), o.Rename.Dst)
 			}
 		case o.Mkdir != nil:
 			err = use(o.Mkdir.Name)
@@ -221,6 +225,25 @@ func (s *Server) checkBatch(ctx context.Context, in []*weftpb.BatchOp) ([]batchO
 		}
 	}
 	return out, nil
+}
+
+// otherDir is a directory an op names besides the batch's dir: 0 for none
+// (also when the op names dir itself).
+func otherDir(dir core.Ino, other uint64) uint64 {
+	if core.Ino(other) == dir {
+		return 0
+	}
+	return other
+}
+
+// batchKey keys a name of a batch: names in the batch's directory by
+// themselves, names in another directory (other != 0) with its number
+// (a name never holds a '/').
+func batchKey(other uint64, name string) string {
+	if other == 0 {
+		return name
+	}
+	return itoa(int(other)) + "/" + name
 }
 
 // batchSetAttrBits are the setattr changes a batch may carry: mode and
@@ -322,8 +345,16 @@ func (t *txn) batchCreate(c core.Creds, dir core.Ino, req *weftpb.BatchCreate) e
 	default:
 		return errs.New(errs.Invalid, t.op, "cannot write back a create of type %#o", mode&core.ModeType)
 	}
-	t.route(dir, req.Name)
-	d, err := t.s.checkNewName(t, c, dir, req.Name)
+	in := dir
+	if other := otherDir(dir, req.Dir); other != 0 {
+		// A create and a rename into another directory, folded: made
+		// there; the batch's directory is touched as by the rename.
+		in = core.Ino(other)
+		t.route(0, "") // a redirect's bitmap would be taken for dir's
+	} else {
+		t.route(dir, req.Name)
+	}
+	d, err := t.s.checkNewName(t, c, in, req.Name)
 	if err != nil {
 		return err
 	}
@@ -334,10 +365,24 @@ func (t *txn) batchCreate(c core.Creds, dir core.Ino, req *weftpb.BatchCreate) e
 			return err
 		}
 	}
-	t.putEntry(dir, d, req.Name, &weftpb.EntryRecord{Ino: req.Ino, Mode: r.Mode, Attr: r})
+	at := req.TimeNs
+	if in != dir && req.MovedNs != 0 {
+		r.CtimeNs, at = req.MovedNs, req.MovedNs
+	}
+	t.putEntry(in, d, req.Name, &weftpb.EntryRecord{Ino: req.Ino, Mode: r.Mode, Attr: r})
 	d.Entries++
-	t.grew(dir, d)
-	t.touchDirAt(dir, d, req.TimeNs)
+	t.grew(in, d)
+	t.touchDirAt(in, d, at)
+	if in != dir {
+		sd, err := t.dir(dir)
+		if err != nil {
+			return err
+		}
+		if err := checkAccess(t.op, c, sd, mayWrite|mayExec); err != nil {
+			return err
+		}
+		t.touchDirAt(dir, sd, at)
+	}
 	t.count(core.Ino(req.Ino), false)
 	return nil
 }
@@ -509,19 +554,34 @@ func (t *txn) batchRename(c core.Creds, dir core.Ino, req *weftpb.BatchRename) e
 	if err := checkSticky(t.op, c, d, n.attr); err != nil {
 		return err
 	}
-	t.route(dir, req.Dst)
-	dd, err := t.s.checkNewName(t, c, dir, req.Dst)
+	to := dir
+	if other := otherDir(dir, req.DstDir); other != 0 {
+		// Into another directory: its partition is found (on another
+		// server, a distributed txn); a redirect's bitmap would be
+		// taken for dir's.
+		to = core.Ino(other)
+		t.route(0, "")
+	} else {
+		t.route(dir, req.Dst)
+	}
+	dd, err := t.s.checkNewName(t, c, to, req.Dst)
 	if err != nil {
 		return err
+	}
+	if to != dir {
+		if err := checkAccess(t.op, c, dd, mayWrite|mayExec); err != nil {
+			return err
+		}
 	}
 	t.deleteEntry(dir, d, req.Src)
 	n.attr.CtimeNs = req.TimeNs
 	n.entry.Attr = n.attr
-	t.putEntry(dir, dd, req.Dst, n.entry)
+	t.putEntry(to, dd, req.Dst, n.entry)
 	if dd != d {
 		d.Entries--
 		dd.Entries++
-		t.touchDirAt(dir, dd, req.TimeNs)
+		t.grew(to, dd)
+		t.touchDirAt(to, dd, req.TimeNs)
 	}
 	t.touchDirAt(dir, d, req.TimeNs)
 	return nil

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/weftfs/weft/internal/core"
@@ -179,8 +180,9 @@ func (t *txn) batchDirAttr(c core.Creds, dir core.Ino, ino uint64, sa *weftpb.Se
 }
 
 // batchLocks are the inodes whose stripes a batch in dir locks from the
-// start: the directory's, and those of the directories its mkdirs and
-// rmdirs make and remove here. Found one at a time (a relock each), a
+// start: the directory's, those of the directories its mkdirs and
+// rmdirs make and remove here, and those its renames and folded creates
+// put names in. Found one at a time (a relock each), a
 // batch of many of them would give up ("could not settle the locks").
 func (s *Server) batchLocks(dir core.Ino, ops []batchOp) []core.Ino {
 	lock := []core.Ino{dir}
@@ -191,10 +193,14 @@ func (s *Server) batchLocks(dir core.Ino, ops []batchOp) []core.Ino {
 			ino = core.Ino(o.op.Mkdir.Ino)
 		case o.op.Rmdir != nil:
 			ino = core.Ino(o.op.Rmdir.Ino)
+		case o.op.Rename != nil && otherDir(dir, o.op.Rename.DstDir) != 0:
+			ino = core.Ino(o.op.Rename.DstDir)
+		case o.op.Create != nil && otherDir(dir, o.op.Create.Dir) != 0:
+			ino = core.Ino(o.op.Create.Dir)
 		default:
 			continue
 		}
-		if s.ownerOf(ino) == s.cfg.ID {
+		if s.ownerOf(ino) == s.cfg.ID && !slices.Contains(lock, ino) {
 			lock = append(lock, ino)
 		}
 	}

@@ -3948,7 +3948,14 @@ type BatchCreate struct {
 	// order in the same txn, each checked as if it came alone (write, owner
 	// or setattr; their name and ino are the create's). A file created,
 	// written, chowned and stamped under write-back is one entry write.
-	Then          []*BatchOp `protobuf:"bytes,5,rep,name=then,proto3" json:"then,omitempty"`
+	Then []*BatchOp `protobuf:"bytes,5,rep,name=then,proto3" json:"then,omitempty"`
+	// dir: the directory the file is made in when not the batch's (0: the
+	// batch's): a create and a rename of the new file into another
+	// directory of this server, queued in one batch, folded into one create
+	// there. moved_ns is the rename's time: the file's ctime, and the time
+	// both directories are touched at (the batch's directory lost the name).
+	Dir           uint64 `protobuf:"varint,90,opt,name=dir,proto3" json:"dir,omitempty"`
+	MovedNs       int64  `protobuf:"varint,91,opt,name=moved_ns,json=movedNs,proto3" json:"moved_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4016,6 +4023,20 @@ func (x *BatchCreate) GetThen() []*BatchOp {
 		return x.Then
 	}
 	return nil
+}
+
+func (x *BatchCreate) GetDir() uint64 {
+	if x != nil {
+		return x.Dir
+	}
+	return 0
+}
+
+func (x *BatchCreate) GetMovedNs() int64 {
+	if x != nil {
+		return x.MovedNs
+	}
+	return 0
 }
 
 // BatchWrite commits an inline file's whole content, as a Commit with
@@ -4351,11 +4372,16 @@ func (x *BatchSetAttr) GetTimeNs() int64 {
 // BatchRename moves src (holding ino) to dst, a name that must be free, in
 // the same directory.
 type BatchRename struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Src           string                 `protobuf:"bytes,1,opt,name=src,proto3" json:"src,omitempty"`
-	Dst           string                 `protobuf:"bytes,2,opt,name=dst,proto3" json:"dst,omitempty"`
-	Ino           uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
-	TimeNs        int64                  `protobuf:"varint,4,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Src    string                 `protobuf:"bytes,1,opt,name=src,proto3" json:"src,omitempty"`
+	Dst    string                 `protobuf:"bytes,2,opt,name=dst,proto3" json:"dst,omitempty"`
+	Ino    uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
+	TimeNs int64                  `protobuf:"varint,4,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	// dst_dir: the directory dst is in when not the batch's (0: the batch's):
+	// a rename between two directories the client holds write leases on,
+	// applied in the batch's one txn (one Pebble batch when both directories
+	// are on this server), so the file is in exactly one of them.
+	DstDir        uint64 `protobuf:"varint,90,opt,name=dst_dir,json=dstDir,proto3" json:"dst_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4414,6 +4440,13 @@ func (x *BatchRename) GetIno() uint64 {
 func (x *BatchRename) GetTimeNs() int64 {
 	if x != nil {
 		return x.TimeNs
+	}
+	return 0
+}
+
+func (x *BatchRename) GetDstDir() uint64 {
+	if x != nil {
+		return x.DstDir
 	}
 	return 0
 }
@@ -4767,31 +4800,32 @@ const file_meta_proto_rawDesc = "" +
 	"(\v2\x13.weft.v1.BatchOwnerR\bdirOwner\"f\n\nBatchMkdir\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa" +
 	"\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(" +
 	"\x03R\x06timeNs\"R\n\nBatchRmdir\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R" +
-	"\x03ino\x12\x17\n\atime_ns\x18\x03 \x01(\x03R\x06timeNs\"\x8d\x01\n\vBatchCreate\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02" +
+	"\x03ino\x12\x17\n\atime_ns\x18\x03 \x01(\x03R\x06timeNs\"\xba\x01\n\vBatchCreate\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02" +
 	" \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04mode\x18\x03 \x01(\rR\x04mode\x12\x17\n\atime_ns\x18\x04 \x01(\x03R" +
-	"\x06timeNs\x12$\n\x04then\x18\x05 \x03(\v2\x10.weft.v1.BatchOpR\x04then\"\x81\x01\n\nBatchWrite\x12\x19\n\x04" +
-	"name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04data\x18\x03 \x01(\fR\x04data\x12\x19\n" +
-	"\bmtime_ns\x18\x04 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18\x05 \x01(\x03R\x06timeNs\"\x8c\x01\n\nBatchOwner" +
-	"\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05va" +
-	"lid\x12\x10\n\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n\x03gid\x18\x05 \x01(\rR\x03gid\x12\x17\n\atime_ns\x18\x06 \x01(\x03R\x06timeNs" +
-	"\"g\n\vBatchUnlink\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04" +
-	"open\x18\x03 \x03(\x04R\x04open\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"\xb4\x01\n\fBatchSetAttr\x12\x19\n\x04na" +
-	"me\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n" +
-	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\x19\n\batime_ns\x18\x05 \x01(\x03R\aatimeNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\a" +
-	"mtimeNs\x12\x17\n\atime_ns\x18\a \x01(\x03R\x06timeNs\"j\n\vBatchRename\x12\x17\n\x03src\x18\x01 \x01(\tB\x05\xaa\x01" +
-	"\x02 \x03R\x03src\x12\x17\n\x03dst\x18\x02 \x01(\tB\x05\xaa\x01\x02 \x03R\x03dst\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04" +
-	" \x01(\x03R\x06timeNs\"c\n\x11ApplyBatchRequest\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03ops\x18\x02 \x03(\v" +
-	"2\x10.weft.v1.BatchOpR\x03ops\x12\x18\n\asession\x18P \x01(\x04R\asession\"\x84\x01\n\x0fApplyBatch" +
-	"Reply\x12\x18\n\aapplied\x18\x01 \x01(\rR\aapplied\x12\x16\n\x06leased\x18P \x03(\x04R\x06leased\x12\x1b\n\tlease" +
-	"_seq\x18Q \x01(\x04R\bleaseSeq\x12\"\n\rlease_term_ms\x18R \x01(\rR\vleaseTermMs\"!\n\rLoca" +
-	"teRequest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"I\n\vLocateReply\x12\x14\n\x05found\x18\x01 \x01(\bR\x05found" +
-	"\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node*\xba\x01\n\vSetAttrBits\x12\x10\n\fSETATT" +
-	"R_NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GID\x10\x04\x12\x10\n\f" +
-	"SETATTR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11SETATTR_" +
-	"ATIME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vRENAME_NON" +
-	"E\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFlags\x12\x0e\n\n" +
-	"XATTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#github.com/" +
-	"weftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
+	"\x06timeNs\x12$\n\x04then\x18\x05 \x03(\v2\x10.weft.v1.BatchOpR\x04then\x12\x10\n\x03dir\x18Z \x01(\x04R\x03dir\x12" +
+	"\x19\n\bmoved_ns\x18[ \x01(\x03R\amovedNs\"\x81\x01\n\nBatchWrite\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04" +
+	"name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04data\x18\x03 \x01(\fR\x04data\x12\x19\n\bmtime_ns\x18\x04 \x01(\x03R\amt" +
+	"imeNs\x12\x17\n\atime_ns\x18\x05 \x01(\x03R\x06timeNs\"\x8c\x01\n\nBatchOwner\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02" +
+	" \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x10\n\x03uid\x18\x04 \x01(\rR\x03u" +
+	"id\x12\x10\n\x03gid\x18\x05 \x01(\rR\x03gid\x12\x17\n\atime_ns\x18\x06 \x01(\x03R\x06timeNs\"g\n\vBatchUnlink\x12\x19\n\x04" +
+	"name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04name\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n\x04open\x18\x03 \x03(\x04R\x04open\x12\x17\n" +
+	"\atime_ns\x18\x04 \x01(\x03R\x06timeNs\"\xb4\x01\n\fBatchSetAttr\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x04na" +
+	"me\x12\x10\n\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n\x05valid\x18\x03 \x01(\rR\x05valid\x12\x12\n\x04mode\x18\x04 \x01(\rR\x04mode\x12\x19" +
+	"\n\batime_ns\x18\x05 \x01(\x03R\aatimeNs\x12\x19\n\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x12\x17\n\atime_ns\x18" +
+	"\a \x01(\x03R\x06timeNs\"\x83\x01\n\vBatchRename\x12\x17\n\x03src\x18\x01 \x01(\tB\x05\xaa\x01\x02 \x03R\x03src\x12\x17\n\x03dst\x18\x02 " +
+	"\x01(\tB\x05\xaa\x01\x02 \x03R\x03dst\x12\x10\n\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x17\n\atime_ns\x18\x04 \x01(\x03R\x06timeNs\x12\x17\n\ads" +
+	"t_dir\x18Z \x01(\x04R\x06dstDir\"c\n\x11ApplyBatchRequest\x12\x10\n\x03dir\x18\x01 \x01(\x04R\x03dir\x12\"\n\x03op" +
+	"s\x18\x02 \x03(\v2\x10.weft.v1.BatchOpR\x03ops\x12\x18\n\asession\x18P \x01(\x04R\asession\"\x84\x01\n\x0fApp" +
+	"lyBatchReply\x12\x18\n\aapplied\x18\x01 \x01(\rR\aapplied\x12\x16\n\x06leased\x18P \x03(\x04R\x06leased\x12\x1b" +
+	"\n\tlease_seq\x18Q \x01(\x04R\bleaseSeq\x12\"\n\rlease_term_ms\x18R \x01(\rR\vleaseTermMs\"" +
+	"!\n\rLocateRequest\x12\x10\n\x03ino\x18\x01 \x01(\x04R\x03ino\"I\n\vLocateReply\x12\x14\n\x05found\x18\x01 \x01(\b" +
+	"R\x05found\x12$\n\x04node\x18\x02 \x01(\v2\x10.weft.v1.NodeRefR\x04node*\xba\x01\n\vSetAttrBits\x12\x10\n" +
+	"\fSETATTR_NONE\x10\x00\x12\x10\n\fSETATTR_MODE\x10\x01\x12\x0f\n\vSETATTR_UID\x10\x02\x12\x0f\n\vSETATTR_GI" +
+	"D\x10\x04\x12\x10\n\fSETATTR_SIZE\x10\b\x12\x11\n\rSETATTR_ATIME\x10\x10\x12\x11\n\rSETATTR_MTIME\x10 \x12\x15\n\x11S" +
+	"ETATTR_ATIME_NOW\x10@\x12\x16\n\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n\vRenameFlags\x12\x0f\n\vREN" +
+	"AME_NONE\x10\x00\x12\x14\n\x10RENAME_NOREPLACE\x10\x01\x12\x13\n\x0fRENAME_EXCHANGE\x10\x02*A\n\nXattrFl" +
+	"ags\x12\x0e\n\nXATTR_NONE\x10\x00\x12\x10\n\fXATTR_CREATE\x10\x01\x12\x11\n\rXATTR_REPLACE\x10\x02B4Z#gith" +
+	"ub.com/weftfs/weft/proto/weftpb\x92\x03\f\b\x02\x10\x01\x18\x01 \x02(\x010\x01b\beditionsp\xe8\a"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
