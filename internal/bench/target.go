@@ -204,10 +204,13 @@ type Mount struct {
 	Dir    string
 
 	remount func(ctx context.Context) error
-	// pids, if set, lists the processes that do the target's work now
+	// procs, if set, lists the processes that do the target's work now
 	// (a weft target as separate processes: its servers and the mount
 	// daemon, which a remount replaces).
-	pids   func() ([]int, error)
+	procs func() ([]targetProc, error)
+	// requests, if set, is how many requests the target's servers have
+	// served so far (their metrics' request counters).
+	requests func(ctx context.Context) (float64, error)
 	mu     sync.Mutex
 	stops  []func() error // teardown steps, run newest first
 	closed bool
@@ -233,15 +236,50 @@ func (m *Mount) Remount(ctx context.Context) error {
 // for a target whose processes the suite does not know (a kernel file
 // system, or one process shared with the benchmark).
 func (m *Mount) CPU() (_ time.Duration, ok bool, _ error) {
-	if m.pids == nil {
+	by, ok, err := m.CPUByProcess()
+	var sum time.Duration
+	for _, d := range by {
+		sum += d
+	}
+	return sum, ok, err
+}
+
+// targetProc is one of a target's processes: what it does ("mount",
+// "meta", "store") and its pid.
+type targetProc struct {
+	Role string
+	Pid  int
+}
+
+// CPUByProcess is CPU's time by what each process does (a role's
+// processes added up).
+func (m *Mount) CPUByProcess() (_ map[string]time.Duration, ok bool, _ error) {
+	if m.procs == nil {
+		return nil, false, nil
+	}
+	procs, err := m.procs()
+	if err != nil {
+		return nil, true, err
+	}
+	by := make(map[string]time.Duration)
+	for _, p := range procs {
+		d, err := processCPU(p.Pid)
+		if err != nil {
+			return nil, true, err
+		}
+		by[p.Role] += d
+	}
+	return by, true, nil
+}
+
+// Requests is how many requests the target's servers have served so far;
+// ok is false if the suite cannot read their counters.
+func (m *Mount) Requests(ctx context.Context) (_ float64, ok bool, _ error) {
+	if m.requests == nil {
 		return 0, false, nil
 	}
-	pids, err := m.pids()
-	if err != nil {
-		return 0, true, err
-	}
-	d, err := processesCPU(pids)
-	return d, true, err
+	n, err := m.requests(ctx)
+	return n, true, err
 }
 
 // Close tears the target down; every step runs even if one fails. Each step
