@@ -211,9 +211,9 @@ type Mount struct {
 	// requests, if set, is how many requests the target's servers have
 	// served so far (their metrics' request counters).
 	requests func(ctx context.Context) (float64, error)
-	mu     sync.Mutex
-	stops  []func() error // teardown steps, run newest first
-	closed bool
+	mu       sync.Mutex
+	stops    []func() error // teardown steps, run newest first
+	closed   bool
 }
 
 // onClose adds a teardown step.
