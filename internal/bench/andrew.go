@@ -56,9 +56,11 @@ func andrewBenchmark() Benchmark {
 				"processes (weft cluster start: one meta and one store server, then weft mount) so that every call " +
 				"crosses a real connection: none is plaintext with no checks; secure authenticates every connection " +
 				"(mutual TLS 1.3) and MACs every record and capability; private also encrypts (TLS 1.3 AES-GCM). " +
-				"The modes are mounted at once and their repeats interleaved (each repeat starts one mode later than " +
-				"the last), so that load that changes during the run lands on every mode alike; other targets run " +
-				"after them, one after the other.",
+				"The modes are mounted at once and take each phase in turn (phase I on every mode, then phase II on " +
+				"every mode, ...; each repeat starts one mode later than the last), so that a phase's samples of the " +
+				"modes lie seconds apart and meet the same load; other targets run after them, one after the other. " +
+				"The CPU rows add up the user and system time of each mode's processes (mount daemon, meta server, " +
+				"store server) over the phase, and the request rows what the servers served (their metrics).",
 		},
 		Run:     runAndrew,
 		Goals:   andrewGoals,
@@ -98,47 +100,75 @@ func runAndrew(ctx context.Context, env *Env) ([]Result, error) {
 	env.progress(len(targets) * (1 + reps*len(andrewPhases)))
 	results := make(map[string]*andrewSeries)
 	counted := false
-	// once runs repeat rep on m and adds what it measured to m's results.
-	once := func(m *Mount, rep int) error {
-		res, ok := results[m.Target.Name]
-		if !ok {
-			res = &andrewSeries{target: m.Target.Name, rows: make(map[string][]Result)}
-			results[m.Target.Name] = res
-		}
+	// begin starts repeat rep on m, in a fresh directory.
+	begin := func(m *Mount, rep int) (*andrewRepeat, error) {
 		dir := filepath.Join(m.Dir, fmt.Sprintf("run%d", rep))
 		if err := os.Mkdir(dir, 0o755); err != nil {
-			return err
+			return nil, err
 		}
-		run, err := andrewOnce(ctx, env, tree, dir, m)
-		if err != nil {
-			return err
+		return newAndrewRepeat(env, tree, dir, m), nil
+	}
+	// end adds what repeat a measured to its target's results.
+	end := func(a *andrewRepeat) {
+		res, ok := results[a.m.Target.Name]
+		if !ok {
+			res = &andrewSeries{target: a.m.Target.Name, rows: make(map[string][]Result)}
+			results[a.m.Target.Name] = res
 		}
 		if !counted {
-			n, b := buildOutputs(dir)
+			n, b := buildOutputs(a.dir)
 			env.note(fmt.Sprintf("andrew: the tree has %d directories, %d files, %.0f MB; make wrote %d files, %.1f MB "+
 				"(the paper: 690, 10,528, ~127 MB; 1,362 files, 13 MB).", len(tree.Dirs), len(tree.Files), float64(tree.Bytes)/1e6, n, float64(b)/1e6))
 			counted = true
 		}
-		res.add(run)
-		return nil
+		res.add(a.run)
 	}
 	failed := make(map[string]bool) // skipped: no row
-	err = env.eachTargetInterleaved(ctx, modes, reps, func(m *Mount, rep int) error {
-		err := once(m, rep)
-		if err != nil {
-			failed[m.Target.Name] = true
+	// The modes take each phase in turn (phase I on every mode, then phase
+	// II on every mode, ...): a mode's sample of a phase lies seconds from
+	// the others', not a whole repeat (minutes), so the load it meets is
+	// theirs. A phase's CPU seconds follow the load (the servers' and the
+	// mount's context switches cost more on a busy machine): measured a
+	// repeat apart, phase I's CPU differed between modes by as much as
+	// within one (docs/benchmarks.md, issue 13).
+	current := make(map[string]*andrewRepeat) // by target: its current repeat
+	err = env.eachTargetInterleavedSteps(ctx, modes, reps, len(andrewPhases), func(m *Mount, rep, phase int) error {
+		a := current[m.Target.Name]
+		if phase == 0 {
+			var err error
+			if a, err = begin(m, rep); err != nil {
+				failed[m.Target.Name] = true
+				return err
+			}
+			current[m.Target.Name] = a
 		}
-		return err
+		if err := a.phase(ctx, phase); err != nil {
+			failed[m.Target.Name] = true
+			return err
+		}
+		if phase == len(andrewPhases)-1 {
+			end(a)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	err = env.eachTarget(ctx, peers, nil, func(m *Mount) error {
 		for rep := range reps {
-			if err := once(m, rep); err != nil {
+			a, err := begin(m, rep)
+			if err == nil {
+				for i := range andrewPhases {
+					if err = a.phase(ctx, i); err != nil {
+						break
+					}
+				}
+			}
+			if err != nil {
 				failed[m.Target.Name] = true
 				return err
 			}
+			end(a)
 		}
 		return nil
 	})
@@ -221,68 +251,88 @@ func andrewCPURows(cpu map[string][]float64) []string {
 	return out
 }
 
-// andrewOnce runs the five phases in dir on m and returns what it
-// measured in each.
-func andrewOnce(ctx context.Context, env *Env, tree *andrewTree, dir string, m *Mount) (andrewRun, error) {
-	copies := make([]string, 5)
-	for i := range copies {
-		copies[i] = filepath.Join(dir, fmt.Sprintf("copy%d", i))
+// andrewRepeat is one repeat of the five phases in dir on m, run a phase
+// at a time, and what it measured so far.
+type andrewRepeat struct {
+	env    *Env
+	tree   *andrewTree
+	dir    string
+	m      *Mount
+	copies []string
+	run    andrewRun
+}
+
+func newAndrewRepeat(env *Env, tree *andrewTree, dir string, m *Mount) *andrewRepeat {
+	a := &andrewRepeat{env: env, tree: tree, dir: dir, m: m, copies: make([]string, 5)}
+	for i := range a.copies {
+		a.copies[i] = filepath.Join(dir, fmt.Sprintf("copy%d", i))
 	}
-	phases := []func() error{
-		func() error { // I: the directories, five times
-			for _, c := range copies {
-				if err := os.Mkdir(c, 0o755); err != nil {
-					return err
-				}
-				for _, d := range tree.Dirs {
-					if err := os.Mkdir(filepath.Join(c, d), 0o755); err != nil {
-						return err
-					}
-				}
+	return a
+}
+
+// work is phase i's work.
+func (a *andrewRepeat) work(ctx context.Context, i int) error {
+	switch i {
+	case 0: // I: the directories, five times
+		for _, c := range a.copies {
+			if err := os.Mkdir(c, 0o755); err != nil {
+				return err
 			}
-			return nil
-		},
-		func() error { return copyFiles(ctx, tree, copies[0]) },
-		func() error { // III: ls -lR of every copy
-			for _, c := range copies {
-				if err := listTree(c); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
-		func() error { // IV: every copied file, twice
-			for range 2 {
-				if err := readFiles(ctx, copies[0], tree.Files); err != nil {
+			for _, d := range a.tree.Dirs {
+				if err := os.Mkdir(filepath.Join(c, d), 0o755); err != nil {
 					return err
 				}
 			}
-			return nil
-		},
-		func() error { return runMake(ctx, copies[0]) },
+		}
+		return nil
+	case 1:
+		return copyFiles(ctx, a.tree, a.copies[0])
+	case 2: // III: ls -lR of every copy
+		for _, c := range a.copies {
+			if err := listTree(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	case 3: // IV: every copied file, twice
+		for range 2 {
+			if err := readFiles(ctx, a.copies[0], a.tree.Files); err != nil {
+				return err
+			}
+		}
+		return nil
+	case 4:
+		return runMake(ctx, a.copies[0])
 	}
-	run := andrewRun{times: make([]float64, len(phases))}
-	for i, phase := range phases {
-		if err := ctx.Err(); err != nil {
-			return andrewRun{}, err
-		}
-		env.step(m.Target.Name + ": " + andrewPhases[i])
-		before, err := readPhaseCounters(ctx, m, true)
-		if err != nil {
-			return andrewRun{}, fmt.Errorf("phase %s: %w", andrewPhases[i], err)
-		}
-		start := time.Now()
-		if err := phase(); err != nil {
-			return andrewRun{}, fmt.Errorf("phase %s: %w", andrewPhases[i], err)
-		}
-		run.times[i] = time.Since(start).Seconds()
-		after, err := readPhaseCounters(ctx, m, false)
-		if err != nil {
-			return andrewRun{}, fmt.Errorf("phase %s: %w", andrewPhases[i], err)
-		}
-		run.addCounters(i, len(phases), before, after)
+	return fmt.Errorf("andrew has no phase %d", i)
+}
+
+// phase runs phase i (the phases in order, each once) and records what it
+// measured.
+func (a *andrewRepeat) phase(ctx context.Context, i int) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	return run, nil
+	n := len(andrewPhases)
+	if a.run.times == nil {
+		a.run.times = make([]float64, n)
+	}
+	a.env.step(a.m.Target.Name + ": " + andrewPhases[i])
+	before, err := readPhaseCounters(ctx, a.m, true)
+	if err != nil {
+		return fmt.Errorf("phase %s: %w", andrewPhases[i], err)
+	}
+	start := time.Now()
+	if err := a.work(ctx, i); err != nil {
+		return fmt.Errorf("phase %s: %w", andrewPhases[i], err)
+	}
+	a.run.times[i] = time.Since(start).Seconds()
+	after, err := readPhaseCounters(ctx, a.m, false)
+	if err != nil {
+		return fmt.Errorf("phase %s: %w", andrewPhases[i], err)
+	}
+	a.run.addCounters(i, n, before, after)
+	return nil
 }
 
 // phaseCounters are a target's counters at a phase's start or end.

@@ -372,6 +372,32 @@ func TestChoose(t *testing.T) {
 	}
 }
 
+// TestInterleavedSteps: with steps, each round runs a step on every target
+// before the next step (starting one target later each round), and a
+// target whose step fails runs no further step or round.
+func TestInterleavedSteps(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	env := testEnv(t, "tmpfs")
+	ts := []Target{{Name: "a", Kind: kindTmpfs}, {Name: "b", Kind: kindTmpfs}, {Name: "c", Kind: kindTmpfs}}
+	var order []string
+	err := env.eachTargetInterleavedSteps(context.Background(), ts, 2, 3, func(m *Mount, rep, step int) error {
+		order = append(order, fmt.Sprintf("%d.%d%s", rep, step, m.Target.Name))
+		if m.Target.Name == "b" && rep == 0 && step == 1 {
+			return errors.New("b fails")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "0.0a 0.0b 0.0c 0.1a 0.1b 0.1c 0.2a 0.2c 1.0c 1.0a 1.1c 1.1a 1.2c 1.2a"
+	if got := strings.Join(order, " "); got != want {
+		t.Errorf("calls %q; want %q", got, want)
+	}
+}
+
 // TestInterleavedTargets: eachTargetInterleaved mounts every target at once
 // (a weft target that cannot start is skipped), starts each round one
 // target later than the last, stops calling a target whose repeat failed,

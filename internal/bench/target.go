@@ -352,6 +352,16 @@ func (e *Env) mount(ctx context.Context, t Target, link *linksim.Profile) (*Moun
 // mounted, or whose repeat fails, is reported as skipped and measured no
 // more; a canceled run stops. Every target is torn down before it returns.
 func (e *Env) eachTargetInterleaved(ctx context.Context, ts []Target, reps int, fn func(m *Mount, rep int) error) error {
+	return e.eachTargetInterleavedSteps(ctx, ts, reps, 1, func(m *Mount, rep, _ int) error { return fn(m, rep) })
+}
+
+// eachTargetInterleavedSteps is eachTargetInterleaved for a repeat made of
+// steps (andrew's phases) that are compared between the targets one by
+// one: each round runs step 0 on every target, then step 1 on every
+// target, and so on, so that the targets' samples of one step lie seconds
+// apart, not a whole repeat. A target whose step fails runs no further
+// step or round.
+func (e *Env) eachTargetInterleavedSteps(ctx context.Context, ts []Target, reps, steps int, fn func(m *Mount, rep, step int) error) error {
 	type live struct {
 		m   *Mount
 		err error
@@ -377,16 +387,18 @@ func (e *Env) eachTargetInterleaved(ctx context.Context, ts []Target, reps int, 
 		all = append(all, &live{m: m})
 	}
 	for rep := range reps {
-		for j := range all {
-			l := all[(rep+j)%len(all)]
-			if l.err != nil {
-				continue
-			}
-			if l.err = fn(l.m, rep); l.err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
+		for step := range steps {
+			for j := range all {
+				l := all[(rep+j)%len(all)]
+				if l.err != nil {
+					continue
 				}
-				e.skip(l.m.Target.Name, l.err)
+				if l.err = fn(l.m, rep, step); l.err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					e.skip(l.m.Target.Name, l.err)
+				}
 			}
 		}
 	}
