@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -25,6 +26,15 @@ var andrewPhases = []string{"I mkdir ×5", "II copy", "III recursive list", "IV 
 const (
 	andrewCPUUnit   = "CPU s"
 	andrewCPUSuffix = ", CPU"
+)
+
+// andrewRequestsUnit is the unit of the rows that count the requests the
+// target's servers served in each phase (their cases: the phase's name
+// with andrewRequestsSuffix): the same work in every mode, or a mode asks
+// for more.
+const (
+	andrewRequestsUnit   = "requests"
+	andrewRequestsSuffix = ", requests"
 )
 
 func andrewBenchmark() Benchmark {
@@ -46,9 +56,11 @@ func andrewBenchmark() Benchmark {
 				"processes (weft cluster start: one meta and one store server, then weft mount) so that every call " +
 				"crosses a real connection: none is plaintext with no checks; secure authenticates every connection " +
 				"(mutual TLS 1.3) and MACs every record and capability; private also encrypts (TLS 1.3 AES-GCM). " +
-				"The modes are mounted at once and their repeats interleaved (each repeat starts one mode later than " +
-				"the last), so that load that changes during the run lands on every mode alike; other targets run " +
-				"after them, one after the other.",
+				"The modes are mounted at once and take each phase in turn (phase I on every mode, then phase II on " +
+				"every mode, ...; each repeat starts one mode later than the last), so that a phase's samples of the " +
+				"modes lie seconds apart and meet the same load; other targets run after them, one after the other. " +
+				"The CPU rows add up the user and system time of each mode's processes (mount daemon, meta server, " +
+				"store server) over the phase, and the request rows what the servers served (their metrics).",
 		},
 		Run:     runAndrew,
 		Goals:   andrewGoals,
@@ -86,57 +98,77 @@ func runAndrew(ctx context.Context, env *Env) ([]Result, error) {
 		}
 	}
 	env.progress(len(targets) * (1 + reps*len(andrewPhases)))
-	results := make(map[string][]Result)
+	results := make(map[string]*andrewSeries)
 	counted := false
-	// once runs repeat rep on m and adds its times (and its processes'
-	// CPU times, if m knows its processes) to m's results.
-	once := func(m *Mount, rep int) error {
-		res, ok := results[m.Target.Name]
-		if !ok {
-			res = make([]Result, 2*(len(andrewPhases)+1))
-			for i, p := range append(andrewPhases, "total") {
-				res[i] = Result{Bench: "andrew", Case: p, Target: m.Target.Name, Unit: "s"}
-				res[len(andrewPhases)+1+i] = Result{Bench: "andrew", Case: p + andrewCPUSuffix, Target: m.Target.Name, Unit: andrewCPUUnit}
-			}
-			results[m.Target.Name] = res
-		}
+	// begin starts repeat rep on m, in a fresh directory.
+	begin := func(m *Mount, rep int) (*andrewRepeat, error) {
 		dir := filepath.Join(m.Dir, fmt.Sprintf("run%d", rep))
 		if err := os.Mkdir(dir, 0o755); err != nil {
-			return err
+			return nil, err
 		}
-		times, cpus, err := andrewOnce(ctx, env, tree, dir, m)
-		if err != nil {
-			return err
-		}
-		if cpus != nil {
-			addPhases(res[len(andrewPhases)+1:], cpus)
+		return newAndrewRepeat(env, tree, dir, m), nil
+	}
+	// end adds what repeat a measured to its target's results.
+	end := func(a *andrewRepeat) {
+		res, ok := results[a.m.Target.Name]
+		if !ok {
+			res = &andrewSeries{target: a.m.Target.Name, rows: make(map[string][]Result)}
+			results[a.m.Target.Name] = res
 		}
 		if !counted {
-			n, b := buildOutputs(dir)
+			n, b := buildOutputs(a.dir)
 			env.note(fmt.Sprintf("andrew: the tree has %d directories, %d files, %.0f MB; make wrote %d files, %.1f MB "+
 				"(the paper: 690, 10,528, ~127 MB; 1,362 files, 13 MB).", len(tree.Dirs), len(tree.Files), float64(tree.Bytes)/1e6, n, float64(b)/1e6))
 			counted = true
 		}
-		addPhases(res[:len(andrewPhases)+1], times)
-		return nil
+		res.add(a.run)
 	}
 	failed := make(map[string]bool) // skipped: no row
-	err = env.eachTargetInterleaved(ctx, modes, reps, func(m *Mount, rep int) error {
-		err := once(m, rep)
-		if err != nil {
-			failed[m.Target.Name] = true
+	// The modes take each phase in turn (phase I on every mode, then phase
+	// II on every mode, ...): a mode's sample of a phase lies seconds from
+	// the others', not a whole repeat (minutes), so the load it meets is
+	// theirs. A phase's CPU seconds follow the load (the servers' and the
+	// mount's context switches cost more on a busy machine): measured a
+	// repeat apart, phase I's CPU differed between modes by as much as
+	// within one (docs/benchmarks.md, issue 13).
+	current := make(map[string]*andrewRepeat) // by target: its current repeat
+	err = env.eachTargetInterleavedSteps(ctx, modes, reps, len(andrewPhases), func(m *Mount, rep, phase int) error {
+		a := current[m.Target.Name]
+		if phase == 0 {
+			var err error
+			if a, err = begin(m, rep); err != nil {
+				failed[m.Target.Name] = true
+				return err
+			}
+			current[m.Target.Name] = a
 		}
-		return err
+		if err := a.phase(ctx, phase); err != nil {
+			failed[m.Target.Name] = true
+			return err
+		}
+		if phase == len(andrewPhases)-1 {
+			end(a)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	err = env.eachTarget(ctx, peers, nil, func(m *Mount) error {
 		for rep := range reps {
-			if err := once(m, rep); err != nil {
+			a, err := begin(m, rep)
+			if err == nil {
+				for i := range andrewPhases {
+					if err = a.phase(ctx, i); err != nil {
+						break
+					}
+				}
+			}
+			if err != nil {
 				failed[m.Target.Name] = true
 				return err
 			}
+			end(a)
 		}
 		return nil
 	})
@@ -146,94 +178,226 @@ func runAndrew(ctx context.Context, env *Env) ([]Result, error) {
 	var out []Result
 	for _, t := range targets {
 		if res, ok := results[t.Name]; ok && !failed[t.Name] {
-			for _, r := range res {
-				if len(r.Samples) > 0 { // a peer has no CPU rows
-					out = append(out, r)
-				}
-			}
+			out = append(out, res.results()...)
 		}
 	}
 	return out, nil
 }
 
-// addPhases adds one repeat's value of each phase, and their total, to
-// res (the phases' results, then the total's).
-func addPhases(res []Result, phases []float64) {
+// andrewRun is what one repeat measured, per phase: its seconds and, if
+// the target's processes are known, their CPU seconds (all of them, and
+// by role: mount, meta, store) and the requests its servers served.
+type andrewRun struct {
+	times    []float64
+	cpu      map[string][]float64 // by andrewCPUSuffix + role; the suffix alone: all processes
+	requests []float64
+}
+
+// andrewSeries gathers one target's repeats: rows by case suffix ("" for
+// the seconds), each the phases' results and then the total's.
+type andrewSeries struct {
+	target string
+	order  []string
+	rows   map[string][]Result
+}
+
+func (a *andrewSeries) add(run andrewRun) {
+	a.addPhases("", "s", run.times)
+	// The total first, then the roles in a fixed order.
+	for _, suffix := range andrewCPURows(run.cpu) {
+		a.addPhases(suffix, andrewCPUUnit, run.cpu[suffix])
+	}
+	if run.requests != nil {
+		a.addPhases(andrewRequestsSuffix, andrewRequestsUnit, run.requests)
+	}
+}
+
+// addPhases adds one repeat's value of each phase, and their total, to the
+// rows of suffix.
+func (a *andrewSeries) addPhases(suffix, unit string, phases []float64) {
+	res, ok := a.rows[suffix]
+	if !ok {
+		for _, p := range append(append([]string{}, andrewPhases...), "total") {
+			res = append(res, Result{Bench: "andrew", Case: p + suffix, Target: a.target, Unit: unit})
+		}
+		a.order = append(a.order, suffix)
+	}
 	var total float64
 	for i, v := range phases {
 		res[i].Samples = append(res[i].Samples, v)
 		total += v
 	}
 	res[len(phases)].Samples = append(res[len(phases)].Samples, total)
+	a.rows[suffix] = res
 }
 
-// andrewOnce runs the five phases in dir on m and returns their seconds
-// and, if m knows its processes, the CPU seconds they used in each phase.
-func andrewOnce(ctx context.Context, env *Env, tree *andrewTree, dir string, m *Mount) (times, cpus []float64, _ error) {
-	copies := make([]string, 5)
-	for i := range copies {
-		copies[i] = filepath.Join(dir, fmt.Sprintf("copy%d", i))
+func (a *andrewSeries) results() []Result {
+	var out []Result
+	for _, suffix := range a.order {
+		out = append(out, a.rows[suffix]...)
 	}
-	phases := []func() error{
-		func() error { // I: the directories, five times
-			for _, c := range copies {
-				if err := os.Mkdir(c, 0o755); err != nil {
-					return err
-				}
-				for _, d := range tree.Dirs {
-					if err := os.Mkdir(filepath.Join(c, d), 0o755); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		},
-		func() error { return copyFiles(ctx, tree, copies[0]) },
-		func() error { // III: ls -lR of every copy
-			for _, c := range copies {
-				if err := listTree(c); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
-		func() error { // IV: every copied file, twice
-			for range 2 {
-				if err := readFiles(ctx, copies[0], tree.Files); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
-		func() error { return runMake(ctx, copies[0]) },
-	}
-	times = make([]float64, len(phases))
-	for i, phase := range phases {
-		if err := ctx.Err(); err != nil {
-			return nil, nil, err
-		}
-		env.step(m.Target.Name + ": " + andrewPhases[i])
-		before, withCPU, err := m.CPU()
-		if err != nil {
-			return nil, nil, fmt.Errorf("phase %s: CPU time: %w", andrewPhases[i], err)
-		}
-		start := time.Now()
-		if err := phase(); err != nil {
-			return nil, nil, fmt.Errorf("phase %s: %w", andrewPhases[i], err)
-		}
-		times[i] = time.Since(start).Seconds()
-		if withCPU {
-			after, _, err := m.CPU()
-			if err != nil {
-				return nil, nil, fmt.Errorf("phase %s: CPU time: %w", andrewPhases[i], err)
-			}
-			if cpus == nil {
-				cpus = make([]float64, len(phases))
-			}
-			cpus[i] = (after - before).Seconds()
+	return out
+}
+
+// andrewCPURows are the keys of cpu in report order: all processes, then
+// each role.
+func andrewCPURows(cpu map[string][]float64) []string {
+	var out []string
+	for _, k := range []string{andrewCPUSuffix, andrewCPUSuffix + " mount", andrewCPUSuffix + " meta", andrewCPUSuffix + " store"} {
+		if _, ok := cpu[k]; ok {
+			out = append(out, k)
 		}
 	}
-	return times, cpus, nil
+	return out
+}
+
+// andrewRepeat is one repeat of the five phases in dir on m, run a phase
+// at a time, and what it measured so far.
+type andrewRepeat struct {
+	env    *Env
+	tree   *andrewTree
+	dir    string
+	m      *Mount
+	copies []string
+	run    andrewRun
+}
+
+func newAndrewRepeat(env *Env, tree *andrewTree, dir string, m *Mount) *andrewRepeat {
+	a := &andrewRepeat{env: env, tree: tree, dir: dir, m: m, copies: make([]string, 5)}
+	for i := range a.copies {
+		a.copies[i] = filepath.Join(dir, fmt.Sprintf("copy%d", i))
+	}
+	return a
+}
+
+// work is phase i's work.
+func (a *andrewRepeat) work(ctx context.Context, i int) error {
+	switch i {
+	case 0: // I: the directories, five times
+		for _, c := range a.copies {
+			if err := os.Mkdir(c, 0o755); err != nil {
+				return err
+			}
+			for _, d := range a.tree.Dirs {
+				if err := os.Mkdir(filepath.Join(c, d), 0o755); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	case 1:
+		return copyFiles(ctx, a.tree, a.copies[0])
+	case 2: // III: ls -lR of every copy
+		for _, c := range a.copies {
+			if err := listTree(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	case 3: // IV: every copied file, twice
+		for range 2 {
+			if err := readFiles(ctx, a.copies[0], a.tree.Files); err != nil {
+				return err
+			}
+		}
+		return nil
+	case 4:
+		return runMake(ctx, a.copies[0])
+	}
+	return fmt.Errorf("andrew has no phase %d", i)
+}
+
+// phase runs phase i (the phases in order, each once) and records what it
+// measured.
+func (a *andrewRepeat) phase(ctx context.Context, i int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n := len(andrewPhases)
+	if a.run.times == nil {
+		a.run.times = make([]float64, n)
+	}
+	a.env.step(a.m.Target.Name + ": " + andrewPhases[i])
+	before, err := readPhaseCounters(ctx, a.m, true)
+	if err != nil {
+		return fmt.Errorf("phase %s: %w", andrewPhases[i], err)
+	}
+	start := time.Now()
+	if err := a.work(ctx, i); err != nil {
+		return fmt.Errorf("phase %s: %w", andrewPhases[i], err)
+	}
+	a.run.times[i] = time.Since(start).Seconds()
+	after, err := readPhaseCounters(ctx, a.m, false)
+	if err != nil {
+		return fmt.Errorf("phase %s: %w", andrewPhases[i], err)
+	}
+	a.run.addCounters(i, n, before, after)
+	return nil
+}
+
+// phaseCounters are a target's counters at a phase's start or end.
+type phaseCounters struct {
+	cpu         map[string]time.Duration // by role; nil if the processes are unknown
+	requests    float64
+	hasRequests bool
+}
+
+// readPhaseCounters reads m's counters at a phase's start or end. The
+// servers' CPU times are read nearest the phase (after the request
+// counters at its start, before them at its end), so that serving the
+// scrape of the counters is not charged to the phase.
+func readPhaseCounters(ctx context.Context, m *Mount, start bool) (phaseCounters, error) {
+	var c phaseCounters
+	var err error
+	readRequests := func() error {
+		if c.requests, c.hasRequests, err = m.Requests(ctx); err != nil {
+			return fmt.Errorf("request counts: %w", err)
+		}
+		return nil
+	}
+	if start {
+		if err := readRequests(); err != nil {
+			return c, err
+		}
+	}
+	if c.cpu, _, err = m.CPUByProcess(); err != nil {
+		return c, fmt.Errorf("CPU time: %w", err)
+	}
+	if !start {
+		if err := readRequests(); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// addCounters records what phase i (of n) used: after less before.
+func (r *andrewRun) addCounters(i, n int, before, after phaseCounters) {
+	if after.cpu != nil {
+		if r.cpu == nil {
+			r.cpu = make(map[string][]float64)
+		}
+		var all time.Duration
+		for role, d := range after.cpu {
+			used := d - before.cpu[role]
+			all += used
+			k := andrewCPUSuffix + " " + role
+			if r.cpu[k] == nil {
+				r.cpu[k] = make([]float64, n)
+			}
+			r.cpu[k][i] = used.Seconds()
+		}
+		if r.cpu[andrewCPUSuffix] == nil {
+			r.cpu[andrewCPUSuffix] = make([]float64, n)
+		}
+		r.cpu[andrewCPUSuffix][i] = all.Seconds()
+	}
+	if after.hasRequests {
+		if r.requests == nil {
+			r.requests = make([]float64, n)
+		}
+		r.requests[i] = after.requests - before.requests
+	}
 }
 
 func copyFiles(ctx context.Context, tree *andrewTree, dst string) error {
@@ -326,34 +490,51 @@ func buildOutputs(dir string) (n int, bytes int64) {
 }
 
 func andrewTables(rs []Result) []Table {
-	times, cpu := splitAndrewCPU(rs)
-	t := pivot(times, "phase (s)", byCase, byTarget, append(append([]string{}, andrewPhases...), "total"), nil)
+	times := filter(rs, func(r Result) bool { return r.Unit == "s" })
+	t := pivot(times, "phase (s)", byCase, byTarget, andrewCases(""), nil)
 	t.Title = "Seconds per phase (median over repeats, min–max):"
 	ts := []Table{t}
+	cpu := andrewRows(rs, andrewCPUSuffix)
 	if len(cpu) > 0 {
-		var cases []string
-		for _, p := range append(append([]string{}, andrewPhases...), "total") {
-			cases = append(cases, p+andrewCPUSuffix)
-		}
-		c := pivot(cpu, "phase (CPU s)", byCase, byTarget, cases, nil)
+		c := pivot(cpu, "phase (CPU s)", byCase, byTarget, andrewCases(andrewCPUSuffix), nil)
 		c.Title = "CPU seconds of the target's own processes (its servers and the mount daemon; user and system) " +
 			"per phase, median over repeats, min–max. What a mode adds here bounds what it can add to a phase's " +
 			"time, whatever the machine's load:"
 		ts = append(ts, c)
 	}
+	var byRole []Result
+	var roleCases []string
+	for _, role := range []string{"mount", "meta", "store"} {
+		byRole = append(byRole, andrewRows(rs, andrewCPUSuffix+" "+role)...)
+		roleCases = append(roleCases, andrewCases(andrewCPUSuffix+" "+role)...)
+	}
+	if len(byRole) > 0 {
+		c := pivot(byRole, "phase, process (CPU s)", byCase, byTarget, roleCases, nil)
+		c.Title = "The same CPU seconds by process:"
+		ts = append(ts, c)
+	}
+	if req := andrewRows(rs, andrewRequestsSuffix); len(req) > 0 {
+		c := pivot(req, "phase (requests)", byCase, byTarget, andrewCases(andrewRequestsSuffix), nil)
+		c.Title = "Requests the target's servers served per phase (all methods), median over repeats, min–max:"
+		ts = append(ts, c)
+	}
 	return ts
 }
 
-// splitAndrewCPU separates the seconds per phase from the CPU rows.
-func splitAndrewCPU(rs []Result) (times, cpu []Result) {
-	for _, r := range rs {
-		if r.Unit == andrewCPUUnit {
-			cpu = append(cpu, r)
-		} else {
-			times = append(times, r)
-		}
+// andrewCases are the cases of the rows of suffix: each phase's, then the
+// total's.
+func andrewCases(suffix string) []string {
+	var out []string
+	for _, p := range append(append([]string{}, andrewPhases...), "total") {
+		out = append(out, p+suffix)
 	}
-	return times, cpu
+	return out
+}
+
+// andrewRows are the results of rs among the cases of suffix.
+func andrewRows(rs []Result, suffix string) []Result {
+	cases := andrewCases(suffix)
+	return filter(rs, func(r Result) bool { return slices.Contains(cases, r.Case) })
 }
 
 // andrewGoals are seed 001's headline, per phase: secure at most 5% slower
@@ -396,6 +577,6 @@ func andrewCPUGoal(rs []Result, p, mode string, most float64) string {
 }
 
 func andrewFigures(rs []Result) []Figure {
-	phases := filter(rs, func(r Result) bool { return r.Case != "total" && r.Unit != andrewCPUUnit })
+	phases := filter(rs, func(r Result) bool { return r.Case != "total" && r.Unit == "s" })
 	return []Figure{barFigure("andrew", "Andrew benchmark: seconds per phase", "seconds", phases, byCase, byTarget)}
 }

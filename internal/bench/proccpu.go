@@ -5,7 +5,11 @@ package bench
 // the noise of a wall-clock rate.
 
 import (
+	"bufio"
+	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -43,15 +47,60 @@ func processCPU(pid int) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / userHZ, nil
 }
 
-// processesCPU is the CPU time the processes pids have used together.
-func processesCPU(pids []int) (time.Duration, error) {
-	var sum time.Duration
-	for _, pid := range pids {
-		d, err := processCPU(pid)
+// requestsServed adds up the RPC request counters (every method and
+// status) of the servers whose metrics are at addrs.
+func requestsServed(ctx context.Context, addrs []string) (float64, error) {
+	var sum float64
+	for _, addr := range addrs {
+		if addr == "" {
+			return 0, fmt.Errorf("a server has no metrics address")
+		}
+		n, err := scrapeRequests(ctx, "http://"+addr+"/metrics")
 		if err != nil {
 			return 0, err
 		}
-		sum += d
+		sum += n
 	}
 	return sum, nil
+}
+
+// scrapeRequests reads the Prometheus text at url and adds up the samples
+// of every *_rpc_requests_total counter.
+func scrapeRequests(ctx context.Context, url string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return sumRequests(resp.Body)
+}
+
+// sumRequests adds up the *_rpc_requests_total samples of Prometheus text.
+func sumRequests(r io.Reader) (float64, error) {
+	var sum float64
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, _, _ := strings.Cut(line, "{")
+		if strings.HasPrefix(line, "#") || !strings.HasSuffix(name, "_rpc_requests_total") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
 }

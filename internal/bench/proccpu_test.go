@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,5 +35,30 @@ func TestProcessCPU(t *testing.T) {
 	}
 	if _, err := processCPU(-1); err == nil {
 		t.Fatal("the CPU time of a process that cannot exist")
+	}
+}
+
+// TestSumRequests: every *_rpc_requests_total sample counts, whatever its
+// labels and namespace; other metrics, help and type lines do not; a bad
+// value is an error.
+func TestSumRequests(t *testing.T) {
+	text := `# HELP weft_meta_rpc_requests_total RPC requests by method and status.
+# TYPE weft_meta_rpc_requests_total counter
+weft_meta_rpc_requests_total{method="getattr",status="ok"} 3543
+weft_meta_rpc_requests_total{method="lookup",status="not_exist"} 3456
+weft_store_rpc_requests_total{method="read",status="ok"} 1e3
+weft_meta_rpc_request_bytes_total{method="getattr"} 99999
+weft_meta_rpc_requests_totally{method="x"} 5
+go_goroutines 42
+`
+	n, err := sumRequests(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3543+3456+1000 {
+		t.Fatalf("sum %v, want %v", n, 3543+3456+1000)
+	}
+	if _, err := sumRequests(strings.NewReader(`weft_meta_rpc_requests_total{method="a"} x` + "\n")); err == nil {
+		t.Fatal("a value that is no number was summed")
 	}
 }

@@ -204,13 +204,16 @@ type Mount struct {
 	Dir    string
 
 	remount func(ctx context.Context) error
-	// pids, if set, lists the processes that do the target's work now
+	// procs, if set, lists the processes that do the target's work now
 	// (a weft target as separate processes: its servers and the mount
 	// daemon, which a remount replaces).
-	pids   func() ([]int, error)
-	mu     sync.Mutex
-	stops  []func() error // teardown steps, run newest first
-	closed bool
+	procs func() ([]targetProc, error)
+	// requests, if set, is how many requests the target's servers have
+	// served so far (their metrics' request counters).
+	requests func(ctx context.Context) (float64, error)
+	mu       sync.Mutex
+	stops    []func() error // teardown steps, run newest first
+	closed   bool
 }
 
 // onClose adds a teardown step.
@@ -233,15 +236,50 @@ func (m *Mount) Remount(ctx context.Context) error {
 // for a target whose processes the suite does not know (a kernel file
 // system, or one process shared with the benchmark).
 func (m *Mount) CPU() (_ time.Duration, ok bool, _ error) {
-	if m.pids == nil {
+	by, ok, err := m.CPUByProcess()
+	var sum time.Duration
+	for _, d := range by {
+		sum += d
+	}
+	return sum, ok, err
+}
+
+// targetProc is one of a target's processes: what it does ("mount",
+// "meta", "store") and its pid.
+type targetProc struct {
+	Role string
+	Pid  int
+}
+
+// CPUByProcess is CPU's time by what each process does (a role's
+// processes added up).
+func (m *Mount) CPUByProcess() (_ map[string]time.Duration, ok bool, _ error) {
+	if m.procs == nil {
+		return nil, false, nil
+	}
+	procs, err := m.procs()
+	if err != nil {
+		return nil, true, err
+	}
+	by := make(map[string]time.Duration)
+	for _, p := range procs {
+		d, err := processCPU(p.Pid)
+		if err != nil {
+			return nil, true, err
+		}
+		by[p.Role] += d
+	}
+	return by, true, nil
+}
+
+// Requests is how many requests the target's servers have served so far;
+// ok is false if the suite cannot read their counters.
+func (m *Mount) Requests(ctx context.Context) (_ float64, ok bool, _ error) {
+	if m.requests == nil {
 		return 0, false, nil
 	}
-	pids, err := m.pids()
-	if err != nil {
-		return 0, true, err
-	}
-	d, err := processesCPU(pids)
-	return d, true, err
+	n, err := m.requests(ctx)
+	return n, true, err
 }
 
 // Close tears the target down; every step runs even if one fails. Each step
@@ -314,6 +352,16 @@ func (e *Env) mount(ctx context.Context, t Target, link *linksim.Profile) (*Moun
 // mounted, or whose repeat fails, is reported as skipped and measured no
 // more; a canceled run stops. Every target is torn down before it returns.
 func (e *Env) eachTargetInterleaved(ctx context.Context, ts []Target, reps int, fn func(m *Mount, rep int) error) error {
+	return e.eachTargetInterleavedSteps(ctx, ts, reps, 1, func(m *Mount, rep, _ int) error { return fn(m, rep) })
+}
+
+// eachTargetInterleavedSteps is eachTargetInterleaved for a repeat made of
+// steps (andrew's phases) that are compared between the targets one by
+// one: each round runs step 0 on every target, then step 1 on every
+// target, and so on, so that the targets' samples of one step lie seconds
+// apart, not a whole repeat. A target whose step fails runs no further
+// step or round.
+func (e *Env) eachTargetInterleavedSteps(ctx context.Context, ts []Target, reps, steps int, fn func(m *Mount, rep, step int) error) error {
 	type live struct {
 		m   *Mount
 		err error
@@ -339,16 +387,18 @@ func (e *Env) eachTargetInterleaved(ctx context.Context, ts []Target, reps int, 
 		all = append(all, &live{m: m})
 	}
 	for rep := range reps {
-		for j := range all {
-			l := all[(rep+j)%len(all)]
-			if l.err != nil {
-				continue
-			}
-			if l.err = fn(l.m, rep); l.err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
+		for step := range steps {
+			for j := range all {
+				l := all[(rep+j)%len(all)]
+				if l.err != nil {
+					continue
 				}
-				e.skip(l.m.Target.Name, l.err)
+				if l.err = fn(l.m, rep, step); l.err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					e.skip(l.m.Target.Name, l.err)
+				}
 			}
 		}
 	}

@@ -32,9 +32,11 @@ func (e *Env) mountWeftProcs(ctx context.Context, m *Mount, base, bin string) er
 		return err
 	}
 	t := m.Target
-	args := []string{"cluster", "start", "--dir", dir, "--meta", "1", "--store", "1", "--security", t.Security}
+	// --metrics: the servers' request counters say what work each phase
+	// asked of them (Mount.Requests).
+	args := []string{"cluster", "start", "--dir", dir, "--meta", "1", "--store", "1", "--metrics", "--security", t.Security}
 	if t.Security == securityRecordsVariant {
-		args = []string{"cluster", "start", "--dir", dir, "--meta", "1", "--store", "1", "--security", config.SecuritySecure, "--records-on-loopback"}
+		args = []string{"cluster", "start", "--dir", dir, "--meta", "1", "--store", "1", "--metrics", "--security", config.SecuritySecure, "--records-on-loopback"}
 	}
 	var mountArgs []string
 	switch t.Durability {
@@ -81,16 +83,28 @@ func (e *Env) mountWeftProcs(ctx context.Context, m *Mount, base, bin string) er
 		mountPid.Store(int64(pid))
 		return waitMounted(ctx, m.Dir, nil)
 	}
-	m.pids = func() ([]int, error) {
-		pids := []int{int(mountPid.Load())}
+	m.procs = func() ([]targetProc, error) {
+		procs := []targetProc{{Role: "mount", Pid: int(mountPid.Load())}}
 		for _, s := range servers.Servers() {
 			if !s.Running {
 				return nil, fmt.Errorf("%s server %d is not running", s.Role, s.ID)
 			}
-			pids = append(pids, s.Pid)
+			procs = append(procs, targetProc{Role: string(s.Role), Pid: s.Pid})
 		}
-		return pids, nil
+		return procs, nil
 	}
+	cfg, err := config.Load(filepath.Join(dir, "weft.toml"))
+	if err != nil {
+		return err
+	}
+	var metrics []string
+	for _, s := range cfg.Meta {
+		metrics = append(metrics, s.MetricsAddr)
+	}
+	for _, s := range cfg.Store {
+		metrics = append(metrics, s.MetricsAddr)
+	}
+	m.requests = func(ctx context.Context) (float64, error) { return requestsServed(ctx, metrics) }
 	// The mount daemon exits when its mount goes away.
 	umount := func() error {
 		if !isMounted(m.Dir) {
