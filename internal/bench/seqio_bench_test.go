@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/weftfs/weft/internal/client"
@@ -11,9 +12,14 @@ import (
 // BenchmarkSeqioLib runs weft bench seqio's library pattern
 // (seqioSideBySide: 16 MiB per sample, write, rewrite, read, reread) on
 // mirrored ×2 and ec:4+1 side by side, as weft bench seqio does, for CPU
-// profiles (-cpuprofile) and per-op MB/s of each.
+// profiles (-cpuprofile) and per-op MB/s of each (-N-MB/s: variant N);
+// SEQIO_ALL=1 runs every library variant beside them, as the bench does.
 func BenchmarkSeqioLib(b *testing.B) {
 	variants := libVariants[2:]
+	if os.Getenv("SEQIO_ALL") != "" {
+		variants = libVariants
+	}
+	rep, ec := len(variants)-2, len(variants)-1
 	for _, size := range []int64{1 << 20, 4 << 20} {
 		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
 			ctx := context.Background()
@@ -54,9 +60,9 @@ func BenchmarkSeqioLib(b *testing.B) {
 				for v := range variants {
 					b.ReportMetric(sums[v][k]/float64(b.N), fmt.Sprintf("%s-%d-MB/s", op, v))
 				}
-				b.ReportMetric(sums[1][k]/sums[0][k], op+"-ratio")
+				b.ReportMetric(sums[ec][k]/sums[rep][k], op+"-ratio")
 			}
-			if st := cs[1].ErasureStats(); st.Reads+st.Writes > 0 {
+			if st := cs[ec].ErasureStats(); st.Reads+st.Writes > 0 {
 				b.ReportMetric(float64(st.Reads)/float64(b.N), "unitreads/op")
 				b.ReportMetric(float64(st.Writes)/float64(b.N), "unitwrites/op")
 			}
