@@ -29,8 +29,9 @@ func latfsBenchmark() Benchmark {
 			"against its disk backend and the other targets",
 		Notes: []string{
 			"weft runs as the FUSE mount (weft up --mount, sync durability) with each backend, and through the " +
-				"client library with each backend (an in-process cluster), so the mem/disk comparison exists " +
-				"even where the FUSE target is skipped. The local disk and tmpfs are always measured, whatever --targets " +
+				"client library with each backend (in-process clusters), so the mem/disk comparison exists " +
+				"even where the FUSE target is skipped. The library variants run side by side: all their clusters at once, " +
+				"each file created (then deleted) on every variant in turn, each variant timed by its own operations. The local disk and tmpfs are always measured, whatever --targets " +
 				"says: they are the seed's comparison. --quick uses 100 files. Median over repeats with min–max.",
 			"The paper compares RAM on two servers across a network with a local magnetic disk; weft's mem backend " +
 				"stands for the Network RamDisk, the local disk and tmpfs for the local alternatives. Its reliability by " +
@@ -51,20 +52,15 @@ func runLatfs(ctx context.Context, env *Env) ([]Result, error) {
 	}
 	reps := env.repeats()
 	targets := alwaysWith(env.targets(weftDisk, weftMem), kindLocal, kindTmpfs)
-	env.progress(len(targets) + len(latfsVariants) + (len(targets)+len(latfsVariants))*reps)
+	env.progress(len(targets) + (len(targets)+1)*reps)
 	var out []Result
-	measure := func(name string, fs latfsOps) error {
-		create := make([]Result, len(latfsSizes))
-		remove := make([]Result, len(latfsSizes))
-		for i, kb := range latfsSizes {
-			create[i] = Result{Bench: "latfs", Case: fmt.Sprintf("create, %d KiB", kb), Target: name, Unit: "ms", X: float64(kb)}
-			remove[i] = Result{Bench: "latfs", Case: fmt.Sprintf("delete, %d KiB", kb), Target: name, Unit: "ms", X: float64(kb)}
-		}
+	err := env.eachTarget(ctx, targets, nil, func(m *Mount) error {
+		create, remove := latfsResults(m.Target.Name)
+		fs := dirLatfs(m.Dir)
 		for r := range reps {
-			env.step(fmt.Sprintf("%s, repeat %d", name, r+1))
+			env.step(fmt.Sprintf("%s, repeat %d", m.Target.Name, r+1))
 			for i, kb := range latfsSizes {
-				dir := fmt.Sprintf("r%d-%dk", r, kb)
-				c, d, err := latfsOnce(ctx, fs, dir, files, kb<<10)
+				c, d, err := latfsOnce(ctx, fs, fmt.Sprintf("r%d-%dk", r, kb), files, kb<<10)
 				if err != nil {
 					return err
 				}
@@ -72,21 +68,73 @@ func runLatfs(ctx context.Context, env *Env) ([]Result, error) {
 				remove[i].Samples = append(remove[i].Samples, d)
 			}
 		}
-		out = append(out, create...)
-		out = append(out, remove...)
+		out = append(append(out, create...), remove...)
 		return nil
-	}
-	err := env.eachTarget(ctx, targets, nil, func(m *Mount) error {
-		return measure(m.Target.Name, dirLatfs(m.Dir))
 	})
 	if err != nil {
 		return nil, err
 	}
-	env.eachLibVariant(ctx, latfsVariants, func(name string, c *client.Client) error {
-		env.step(name)
-		return measure(name, libLatfs(ctx, c))
+	return append(out, latfsLibs(ctx, env, files, reps)...), nil
+}
+
+// latfsResults are target name's results, one per size, without samples.
+func latfsResults(name string) (create, remove []Result) {
+	create = make([]Result, len(latfsSizes))
+	remove = make([]Result, len(latfsSizes))
+	for i, kb := range latfsSizes {
+		create[i] = Result{Bench: "latfs", Case: fmt.Sprintf("create, %d KiB", kb), Target: name, Unit: "ms", X: float64(kb)}
+		remove[i] = Result{Bench: "latfs", Case: fmt.Sprintf("delete, %d KiB", kb), Target: name, Unit: "ms", X: float64(kb)}
+	}
+	return create, remove
+}
+
+// latfsLibs measures the library variants side by side, as seqioLibs
+// does: all their clusters run at once and each file is created (then
+// deleted) on every variant in turn, so that the ratios between them (mem
+// with ec:4+1 against disk, the RAM-parity goal) are not those of whatever
+// else loaded a shared machine while one variant ran alone. A variant that
+// fails to start or to run is skipped.
+func latfsLibs(ctx context.Context, env *Env, files, reps int) []Result {
+	var out []Result
+	withLibs(ctx, env, latfsVariants, nil, nil, func(names []string, cs []*client.Client) {
+		creates := make([][]Result, len(cs))
+		removes := make([][]Result, len(cs))
+		failed := make([]bool, len(cs))
+		fss := make([]latfsOps, len(cs))
+		for v, c := range cs {
+			creates[v], removes[v] = latfsResults(names[v])
+			fss[v] = libLatfs(ctx, c)
+		}
+		for r := range reps {
+			env.step(fmt.Sprintf("library variants, repeat %d", r+1))
+			for i, kb := range latfsSizes {
+				var run []latfsOps
+				var which []int
+				for v := range cs {
+					if !failed[v] {
+						run = append(run, fss[v])
+						which = append(which, v)
+					}
+				}
+				create, del, errs := latfsSideBySide(ctx, run, fmt.Sprintf("r%d-%dk", r, kb), files, kb<<10)
+				for k, v := range which {
+					if errs[k] != nil {
+						env.skip(names[v], errs[k])
+						failed[v] = true
+						continue
+					}
+					creates[v][i].Samples = append(creates[v][i].Samples, create[k])
+					removes[v][i].Samples = append(removes[v][i].Samples, del[k])
+				}
+			}
+		}
+		for v := range cs {
+			if !failed[v] {
+				out = append(append(out, creates[v]...), removes[v]...)
+			}
+		}
 	})
-	return out, nil
+	return out
 }
 
 // latfsVariants adds to the library's clusters the Network RamDisk as a
@@ -150,33 +198,54 @@ func libLatfs(ctx context.Context, c *client.Client) latfsOps {
 // latfsOnce creates n files of size bytes in a new directory, then deletes
 // them, and returns ms per create and per delete.
 func latfsOnce(ctx context.Context, fs latfsOps, dir string, n, size int) (float64, float64, error) {
-	if err := fs.mkdir(dir); err != nil {
-		return 0, 0, err
+	create, del, errs := latfsSideBySide(ctx, []latfsOps{fs}, dir, n, size)
+	return create[0], del[0], errs[0]
+}
+
+// latfsSideBySide is latfsOnce on each of fss at once: each file is
+// created on every fs in turn, then each deleted on every fs in turn, and
+// each fs's time is its own operations' sum. An fs whose operation fails
+// gets the error (and no times) and the others go on.
+func latfsSideBySide(ctx context.Context, fss []latfsOps, dir string, n, size int) (create, del []float64, errs []error) {
+	errs = make([]error, len(fss))
+	for v, fs := range fss {
+		errs[v] = fs.mkdir(dir)
 	}
 	data := make([]byte, size)
 	for i := range data {
 		data[i] = byte('a' + i%26)
 	}
 	name := func(i int) string { return fmt.Sprintf("lat%05d", i) }
-	start := time.Now()
-	for i := range n {
-		if err := fs.create(dir, name(i), data); err != nil {
-			return 0, 0, err
+	spent := func(op func(latfsOps, int) error) []time.Duration {
+		took := make([]time.Duration, len(fss))
+		for i := range n {
+			for v, fs := range fss {
+				if errs[v] != nil {
+					continue
+				}
+				if err := ctx.Err(); err != nil {
+					errs[v] = err
+					continue
+				}
+				start := time.Now()
+				if err := op(fs, i); err != nil {
+					errs[v] = err
+					continue
+				}
+				took[v] += time.Since(start)
+			}
 		}
+		return took
 	}
-	create := time.Since(start)
-	if err := ctx.Err(); err != nil {
-		return 0, 0, err
-	}
-	start = time.Now()
-	for i := range n {
-		if err := fs.remove(dir, name(i)); err != nil {
-			return 0, 0, err
-		}
-	}
-	del := time.Since(start)
+	created := spent(func(fs latfsOps, i int) error { return fs.create(dir, name(i), data) })
+	deleted := spent(func(fs latfsOps, i int) error { return fs.remove(dir, name(i)) })
 	ms := func(d time.Duration) float64 { return float64(d) / float64(n) / float64(time.Millisecond) }
-	return ms(create), ms(del), nil
+	create = make([]float64, len(fss))
+	del = make([]float64, len(fss))
+	for v := range fss {
+		create[v], del[v] = ms(created[v]), ms(deleted[v])
+	}
+	return create, del, errs
 }
 
 // stripOp turns "create, 16 KiB" into "16 KiB".

@@ -26,7 +26,8 @@ const seqioRecord = 1 << 20
 // measured over several files, each pass over all of them in turn, so that
 // one sample of a 1 MiB file is not one 5 ms operation on a shared machine
 // (where three such samples gave ratios anywhere between 60% and 200%).
-const seqioSampleBytes = 16 << 20
+// A sample's rate is that of its median file (seqioSideBySide).
+const seqioSampleBytes = 32 << 20
 
 // seqioFiles is how many files of size one sample uses.
 func seqioFiles(size int64) int {
@@ -45,7 +46,7 @@ func seqioBenchmark() Benchmark {
 				"close, so the disk backend pays for durability and the mem backend does not; read and reread " +
 				"come right after, from whatever the target caches (the page cache for local and tmpfs, as IOZONE " +
 				"measures them). weft runs as the FUSE mount with each backend and through the library with each " +
-				"backend and with RAM mirrored on two mem store servers (replication 2); and with parity across servers (ec:4+1 over five mem store servers); the library variants run side by side, each pass going file by file with each file on every variant in turn. The local disk and tmpfs are always measured. --quick stops at 16 MiB. A file below 16 MiB is measured over enough files to move 16 MiB per sample (16 of 1 MiB, 4 of 4 MiB), each pass over all of them in turn. Median over repeats with min–max.",
+				"backend and with RAM mirrored on two mem store servers (replication 2); and with parity across servers (ec:4+1 over five mem store servers); the library variants run side by side, each pass going file by file with each file on every variant in turn. The local disk and tmpfs are always measured. --quick stops at 16 MiB. A file below 32 MiB is measured over enough files to move 32 MiB per sample (32 of 1 MiB, 8 of 4 MiB, 2 of 16 MiB), each pass over all of them in turn, and a sample's rate is that of its median file (a load spike of the shared machine on one file does not move it). Median over repeats with min–max.",
 		},
 		Run:     runSeqio,
 		Tables:  seqioTables,
@@ -207,11 +208,13 @@ func seqioOnce(ctx context.Context, fs seqioFS, prefix string, size int64) ([]fl
 }
 
 // seqioSideBySide is seqioOnce on each of fss at once: every pass goes
-// file by file, each file on every fs in turn, and each fs's time is its
-// own operations' sum, so that a load spike on a shared machine (a log
-// fsync of another job) lands on all of them alike, not on whichever ran
-// its pass then. An fs whose operation fails gets the error and no rates,
-// and the others go on.
+// file by file, each file on every fs in turn, so that a load spike on a
+// shared machine (a log fsync of another job) lands on all of them alike,
+// not on whichever ran its pass then. Each fs's rate in a pass is that of
+// its median file: on a machine shared with other jobs one stalled file
+// (tens of ms) would otherwise move a sum of ten 4 MiB files by half. An
+// fs whose operation fails gets the error and no rates, and the others go
+// on.
 func seqioSideBySide(ctx context.Context, fss []seqioFS, prefix string, size int64) ([][]float64, []error) {
 	names := make([]string, seqioFiles(size))
 	for i := range names {
@@ -271,9 +274,9 @@ func seqioSideBySide(ctx context.Context, fss []seqioFS, prefix string, size int
 		read,
 	}
 	errs := make([]error, len(fss))
-	spent := make([][]time.Duration, len(fss))
+	spent := make([][][]time.Duration, len(fss)) // [fs][step][file]
 	for v := range spent {
-		spent[v] = make([]time.Duration, len(steps))
+		spent[v] = make([][]time.Duration, len(steps))
 	}
 	for i, step := range steps {
 		for _, name := range names {
@@ -290,7 +293,7 @@ func seqioSideBySide(ctx context.Context, fss []seqioFS, prefix string, size int
 					errs[v] = fmt.Errorf("%s: %w", seqioOps[i], err)
 					continue
 				}
-				spent[v][i] += time.Since(start)
+				spent[v][i] = append(spent[v][i], time.Since(start))
 			}
 		}
 	}
@@ -305,11 +308,18 @@ func seqioSideBySide(ctx context.Context, fss []seqioFS, prefix string, size int
 			continue
 		}
 		rates[v] = make([]float64, len(steps))
-		for i, d := range spent[v] {
-			rates[v][i] = float64(size) * float64(len(names)) / 1e6 / d.Seconds()
+		for i, ds := range spent[v] {
+			rates[v][i] = float64(size) / 1e6 / medianDuration(ds).Seconds()
 		}
 	}
 	return rates, errs
+}
+
+// medianDuration is the median of ds (the upper one of an even count).
+func medianDuration(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // opOf is "write" of "write, 16MB".

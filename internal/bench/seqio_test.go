@@ -12,11 +12,11 @@ import (
 // enough files to move that much per pass (each written, rewritten and
 // read whole), and the sample leaves no file behind.
 func TestSeqioOnceBatches(t *testing.T) {
-	if got := seqioFiles(1 << 20); got != 16 {
-		t.Fatalf("seqioFiles(1 MiB) = %d, want 16", got)
+	if got := seqioFiles(1 << 20); got != 32 {
+		t.Fatalf("seqioFiles(1 MiB) = %d, want 32", got)
 	}
-	if got := seqioFiles(4 << 20); got != 4 {
-		t.Fatalf("seqioFiles(4 MiB) = %d, want 4", got)
+	if got := seqioFiles(4 << 20); got != 8 {
+		t.Fatalf("seqioFiles(4 MiB) = %d, want 8", got)
 	}
 	if got := seqioFiles(64 << 20); got != 1 {
 		t.Fatalf("seqioFiles(64 MiB) = %d, want 1", got)
@@ -43,8 +43,8 @@ func TestSeqioOnceBatches(t *testing.T) {
 			t.Fatalf("%s: rate %v", seqioOps[i], r)
 		}
 	}
-	if len(opened) != 16 {
-		t.Fatalf("%d files used, want 16", len(opened))
+	if len(opened) != 32 {
+		t.Fatalf("%d files used, want 32", len(opened))
 	}
 	for name, n := range opened {
 		if n != 4 {
@@ -75,7 +75,7 @@ func TestSeqioSideBySide(t *testing.T) {
 			remove: base.remove,
 		}
 	}
-	rates, errs := seqioSideBySide(context.Background(), []seqioFS{logged("a/", false), logged("b/", true)}, "s", 8<<20)
+	rates, errs := seqioSideBySide(context.Background(), []seqioFS{logged("a/", false), logged("b/", true)}, "s", 16<<20)
 	if want := []string{"a/s-0", "b/s-0", "a/s-1", "b/s-1", "a/s-0"}; len(order) < len(want) || !slices.Equal(order[:len(want)], want) {
 		t.Fatalf("operations ran in the order %v, want it to start %v", order, want)
 	}

@@ -138,20 +138,6 @@ var libVariants = []libVariant{
 // servers: ec:4+1 over five mem store servers, through the library.
 const weftParity = "weft library (mem, ec:4+1)"
 
-// eachLibVariant calls measure with a client of each of variants in turn,
-// started in a scratch directory and stopped afterwards. A variant that
-// fails is reported as skipped and the others go on.
-func (e *Env) eachLibVariant(ctx context.Context, variants []libVariant, measure func(name string, c *client.Client) error) {
-	for _, v := range variants {
-		err := e.withLib(ctx, nil, v.opts, func(c *linkedClient) error {
-			return measure(v.name, c.Client)
-		})
-		if err != nil {
-			e.skip(v.name, err)
-		}
-	}
-}
-
 // withLib starts an in-process cluster with o in a scratch directory under
 // e.Dir, runs fn with a root client of it (its meta traffic through link,
 // if not nil), and stops and removes everything afterwards.

@@ -82,16 +82,22 @@ func (c change) keepsOld(b int64) bool {
 	return start < c.off || end > c.off+int64(len(c.data))
 }
 
+// coversBlock reports whether the data covers block b's new content whole.
+func (c change) coversBlock(b int64) bool {
+	start := b * c.bs
+	return start >= c.off && start+blockLen(c.bs, c.newSize, b) <= c.off+int64(len(c.data))
+}
+
 // build returns block b's new content, given its old bytes (needed only when
 // keepsOld). When the data covers the whole block it returns a slice of the
 // data; otherwise it assembles the block in buf, which must hold a block.
 func (c change) build(b int64, old, buf []byte) []byte {
 	start := b * c.bs
 	n := blockLen(c.bs, c.newSize, b)
-	wEnd := c.off + int64(len(c.data))
-	if start >= c.off && start+n <= wEnd {
+	if c.coversBlock(b) {
 		return c.data[start-c.off : start+n-c.off]
 	}
+	wEnd := c.off + int64(len(c.data))
 	out := buf[:n]
 	k := copy(out, old)
 	clear(out[k:])

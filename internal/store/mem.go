@@ -18,6 +18,7 @@ type memBackend struct {
 	used  atomic.Int64 // sum of chunk sizes
 	count atomic.Int64
 	id    string
+	spare blockPool // blocks released by undo entries (memkeep.go)
 	mu    struct {
 		sync.Mutex
 		inos       map[uint64]map[uint64]*memChunk
@@ -129,6 +130,12 @@ func (m *memBackend) SetVersion(k ChunkKey, v uint64) error {
 // apply checks everything that can fail (space, edge blocks' CRCs) before it
 // changes anything, so a refused change leaves the chunk as it was.
 func (m *memBackend) apply(k ChunkKey, c *memChunk, ch change) error {
+	return m.applyKeeping(k, c, ch, nil)
+}
+
+// applyKeeping is apply; with kept, the blocks it changes are moved into
+// kept as they were and the chunk gets new ones (memkeep.go).
+func (m *memBackend) applyKeeping(k ChunkKey, c *memChunk, ch change, kept *memKept) error {
 	lo, hi := ch.blocks()
 	for b := lo; b < hi; b++ {
 		if ch.keepsOld(b) && checksum(c.blocks[b]) != c.crcs[b] {
@@ -157,13 +164,19 @@ func (m *memBackend) apply(k ChunkKey, c *memChunk, ch change) error {
 	c.blocks = resize(c.blocks, n)
 	c.crcs = resize(c.crcs, n)
 	var buf []byte
+	if kept != nil {
+		kept.oldSize, kept.first = ch.oldSize, lo
+	}
 	for b := lo; b < hi; b++ {
-		if buf == nil {
+		if buf == nil && !ch.coversBlock(b) {
 			buf = make([]byte, m.bs)
 		}
 		content := ch.build(b, c.blocks[b], buf)
 		blk := c.blocks[b]
-		if int64(cap(blk)) < int64(len(content)) || len(content) < cap(blk)/2 {
+		switch {
+		case kept != nil:
+			blk = kept.take(c, b, ch.hasOld(b), len(content))
+		case int64(cap(blk)) < int64(len(content)) || len(content) < cap(blk)/2:
 			blk = make([]byte, len(content))
 		}
 		blk = blk[:len(content)]

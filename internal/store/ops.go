@@ -40,7 +40,7 @@ func (s *Server) WriteChunkData(ctx context.Context, req *weftpb.WriteChunkReque
 }
 
 func (s *Server) writeChunk(ctx context.Context, req *weftpb.WriteChunkRequest, data []byte) (*weftpb.WriteChunkReply, error) {
-	return s.writeChunkThen(ctx, req, data, nil, nil)
+	return s.writeChunkThen(ctx, req, data, writeHooks{})
 }
 
 // swapChunk is a write with return_old: the range's bytes before the write
@@ -50,7 +50,7 @@ func (s *Server) swapChunk(ctx context.Context, req *weftpb.WriteChunkRequest, d
 	var buf, old []byte
 	var found bool
 	release := func() { rpc.PutBuffer(buf) }
-	r, err := s.writeChunkThen(ctx, req, data, func(k ChunkKey) error {
+	r, err := s.writeChunkThen(ctx, req, data, writeHooks{before: func(k ChunkKey) error {
 		if err := s.lostIfIncomplete(op, k); err != nil {
 			return err // its old bytes may be gone: nothing is written
 		}
@@ -63,7 +63,7 @@ func (s *Server) swapChunk(ctx context.Context, req *weftpb.WriteChunkRequest, d
 			return s.failed(op, k, err)
 		}
 		return nil
-	}, nil)
+	}})
 	if err != nil {
 		release()
 		return nil, rpc.Attachment{}, err
@@ -73,10 +73,17 @@ func (s *Server) swapChunk(ctx context.Context, req *weftpb.WriteChunkRequest, d
 	return r, rpc.Attachment{Data: old, Release: release}, nil
 }
 
-// writeChunkThen is writeChunk, with before (if not nil) run under the
-// chunk's lock just before the bytes are written (its error stops the
-// write), and after (if not nil) under it once they are.
-func (s *Server) writeChunkThen(ctx context.Context, req *weftpb.WriteChunkRequest, data []byte, before func(ChunkKey) error, after func(ChunkKey)) (*weftpb.WriteChunkReply, error) {
+// writeHooks change what writeChunkThen does under the chunk's lock; each
+// may be nil.
+type writeHooks struct {
+	before func(ChunkKey) error // just before the write; its error stops it
+	// write writes the bytes instead of the backend's Write.
+	write func(k ChunkKey, off int64, data []byte, mode WriteMode) error
+	after func(ChunkKey) // once the bytes are written
+}
+
+// writeChunkThen is writeChunk, with hooks.
+func (s *Server) writeChunkThen(ctx context.Context, req *weftpb.WriteChunkRequest, data []byte, hooks writeHooks) (*weftpb.WriteChunkReply, error) {
 	const op = "write chunk"
 	k, err := chunkKey(op, req.GetChunk())
 	if err != nil {
@@ -99,8 +106,8 @@ func (s *Server) writeChunkThen(ctx context.Context, req *weftpb.WriteChunkReque
 	if req.GetReplace() {
 		return s.replaceChunkLocked(k, req, data)
 	}
-	if before != nil {
-		if err := before(k); err != nil {
+	if hooks.before != nil {
+		if err := hooks.before(k); err != nil {
 			return nil, err
 		}
 	}
@@ -111,12 +118,16 @@ func (s *Server) writeChunkThen(ctx context.Context, req *weftpb.WriteChunkReque
 	case req.GetWriteBehind():
 		mode = WriteBehind
 	}
-	if err := s.backend.Write(k, off, data, mode); err != nil {
+	write := s.backend.Write
+	if hooks.write != nil {
+		write = hooks.write
+	}
+	if err := write(k, off, data, mode); err != nil {
 		return nil, s.failed(op, k, err)
 	}
 	s.m.bytesWritten.Add(float64(len(data)))
-	if after != nil {
-		after(k)
+	if hooks.after != nil {
+		hooks.after(k)
 	}
 	return &weftpb.WriteChunkReply{}, nil
 }

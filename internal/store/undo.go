@@ -39,7 +39,8 @@ const (
 	undoTTL = 5 * time.Minute
 )
 
-// undoEntry is what a keep_old write replaced.
+// undoEntry is what a keep_old write replaced: its bytes read out before
+// the write (old, in buf), or kept by the backend (kept, memkeep.go).
 type undoEntry struct {
 	k     ChunkKey
 	id    uint64
@@ -47,13 +48,47 @@ type undoEntry struct {
 	n     int64  // the write's length
 	old   []byte // the range's old bytes; short where the chunk ended
 	buf   []byte // old's pooled buffer
-	found bool   // the chunk existed before the write
+	kept  keptRange
+	found bool // the chunk existed before the write
 	after ChunkInfo
 	at    time.Time
 	el    *list.Element
 }
 
-func (e *undoEntry) release() { rpc.PutBuffer(e.buf) }
+func (e *undoEntry) release() {
+	rpc.PutBuffer(e.buf)
+	e.buf, e.old = nil, nil
+	if e.kept != nil {
+		e.kept.Release()
+		e.kept = nil
+	}
+}
+
+// size is the memory e holds, for the table's bound.
+func (e *undoEntry) size() int64 {
+	if e.kept != nil {
+		return e.kept.Size()
+	}
+	return int64(cap(e.buf))
+}
+
+// oldBytes returns the range's old bytes, in e.buf: those the backend
+// kept are checked against their CRCs and copied out now.
+func (e *undoEntry) oldBytes() ([]byte, error) {
+	if e.kept == nil {
+		return e.old, nil
+	}
+	old, err := e.kept.Bytes(func(n int) []byte {
+		e.buf = rpc.GetBuffer(n)
+		return e.buf
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.kept.Release()
+	e.kept, e.old = nil, old
+	return old, nil
+}
 
 // undoTable holds the undo entries of a store.
 type undoTable struct {
@@ -82,13 +117,13 @@ func (t *undoTable) keep(e *undoEntry) bool {
 		t.removeLocked(prev)
 	}
 	t.expireLocked()
-	if t.mu.bytes+int64(cap(e.buf)) > t.limit {
+	if t.mu.bytes+e.size() > t.limit {
 		return false
 	}
 	e.at = t.now()
 	e.el = t.mu.order.PushBack(e)
 	t.mu.byKey[e.k] = e
-	t.mu.bytes += int64(cap(e.buf))
+	t.mu.bytes += e.size()
 	return true
 }
 
@@ -122,7 +157,7 @@ func (t *undoTable) held() (int, int64) {
 func (t *undoTable) removeLocked(e *undoEntry) {
 	t.mu.order.Remove(e.el)
 	delete(t.mu.byKey, e.k)
-	t.mu.bytes -= int64(cap(e.buf))
+	t.mu.bytes -= e.size()
 }
 
 func (t *undoTable) expireLocked() {
@@ -142,21 +177,7 @@ func (s *Server) keepChunk(ctx context.Context, req *weftpb.WriteChunkRequest, d
 	const op = "write chunk"
 	e := &undoEntry{id: req.GetKeepOld(), off: req.GetOffset(), n: int64(len(data))}
 	kept := false
-	r, err := s.writeChunkThen(ctx, req, data, func(k ChunkKey) error {
-		if err := s.lostIfIncomplete(op, k); err != nil {
-			return err // its old bytes may be gone: nothing is written
-		}
-		var err error
-		e.k = k
-		e.old, _, e.found, err = s.backend.Read(k, req.GetOffset(), int64(len(data)), func(n int) []byte {
-			e.buf = rpc.GetBuffer(n)
-			return e.buf
-		})
-		if err != nil {
-			return s.failed(op, k, err)
-		}
-		return nil
-	}, func(k ChunkKey) {
+	hooks := writeHooks{after: func(k ChunkKey) {
 		// Under the chunk's lock still: nothing changed the chunk between
 		// the write and this look at it.
 		info, ok, err := s.backend.Stat(k)
@@ -165,7 +186,36 @@ func (s *Server) keepChunk(ctx context.Context, req *weftpb.WriteChunkRequest, d
 		}
 		e.after = info
 		kept = s.undo.keep(e)
-	})
+	}}
+	if kb, ok := s.backend.(keepingBackend); ok {
+		// The backend keeps the old bytes as the write replaces them
+		// (memkeep.go): nothing is read first.
+		hooks.before = func(k ChunkKey) error {
+			e.k = k
+			return s.lostIfIncomplete(op, k) // its old bytes may be gone: nothing is written
+		}
+		hooks.write = func(k ChunkKey, off int64, data []byte, mode WriteMode) (err error) {
+			e.kept, e.found, err = kb.WriteKeep(k, off, data, mode)
+			return err
+		}
+	} else {
+		hooks.before = func(k ChunkKey) error {
+			if err := s.lostIfIncomplete(op, k); err != nil {
+				return err // its old bytes may be gone: nothing is written
+			}
+			var err error
+			e.k = k
+			e.old, _, e.found, err = s.backend.Read(k, req.GetOffset(), int64(len(data)), func(n int) []byte {
+				e.buf = rpc.GetBuffer(n)
+				return e.buf
+			})
+			if err != nil {
+				return s.failed(op, k, err)
+			}
+			return nil
+		}
+	}
+	r, err := s.writeChunkThen(ctx, req, data, hooks)
 	if err != nil {
 		e.release()
 		return nil, rpc.Attachment{}, err
@@ -175,8 +225,16 @@ func (s *Server) keepChunk(ctx context.Context, req *weftpb.WriteChunkRequest, d
 		r.OldKept = true
 		return r, rpc.Attachment{}, nil
 	}
-	s.m.bytesRead.Add(float64(len(e.old)))
-	return r, rpc.Attachment{Data: e.old, Release: e.release}, nil
+	// No room to keep them: the old bytes go back as return_old's do.
+	old, err := e.oldBytes()
+	if err != nil {
+		// The write is done but what it replaced is unreadable (a kept
+		// block that failed its CRC): the writer cannot roll it back.
+		e.release()
+		return nil, rpc.Attachment{}, s.failed(op, e.k, err)
+	}
+	s.m.bytesRead.Add(float64(len(old)))
+	return r, rpc.Attachment{Data: old, Release: e.release}, nil
 }
 
 // UndoWrite puts back what a keep_old write replaced (proto/store.proto).
@@ -205,14 +263,19 @@ func (s *Server) UndoWrite(ctx context.Context, req *weftpb.UndoWriteRequest, _ 
 		e.release()
 		return nil, rpc.Attachment{}, errs.New(errs.NotExist, op, "chunk %v changed since write %x: its old bytes cannot be put back", k, req.GetUndoId())
 	}
+	old, err := e.oldBytes()
+	if err != nil {
+		e.release()
+		return nil, rpc.Attachment{}, s.failed(op, k, err)
+	}
 	// The range as it was: zeros past the old bytes, as a reader saw it.
 	back := make([]byte, e.n)
-	copy(back, e.old)
+	copy(back, old)
 	if err := s.backend.Write(k, e.off, back, WriteThrough); err != nil {
 		e.release()
 		return nil, rpc.Attachment{}, s.failed(op, k, err)
 	}
-	return &weftpb.UndoWriteReply{}, rpc.Attachment{Data: e.old, Release: e.release}, nil
+	return &weftpb.UndoWriteReply{}, rpc.Attachment{Data: old, Release: e.release}, nil
 }
 
 // ReleaseUndo drops what a keep_old write kept (one-way).
