@@ -180,13 +180,16 @@ func fusemetaFigures(rs []Result) []Figure {
 }
 
 // fusemetaGoals: creates and removes ≥ 3× both JuiceFS configurations and
-// sshfs; stats ≥ JuiceFS.
+// sshfs (issue 3), and in writeback mode ≥ 4× them and ≥ 0.8× go-fuse's
+// loopback (issue 14); stats ≥ JuiceFS.
 func fusemetaGoals(rs []Result) []string {
 	var out []string
 	for _, p := range []string{"create", "remove"} {
 		for _, peer := range []string{kindJuiceFSSQLite, kindJuiceFSRedis, kindSSHFS} {
 			out = append(out, goalAtLeast(rs, "fusemeta "+p+"s", p, weftSync.name, peer, 3, false))
+			out = append(out, goalAtLeast(rs, "fusemeta "+p+"s", p, weftWriteback.name, peer, 4, false))
 		}
+		out = append(out, goalAtLeast(rs, "fusemeta "+p+"s", p, weftWriteback.name, kindLoopback, 0.8, false))
 	}
 	for _, peer := range []string{kindJuiceFSSQLite, kindJuiceFSRedis} {
 		out = append(out, goalAtLeast(rs, "fusemeta stats", "stat", weftSync.name, peer, 1, false))
