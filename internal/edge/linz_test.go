@@ -242,8 +242,37 @@ func newSitesRun(t *testing.T, a, b, direct *client.Client, readLeases bool) *li
 		fss = append(fss, f)
 	}
 	r := linz.NewRun(t, fss, linz.Seed(t))
+	for _, f := range fss {
+		if f := f.(*clientFS); f.readLeases {
+			f.resolveDirs(t)
+		}
+	}
 	r.SetMix(sitesMix)
 	return r
+}
+
+// resolveDirs looks up the namespace's directories (made by another
+// client, which may still hold their mkdirs in its write-back queues)
+// under read leases on each parent, as a mount's lookups do: a lookup
+// without one would not recall that client's write lease, and would not
+// find them.
+func (f *clientFS) resolveDirs(t *testing.T) {
+	t.Helper()
+	ctx, cancel := opCtx()
+	defer cancel()
+	f.c.ReadLease(ctx, f.c.DirLeases(core.RootIno)...)
+	top, err := f.c.Lstat(ctx, f.root)
+	if err != nil {
+		t.Fatalf("lstat %s: %v", f.root, err)
+	}
+	f.c.ReadLease(ctx, f.c.DirLeases(top.Ino)...)
+	for _, d := range linz.Dirs {
+		a, err := f.c.Lstat(ctx, f.path(d))
+		if err != nil {
+			t.Fatalf("lstat %s: %v", f.path(d), err)
+		}
+		f.dirs[d] = a.Ino
+	}
 }
 
 // sitesMix is the FUSE tests' mix without rereads: a library client reads
