@@ -89,7 +89,7 @@ fuse-deps:
 linz: check-go fuse-deps
 	WEFT_LINZ=1 WEFT_LINZ_DURATION=$${WEFT_LINZ_DURATION:-60s} WEFT_LINZ_CHECK_TIME=$${WEFT_LINZ_CHECK_TIME:-5m} $(GO) test -count=1 -timeout 20m -v \
 		-run 'TestLinzModel|TestLinzCatchesStaleMount|TestLinearizableThreeMounts|TestLeaseGraceAfterMetaKill|TestLeaseStalledHolder|TestChangeSeenAcrossMounts' ./internal/fusefs/
-	WEFT_LINZ=1 WEFT_LINZ_WRITEBACK=1 WEFT_LINZ_DURATION=$${WEFT_LINZ_DURATION:-60s} WEFT_LINZ_CHECK_TIME=$${WEFT_LINZ_CHECK_TIME:-5m} $(GO) test -count=1 -timeout 20m -v \
+	WEFT_LINZ=1 WEFT_LINZ_DURATION=$${WEFT_LINZ_DURATION:-60s} WEFT_LINZ_CHECK_TIME=$${WEFT_LINZ_CHECK_TIME:-5m} $(GO) test -count=1 -timeout 20m -v \
 		-run 'TestLinzTwoSites' ./internal/edge/
 
 ## fsx-long: the randomized data-integrity test through a mount, 1,000,000 operations

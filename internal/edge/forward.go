@@ -78,7 +78,14 @@ func (u *upstream) forward(ctx context.Context, method uint16, msg, data []byte)
 		wbDone()
 		return nil, rpc.Attachment{}, err
 	}
+	var nd *newDirs
+	if peer == u.deleg && method == weftpb.MethodApplyBatch {
+		msg, nd = u.newDirsBefore(ctx, msg)
+	}
 	resp, respData, err := peer.CallRaw(ctx, method, msg, data)
+	if nd != nil {
+		resp = nd.after(u, resp, err)
+	}
 	done()
 	u.finish(f)
 	wbDone()
