@@ -267,6 +267,7 @@ func allStopped(pid int) bool {
 // server must refuse that lease at once rather than have the two wait for
 // each other until the client's 500 ms bound.
 func TestSharedDirectoryNoStall(t *testing.T) {
+	const maxSlowRecalls = 5
 	requireFUSE(t)
 	tc := startCluster(t)
 	ca, cb := tc.client(t), tc.client(t)
@@ -309,8 +310,11 @@ func TestSharedDirectoryNoStall(t *testing.T) {
 	t.Logf("slowest pair of renames on A while B looks up in the directory: %v", slowest)
 	// A stall ends only when B's recall gives up waiting for its
 	// invalidation: counted, not timed (a loaded machine makes slow
-	// renames without any stall).
-	if n := cb.SlowRecalls() + ca.SlowRecalls(); n > 0 {
+	// renames without any stall). With the server's refusal removed, the
+	// two mounts waited for each other in 496 of the 600 renames; at a
+	// load average of 10, one invalidation in 600 once took longer than
+	// the bound with no stall at all.
+	if n := cb.SlowRecalls() + ca.SlowRecalls(); n > maxSlowRecalls {
 		t.Errorf("%d recalls waited out their bound: A and B waited for each other (slowest pair of renames %v)", n, slowest)
 	}
 }
