@@ -373,17 +373,9 @@ func TestWriteBackKeepsListingAcrossRequests(t *testing.T) {
 // one of them (which recalls the lease), the writer reads that client's
 // content, not its own copy.
 func TestWriteBackOpensAppliedFiles(t *testing.T) {
-	emb, count := startCountedCluster(t)
-	ctx := context.Background()
-	a := newClientOf(t, emb.Config(), true)
-	b := newClientOf(t, emb.Config(), false)
-	b.OnRecall(func([]client.LeaseKey) {})
-	d := mkdirSent(t, ctx, a, core.RootIno, "d", 0o755)
 	const n = 20
-	writeFiles(t, ctx, a, d.Ino, n)
-	if err := a.SyncDir(ctx, d.Ino); err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
+	a, b, d, count := appliedFiles(t, ctx, n)
 	opens := count("open")
 	checkFiles(t, ctx, a, d.Ino, n)
 	if got := count("open") - opens; got != 0 {
@@ -457,17 +449,9 @@ func readRef(t *testing.T, ctx context.Context, c *client.Client, ref client.Ref
 // while it holds the directory's write lease; after another client changed
 // one, the writer sees the change.
 func TestWriteBackStatsAppliedFiles(t *testing.T) {
-	emb, count := startCountedCluster(t)
-	ctx := context.Background()
-	a := newClientOf(t, emb.Config(), true)
-	b := newClientOf(t, emb.Config(), false)
-	b.OnRecall(func([]client.LeaseKey) {})
-	d := mkdirSent(t, ctx, a, core.RootIno, "d", 0o755)
 	const n = 20
-	writeFiles(t, ctx, a, d.Ino, n)
-	if err := a.SyncDir(ctx, d.Ino); err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
+	a, b, d, count := appliedFiles(t, ctx, n)
 	refs := make([]client.Ref, n)
 	for i := range refs {
 		name := fmt.Sprintf("f%03d", i)
@@ -494,4 +478,21 @@ func TestWriteBackStatsAppliedFiles(t *testing.T) {
 	if at, err := a.GetAttr(ctx, refs[3]); err != nil || at.Mode&core.ModeBits != 0o600 {
 		t.Errorf("after another client's chmod the writer sees mode %#o (%v), want 0600", at.Mode&core.ModeBits, err)
 	}
+}
+
+// appliedFiles starts a cluster with a write-back client a, which writes n
+// files in a new directory d and syncs them, and a client b with leases;
+// count counts the requests of a meta method.
+func appliedFiles(t *testing.T, ctx context.Context, n int) (a, b *client.Client, d core.Attr, count func(string) float64) {
+	t.Helper()
+	emb, count := startCountedCluster(t)
+	a = newClientOf(t, emb.Config(), true)
+	b = newClientOf(t, emb.Config(), false)
+	b.OnRecall(func([]client.LeaseKey) {})
+	d = mkdirSent(t, ctx, a, core.RootIno, "d", 0o755)
+	writeFiles(t, ctx, a, d.Ino, n)
+	if err := a.SyncDir(ctx, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, d, count
 }
