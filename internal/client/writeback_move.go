@@ -93,23 +93,9 @@ func (c *Client) wbRenameCross(ctx context.Context, from core.Ino, src string, t
 			return false, nil
 		}
 	}
-	a, exists, err := c.wbResolve(ctx, ws, src)
-	switch {
-	case err != nil:
-		return false, nil
-	case !exists:
-		return true, &errs.Error{Kind: errs.NotExist, Op: "rename", Path: src}
-	case a.IsDir() || a.Nlink != 1:
-		return false, nil
-	}
-	_, taken, err := c.wbResolve(ctx, wd, dst)
-	switch {
-	case err != nil:
-		return false, nil
-	case taken && flags&RenameNoReplace != 0:
-		return true, &errs.Error{Kind: errs.Exist, Op: "rename", Path: dst}
-	case taken:
-		return false, nil // replacing a file: the servers' part
+	a, ok, err := c.wbRenameResolve(ctx, ws, src, wd, dst, flags)
+	if err != nil || !ok {
+		return err != nil, err
 	}
 	// D's token: a flush of D (a recall) that starts now sends S's queue
 	// with the rename, not D's changes or its lease before it.
@@ -118,7 +104,7 @@ func (c *Client) wbRenameCross(ctx context.Context, from core.Ino, src string, t
 	case <-ctx.Done():
 		return true, ctxError("rename", ctx)
 	}
-	ok := c.queueMove(ctx, ws, src, wd, dst, a)
+	ok = c.queueMove(ctx, ws, src, wd, dst, a)
 	<-wd.sending
 	if !ok {
 		return false, nil

@@ -438,23 +438,9 @@ func (c *Client) wbRename(ctx context.Context, dir core.Ino, src, dst string, fl
 	}
 	w.ops.Lock()
 	defer w.ops.Unlock()
-	a, exists, err := c.wbResolve(ctx, w, src)
-	switch {
-	case err != nil:
-		return false, nil
-	case !exists:
-		return true, &errs.Error{Kind: errs.NotExist, Op: "rename", Path: src}
-	case a.IsDir() || a.Nlink != 1:
-		return false, nil
-	}
-	_, taken, err := c.wbResolve(ctx, w, dst)
-	switch {
-	case err != nil:
-		return false, nil
-	case taken && flags&RenameNoReplace != 0:
-		return true, &errs.Error{Kind: errs.Exist, Op: "rename", Path: dst}
-	case taken:
-		return false, nil // replacing a file: the servers' part
+	a, ok, err := c.wbRenameResolve(ctx, w, src, w, dst, flags)
+	if err != nil || !ok {
+		return err != nil, err
 	}
 	creds := c.creds(ctx)
 	now := time.Now()
@@ -507,4 +493,31 @@ func (c *Client) wbTakeErr(dir core.Ino) error {
 	err := w.mu.err
 	w.mu.err = nil
 	return err
+}
+
+// wbRenameResolve resolves the source of a rename in ws and its
+// destination in wd under write-back: ok = false leaves the rename to the
+// servers (a directory, a hard-linked file, a name it replaces, a lookup
+// that failed); err is the rename's own error (no source, or a taken name
+// under RenameNoReplace).
+func (c *Client) wbRenameResolve(ctx context.Context, ws *wbDir, src string, wd *wbDir, dst string, flags uint32) (a core.Attr, ok bool, err error) {
+	a, exists, err := c.wbResolve(ctx, ws, src)
+	switch {
+	case err != nil:
+		return a, false, nil
+	case !exists:
+		return a, false, &errs.Error{Kind: errs.NotExist, Op: "rename", Path: src}
+	case a.IsDir() || a.Nlink != 1:
+		return a, false, nil
+	}
+	_, taken, err := c.wbResolve(ctx, wd, dst)
+	switch {
+	case err != nil:
+		return a, false, nil
+	case taken && flags&RenameNoReplace != 0:
+		return a, false, &errs.Error{Kind: errs.Exist, Op: "rename", Path: dst}
+	case taken:
+		return a, false, nil // replacing a file: the servers' part
+	}
+	return a, true, nil
 }
