@@ -42,6 +42,10 @@ type Config struct {
 	// ReadAhead is how many chunks ahead of a sequential reader are fetched
 	// (default 2).
 	ReadAhead int
+	// ReadCache bounds the bytes of whole chunks kept across opens, for
+	// files read again unchanged (chunkcache.go; default DefaultReadCache,
+	// < 0: none).
+	ReadCache int64
 	// SyncOnClose makes close as durable as fsync (the cluster's sync
 	// durability mode): chunks are synced on the stores before the commit.
 	SyncOnClose bool
@@ -130,6 +134,9 @@ func (c *Config) setDefaults() error {
 	if c.ReadAhead == 0 {
 		c.ReadAhead = 2
 	}
+	if c.ReadCache == 0 {
+		c.ReadCache = DefaultReadCache
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -168,8 +175,9 @@ type Client struct {
 	stores []*rpc.Peer
 	same   []*sameHost // each store's same-host path, by store id
 
-	suspects *suspects // stores slow or failed lately, asked last (replicas.go)
-	ec       *stripes  // erasure coding (stripe.go); nil: replicas
+	suspects *suspects   // stores slow or failed lately, asked last (replicas.go)
+	ec       *stripes    // erasure coding (stripe.go); nil: replicas
+	chunks   *chunkCache // whole chunks kept across opens (chunkcache.go); nil: none
 
 	maps dirMaps // GIGA+ partition bitmaps of directories (route.go)
 
@@ -220,7 +228,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, ec: ec}
+	c := &Client{cfg: cfg, log: cfg.Logger, ec: ec, chunks: newChunkCache(cfg.ReadCache)}
 	c.life, c.stop = context.WithCancel(context.Background())
 	peer := func(addr string, mux *rpc.Mux) *rpc.Peer {
 		opts := cfg.Dial

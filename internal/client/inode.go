@@ -71,6 +71,12 @@ type openInode struct {
 		overflow  bool         // more runs written than a record keeps: the next commit says so
 		freed     bool         // no link left: nothing to commit; chunks go at the last release (orphan.go)
 		stale     bool         // another client may have changed the file: the next read asks (refresh.go)
+		// cacheVer is the file's version as the server last said (open,
+		// refresh), taken at change count cacheVerGen: what the chunk
+		// cache is used under (chunkcache.go).
+		cacheVer    cacheVersion
+		cacheVerGen uint64
+		cacheVerOK  bool
 	}
 }
 
@@ -122,6 +128,7 @@ func (c *Client) acquireOpen(ref Ref, r *pb.OpenReply, creds core.Creds) *openIn
 		n.mu.inline = r.Attr.GetInline()
 		n.mu.data = append([]byte(nil), r.InlineData...)
 		n.takeExtentsLocked(r.Attr)
+		n.takeVersionLocked(r.Attr)
 		n.dropCacheLocked()
 	}
 	return n
@@ -572,6 +579,9 @@ func (n *openInode) truncate(ctx context.Context, size uint64, byHandle bool) er
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.dropCacheLocked()
+	// The content changes with no write counted (a shrink, zeros past
+	// the old end): the chunk cache waits for the server's next version.
+	n.mu.cacheVerOK = false
 	if n.mu.freed {
 		return n.truncateFreedLocked(ctx, size)
 	}

@@ -19,6 +19,9 @@ type fetch struct {
 	data []byte
 	err  error
 	refs int
+	// shared says data is the chunk cache's (chunkcache.go), not a pooled
+	// buffer: it is never given back, nor written.
+	shared bool
 }
 
 // streamReadAhead is how many chunks ahead ReadTo fetches, at least. Each
@@ -64,16 +67,36 @@ func (n *openInode) read(ctx context.Context, p []byte, off int64, sequential bo
 			k = copy(dst, data)
 			n.unref(f)
 		} else {
-			data, err := n.c.readChunk(ctx, n.ino, s.Index, s.Offset, s.Len)
-			if err != nil {
+			var err error
+			if k, err = n.readSpan(ctx, s, dst); err != nil {
 				return 0, err
 			}
-			k = copy(dst, data)
-			rpc.PutBuffer(data)
 		}
 		clear(dst[k:]) // a hole or a chunk shorter than the file reads as zeros
 	}
 	return int(want), nil
+}
+
+// readSpan reads span s into dst, from the chunk cache if it holds the
+// chunk, else from its stores (just the span: a random reader fetches no
+// whole chunks). It returns the bytes there were.
+func (n *openInode) readSpan(ctx context.Context, s core.ChunkSpan, dst []byte) (int, error) {
+	n.mu.Lock()
+	cached, ok := n.cachedChunkLocked(s.Index)
+	n.mu.Unlock()
+	if ok {
+		if s.Offset >= int64(len(cached)) {
+			return 0, nil
+		}
+		return copy(dst, cached[s.Offset:min(int64(len(cached)), s.Offset+s.Len)]), nil
+	}
+	data, err := n.c.readChunk(ctx, n.ino, s.Index, s.Offset, s.Len)
+	if err != nil {
+		return 0, err
+	}
+	k := copy(dst, data)
+	rpc.PutBuffer(data)
+	return k, nil
 }
 
 // pushOutLocked uploads the dirty ranges of the chunks that spans touch and
@@ -235,7 +258,15 @@ func (n *openInode) startFetchLocked(caller context.Context, idx uint64) *fetch 
 	if f := n.mu.cache[idx]; f != nil {
 		return f
 	}
-	f := &fetch{done: make(chan struct{}), refs: 2} // the cache's and the goroutine's
+	if data, ok := n.cachedChunkLocked(idx); ok {
+		f := &fetch{done: make(chan struct{}), data: data, refs: 1, shared: true} // the read-ahead cache's
+		close(f.done)
+		n.mu.cache[idx] = f
+		return f
+	}
+	version, keep := n.cacheVersionLocked()
+	gen := n.mu.gen
+	f := &fetch{done: make(chan struct{}), refs: 2} // the read-ahead cache's and the goroutine's
 	n.mu.cache[idx] = f
 	go func() {
 		// readReplicas bounds each replica by StoreTimeout; this bounds
@@ -243,6 +274,11 @@ func (n *openInode) startFetchLocked(caller context.Context, idx uint64) *fetch 
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(caller), n.c.cfg.StoreTimeout+n.c.cfg.ReplicaTimeout)
 		f.data, f.err = n.c.readChunk(ctx, n.ino, idx, 0, n.c.cfg.ChunkSize)
 		cancel()
+		if keep && f.err == nil {
+			n.mu.Lock()
+			n.keepChunkLocked(idx, version, gen, f.data)
+			n.mu.Unlock()
+		}
 		close(f.done)
 		n.unref(f)
 	}()
@@ -274,7 +310,9 @@ func (n *openInode) unref(f *fetch) {
 func (n *openInode) unrefLocked(f *fetch) {
 	f.refs--
 	if f.refs == 0 {
-		rpc.PutBuffer(f.data)
+		if !f.shared {
+			rpc.PutBuffer(f.data)
+		}
 		f.data = nil
 	}
 }

@@ -153,5 +153,6 @@ func (n *openInode) refreshIfStale(ctx context.Context) {
 	n.mu.inline = r.Attr.GetInline()
 	n.mu.data = append([]byte(nil), r.InlineData...)
 	n.takeExtentsLocked(r.Attr)
+	n.takeVersionLocked(r.Attr)
 	n.dropCacheLocked()
 }
