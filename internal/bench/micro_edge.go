@@ -8,16 +8,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/weftfs/weft/internal/client"
-	"github.com/weftfs/weft/internal/cluster"
-	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
-	"github.com/weftfs/weft/internal/edge"
 	"github.com/weftfs/weft/internal/linksim"
 	"github.com/weftfs/weft/internal/rpc"
 	"github.com/weftfs/weft/proto/weftpb"
@@ -43,19 +39,6 @@ const (
 type microTarget struct {
 	*linkedClient
 	metaAddr string
-	edge     *edge.Server
-	links    []*linksim.Link // the edge's upstream links
-}
-
-func (t *microTarget) Close() error {
-	err := t.linkedClient.Close()
-	if t.edge != nil {
-		err = errors.Join(err, t.edge.Close())
-	}
-	for _, l := range t.links {
-		err = errors.Join(err, l.Close())
-	}
-	return err
 }
 
 // microClient returns the column's client: direct, through link, or (the
@@ -72,33 +55,14 @@ func microClient(ctx context.Context, lc *libCluster, column string, link *links
 		}
 		return &microTarget{linkedClient: c, metaAddr: addr}, nil
 	}
-	t := &microTarget{}
-	up := lc.cfg.Clone()
-	for i, m := range up.Meta {
-		l, err := linksim.Listen(m.Addr, *link, nil)
-		if err != nil {
-			t.Close()
-			return nil, err
-		}
-		t.links = append(t.links, l)
-		up.Meta[i] = config.MetaServer{Addr: l.Addr()}
-	}
-	// In write-back mode: the seed's mixed column has the local
-	// server complete metadata writes and send them upstream later.
-	e, err := edge.Start(ctx, edge.Config{Upstream: up, Listen: "127.0.0.1:0", WriteBack: true})
+	// In write-back mode: the seed's mixed column has the local server
+	// complete metadata writes and send them upstream later. Data is not
+	// what micro measures: the stores stay on loopback.
+	c, err := lc.edgeClient(ctx, *link, true, false, nil)
 	if err != nil {
-		t.Close()
 		return nil, err
 	}
-	t.edge = e
-	c, err := client.New(cluster.ClientConfig(e.Cluster(), core.Root, nil))
-	if err != nil {
-		t.Close()
-		return nil, err
-	}
-	t.linkedClient = &linkedClient{Client: c}
-	t.metaAddr = e.Addrs()[0]
-	return t, nil
+	return &microTarget{linkedClient: c, metaAddr: c.edge.Addrs()[0]}, nil
 }
 
 // microFiles creates n files under dir for the first-access row.

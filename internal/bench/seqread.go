@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/linksim"
 )
 
@@ -23,6 +24,7 @@ func seqreadBenchmark() Benchmark {
 		Seed: "seed 000, Ringer's figure \"Read50x\"",
 		Doc: "Time to read a whole file of 2^n bytes (open, read, close), n = 1..21, mean of 50 runs, " +
 			"on every target over loopback, and over the gige link where the target has a network hop; " +
+			"weft's library at a remote site over dsl, directly and through an edge; " +
 			"then weft's chunk size swept through the library over gige",
 		Notes: []string{
 			"Each sample is the mean of 50 reads of the same file (5 with --quick); the table gives the median " +
@@ -32,6 +34,11 @@ func seqreadBenchmark() Benchmark {
 				"the server: sshfs ↔ sshd, JuiceFS ↔ Redis (its objects stay on the local disk: only metadata " +
 				"crosses the link), weft's library ↔ meta and store servers. The weft FUSE mount runs its servers " +
 				"in the mounting process, so it has no link row.",
+			"The dsl rows put a reader at a remote site (issue 17), every fourth size: \"over dsl\" has the " +
+				"library's meta and store traffic cross the link; \"via edge\" has an edge meta server " +
+				"(internal/edge) next to the client, its upstream traffic and the client's store traffic " +
+				"across the link; \"no chunk cache\" is the same with the client's chunk cache off " +
+				"(client/chunkcache.go), so every read fetches its chunks across the link.",
 		},
 		Run:     runSeqread,
 		Tables:  seqreadTables,
@@ -65,10 +72,11 @@ func runSeqread(ctx context.Context, env *Env) ([]Result, error) {
 	if env.Quick {
 		chunks = []int64{64 << 10, 4 << 20}
 	}
-	env.progress(len(targets) + len(linked) + 2 + len(chunks) + 4)
+	remote := seqreadRemotes()
+	env.progress(len(targets) + len(linked) + 2 + len(remote) + len(chunks) + 4)
 
 	var out []Result
-	measure := func(name string, open opener) error {
+	measureSizes := func(name string, open opener, ns []int) error {
 		for _, n := range ns {
 			if err := writeRandom(open, fileName(n), 1<<n); err != nil {
 				return err
@@ -87,6 +95,7 @@ func runSeqread(ctx context.Context, env *Env) ([]Result, error) {
 		}
 		return nil
 	}
+	measure := func(name string, open opener) error { return measureSizes(name, open, ns) }
 	for _, link := range []*linksim.Profile{nil, &linksim.GigE} {
 		ts := targets
 		suffix := ""
@@ -103,6 +112,22 @@ func runSeqread(ctx context.Context, env *Env) ([]Result, error) {
 		env.step("weft library" + suffix)
 		if err := seqreadLib(ctx, env, link, libOptions{}, func(o opener) error { return measure("weft (library)"+suffix, o) }); err != nil {
 			env.skip("weft (library)"+suffix, err)
+		}
+	}
+
+	// The seed's setting: a reader at a remote site, over dsl.
+	for _, r := range remote {
+		env.step(r.name)
+		err := env.withLibCluster(ctx, libOptions{}, func(lc *libCluster) error {
+			c, err := r.client(ctx, lc)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return measureSizes(r.name, libOpener(ctx, c), seqreadRemoteSizes(env.Quick))
+		})
+		if err != nil {
+			env.skip(r.name, err)
 		}
 	}
 
@@ -173,14 +198,57 @@ func dirOpener(dir string) opener {
 // seqreadLib runs fn with an opener on an in-process weft cluster, its
 // client behind link.
 func seqreadLib(ctx context.Context, env *Env, link *linksim.Profile, o libOptions, fn func(opener) error) error {
-	return env.withLib(ctx, link, o, func(c *linkedClient) error {
-		return fn(opener{
-			open: func(name string) (io.ReadCloser, error) { return c.Open(ctx, "/"+name, os.O_RDONLY, 0) },
-			create: func(name string) (io.WriteCloser, error) {
-				return c.Open(ctx, "/"+name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-			},
-		})
-	})
+	return env.withLib(ctx, link, o, func(c *linkedClient) error { return fn(libOpener(ctx, c)) })
+}
+
+// libOpener opens files of c's root directory.
+func libOpener(ctx context.Context, c *linkedClient) opener {
+	return opener{
+		open: func(name string) (io.ReadCloser, error) { return c.Open(ctx, "/"+name, os.O_RDONLY, 0) },
+		create: func(name string) (io.WriteCloser, error) {
+			return c.Open(ctx, "/"+name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		},
+	}
+}
+
+// seqreadRemote is a weft client at a remote site, the cluster across a
+// dsl link (issue 17): what the edge and the client's chunk cache change
+// for Read50x.
+type seqreadRemote struct {
+	name   string
+	client func(context.Context, *libCluster) (*linkedClient, error)
+}
+
+// The remote rows' names.
+const (
+	remoteDirect  = "weft (library) over dsl"
+	remoteEdge    = "weft (library) via edge, data over dsl"
+	remoteNoCache = "weft (library) via edge, data over dsl, no chunk cache"
+)
+
+func seqreadRemotes() []seqreadRemote {
+	noCache := func(cc *client.Config) { cc.ReadCache = -1 }
+	return []seqreadRemote{
+		{remoteDirect, func(_ context.Context, lc *libCluster) (*linkedClient, error) {
+			return lc.client(&linksim.DSL, true)
+		}},
+		{remoteEdge, func(ctx context.Context, lc *libCluster) (*linkedClient, error) {
+			return lc.edgeClient(ctx, linksim.DSL, false, true, nil)
+		}},
+		{remoteNoCache, func(ctx context.Context, lc *libCluster) (*linkedClient, error) {
+			return lc.edgeClient(ctx, linksim.DSL, false, true, noCache)
+		}},
+	}
+}
+
+// seqreadRemoteSizes are the sizes read over dsl: every fourth n, as
+// --quick has everywhere (a 2 MiB read takes 2 s at dsl's 8 Mbit/s, 50
+// times over without a cache); --quick keeps two small ones.
+func seqreadRemoteSizes(quick bool) []int {
+	if quick {
+		return []int{1, 9}
+	}
+	return seqreadSizes(true)
 }
 
 func writeRandom(o opener, name string, size int64) error {

@@ -16,6 +16,7 @@ import (
 	"github.com/weftfs/weft/internal/cluster"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/edge"
 	"github.com/weftfs/weft/internal/linksim"
 )
 
@@ -142,6 +143,19 @@ const weftParity = "weft library (mem, ec:4+1)"
 // e.Dir, runs fn with a root client of it (its meta traffic through link,
 // if not nil), and stops and removes everything afterwards.
 func (e *Env) withLib(ctx context.Context, link *linksim.Profile, o libOptions, fn func(*linkedClient) error) error {
+	return e.withLibCluster(ctx, o, func(lc *libCluster) error {
+		c, err := lc.client(link, true)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return fn(c)
+	})
+}
+
+// withLibCluster starts an in-process cluster with o in a scratch directory
+// under e.Dir, runs fn with it, and stops and removes it afterwards.
+func (e *Env) withLibCluster(ctx context.Context, o libOptions, fn func(*libCluster) error) error {
 	dir, err := os.MkdirTemp(e.Dir, "lib-")
 	if err != nil {
 		return err
@@ -152,59 +166,103 @@ func (e *Env) withLib(ctx context.Context, link *linksim.Profile, o libOptions, 
 		return err
 	}
 	defer lc.Close()
-	c, err := lc.client(link, true)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return fn(c)
+	return fn(lc)
 }
 
 // linkedClient is a root client of lc whose traffic to the meta server (and
 // to the store too, with data set) crosses a link of profile p; nil p is a
-// direct client.
+// direct client. A client at a remote site may reach its meta servers
+// through an edge of its own (edgeClient).
 type linkedClient struct {
 	*client.Client
+	edge  *edge.Server
 	links []*linksim.Link
 }
 
 func (lc *libCluster) client(p *linksim.Profile, data bool) (*linkedClient, error) {
-	cc := cluster.ClientConfig(lc.cfg, core.Root, nil)
 	out := &linkedClient{}
+	cc := cluster.ClientConfig(lc.cfg, core.Root, nil)
 	if p != nil {
-		via := func(addrs []string) error {
-			for i, a := range addrs {
-				l, err := linksim.Listen(a, *p, nil)
-				if err != nil {
-					return err
-				}
-				out.links = append(out.links, l)
-				addrs[i] = l.Addr()
-			}
-			return nil
-		}
-		err := via(cc.MetaAddrs)
+		err := out.via(*p, cc.MetaAddrs)
 		if err == nil && data {
-			err = via(cc.StoreAddrs)
+			err = out.via(*p, cc.StoreAddrs)
 		}
 		if err != nil {
 			out.Close()
 			return nil, err
 		}
 	}
-	c, err := client.New(cc)
+	return out, out.connect(cc)
+}
+
+// edgeClient is a root client at a remote site: an edge meta server next
+// to it (internal/edge) whose upstream traffic crosses a link of profile p,
+// and, with data, its own traffic to the stores across such a link too.
+// tune, if set, changes the client's configuration.
+func (lc *libCluster) edgeClient(ctx context.Context, p linksim.Profile, writeBack, data bool, tune func(*client.Config)) (*linkedClient, error) {
+	out := &linkedClient{}
+	up := lc.cfg.Clone()
+	var metas []string
+	for _, m := range up.Meta {
+		metas = append(metas, m.Addr)
+	}
+	if err := out.via(p, metas); err != nil {
+		out.Close()
+		return nil, err
+	}
+	for i, a := range metas {
+		up.Meta[i] = config.MetaServer{Addr: a}
+	}
+	e, err := edge.Start(ctx, edge.Config{Upstream: up, Listen: "127.0.0.1:0", WriteBack: writeBack})
 	if err != nil {
 		out.Close()
 		return nil, err
 	}
-	out.Client = c
-	return out, nil
+	out.edge = e
+	cc := cluster.ClientConfig(e.Cluster(), core.Root, nil)
+	if data {
+		if err := out.via(p, cc.StoreAddrs); err != nil {
+			out.Close()
+			return nil, err
+		}
+	}
+	if tune != nil {
+		tune(&cc)
+	}
+	return out, out.connect(cc)
+}
+
+// via puts each of addrs behind a link of profile p, in place.
+func (c *linkedClient) via(p linksim.Profile, addrs []string) error {
+	for i, a := range addrs {
+		l, err := linksim.Listen(a, p, nil)
+		if err != nil {
+			return err
+		}
+		c.links = append(c.links, l)
+		addrs[i] = l.Addr()
+	}
+	return nil
+}
+
+// connect makes the client of cc, or closes what c started.
+func (c *linkedClient) connect(cc client.Config) error {
+	cl, err := client.New(cc)
+	if err != nil {
+		c.Close()
+		return err
+	}
+	c.Client = cl
+	return nil
 }
 
 func (c *linkedClient) Close() error {
 	var all []error
 	if c.Client != nil {
 		all = append(all, c.Client.Close())
+	}
+	if c.edge != nil {
+		all = append(all, c.edge.Close())
 	}
 	for _, l := range c.links {
 		all = append(all, l.Close())
