@@ -123,6 +123,9 @@ func (ec *ecCluster) clientWith(chunkSize int64, adjust func(*client.Config)) *c
 	cc.InlineLimit = -1
 	cc.ReplicaTimeout = 200 * time.Millisecond
 	cc.StoreTimeout = 5 * time.Second
+	// These tests watch what reads get from the stores (rebuilds, EIO
+	// after a loss): a file read again must not come from memory.
+	cc.ReadCache = -1
 	if adjust != nil {
 		adjust(&cc)
 	}
