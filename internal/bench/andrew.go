@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,7 +61,7 @@ func andrewBenchmark() Benchmark {
 				"every mode, ...; each repeat starts one mode later than the last), so that a phase's samples of the " +
 				"modes lie seconds apart and meet the same load; other targets run after them, one after the other. " +
 				"The CPU rows add up the user and system time of each mode's processes (mount daemon, meta server, " +
-				"store server) over the phase, and the request rows what the servers served (their metrics).",
+				"store server) over the phase, and the request rows what the servers served (their metrics), in all and by method.",
 		},
 		Run:     runAndrew,
 		Goals:   andrewGoals,
@@ -191,6 +192,7 @@ type andrewRun struct {
 	times    []float64
 	cpu      map[string][]float64 // by andrewCPUSuffix + role; the suffix alone: all processes
 	requests []float64
+	methods  map[string][]float64 // the requests by method (requestsByMethod)
 }
 
 // andrewSeries gathers one target's repeats: rows by case suffix ("" for
@@ -199,6 +201,7 @@ type andrewSeries struct {
 	target string
 	order  []string
 	rows   map[string][]Result
+	runs   int // repeats added so far
 }
 
 func (a *andrewSeries) add(run andrewRun) {
@@ -210,7 +213,40 @@ func (a *andrewSeries) add(run andrewRun) {
 	if run.requests != nil {
 		a.addPhases(andrewRequestsSuffix, andrewRequestsUnit, run.requests)
 	}
+	a.addMethods(run.methods)
+	a.runs++
 }
+
+// addMethods adds one repeat's requests by method. A method first served
+// in this repeat served none in the earlier ones (the counters only grow),
+// and one served before but not now none in this one: both are zeros,
+// not missing samples.
+func (a *andrewSeries) addMethods(methods map[string][]float64) {
+	if methods == nil {
+		return
+	}
+	zeros := make([]float64, len(andrewPhases))
+	for _, m := range slices.Sorted(maps.Keys(methods)) {
+		suffix := andrewMethodSuffix(m)
+		if _, ok := a.rows[suffix]; !ok {
+			for range a.runs {
+				a.addPhases(suffix, andrewRequestsUnit, zeros)
+			}
+		}
+		a.addPhases(suffix, andrewRequestsUnit, methods[m])
+	}
+	for _, suffix := range a.order {
+		if strings.HasPrefix(suffix, andrewMethodPrefix) && len(a.rows[suffix][0].Samples) == a.runs {
+			a.addPhases(suffix, andrewRequestsUnit, zeros)
+		}
+	}
+}
+
+// andrewMethodPrefix begins the case suffix of the rows of one method's
+// requests.
+const andrewMethodPrefix = andrewRequestsSuffix + ": "
+
+func andrewMethodSuffix(method string) string { return andrewMethodPrefix + method }
 
 // addPhases adds one repeat's value of each phase, and their total, to the
 // rows of suffix.
@@ -338,7 +374,7 @@ func (a *andrewRepeat) phase(ctx context.Context, i int) error {
 // phaseCounters are a target's counters at a phase's start or end.
 type phaseCounters struct {
 	cpu         map[string]time.Duration // by role; nil if the processes are unknown
-	requests    float64
+	requests    map[string]float64       // by method
 	hasRequests bool
 }
 
@@ -395,8 +431,17 @@ func (r *andrewRun) addCounters(i, n int, before, after phaseCounters) {
 	if after.hasRequests {
 		if r.requests == nil {
 			r.requests = make([]float64, n)
+			r.methods = make(map[string][]float64)
 		}
-		r.requests[i] = after.requests - before.requests
+		r.requests[i] = sumRequests(after.requests) - sumRequests(before.requests)
+		for m, v := range after.requests {
+			if d := v - before.requests[m]; d != 0 {
+				if r.methods[m] == nil {
+					r.methods[m] = make([]float64, n)
+				}
+				r.methods[m][i] = d
+			}
+		}
 	}
 }
 
@@ -518,7 +563,40 @@ func andrewTables(rs []Result) []Table {
 		c.Title = "Requests the target's servers served per phase (all methods), median over repeats, min–max:"
 		ts = append(ts, c)
 	}
+	if by := andrewMethodRows(rs); len(by) > 0 {
+		c := pivot(by, "phase: method (requests)", byCase, byTarget, andrewMethodCases(by), nil)
+		c.Title = "The same requests by method (a status other than ok follows the method), median over repeats, " +
+			"min–max. Read leases last 2 s: a phase that takes longer renews more of them, and asks again the " +
+			"names and attributes they covered (lease_acquire, lookup, getattr):"
+		ts = append(ts, c)
+	}
 	return ts
+}
+
+// andrewMethodRows are the rows of requests by method, but the totals'.
+func andrewMethodRows(rs []Result) []Result {
+	return filter(rs, func(r Result) bool {
+		p, suffix, ok := strings.Cut(r.Case, andrewMethodPrefix)
+		return ok && suffix != "" && p != "total"
+	})
+}
+
+// andrewMethodCases are the cases of rows in report order: by phase, then
+// by method; a method no target called in the phase has no row.
+func andrewMethodCases(rows []Result) []string {
+	var out []string
+	for _, p := range andrewPhases {
+		var cases []string
+		for _, r := range rows {
+			called := slices.ContainsFunc(r.Samples, func(v float64) bool { return v != 0 })
+			if called && strings.HasPrefix(r.Case, p+andrewMethodPrefix) && !slices.Contains(cases, r.Case) {
+				cases = append(cases, r.Case)
+			}
+		}
+		slices.Sort(cases)
+		out = append(out, cases...)
+	}
+	return out
 }
 
 // andrewCases are the cases of the rows of suffix: each phase's, then the

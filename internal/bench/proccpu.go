@@ -47,60 +47,91 @@ func processCPU(pid int) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / userHZ, nil
 }
 
-// requestsServed adds up the RPC request counters (every method and
-// status) of the servers whose metrics are at addrs.
-func requestsServed(ctx context.Context, addrs []string) (float64, error) {
-	var sum float64
+// requestsServed reads the RPC request counters of the servers whose
+// metrics are at addrs: how many requests they have served so far, by
+// method (requestsByMethod).
+func requestsServed(ctx context.Context, addrs []string) (map[string]float64, error) {
+	all := make(map[string]float64)
 	for _, addr := range addrs {
 		if addr == "" {
-			return 0, fmt.Errorf("a server has no metrics address")
+			return nil, fmt.Errorf("a server has no metrics address")
 		}
-		n, err := scrapeRequests(ctx, "http://"+addr+"/metrics")
+		by, err := scrapeRequests(ctx, "http://"+addr+"/metrics")
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		sum += n
+		for k, v := range by {
+			all[k] += v
+		}
 	}
-	return sum, nil
+	return all, nil
 }
 
-// scrapeRequests reads the Prometheus text at url and adds up the samples
-// of every *_rpc_requests_total counter.
-func scrapeRequests(ctx context.Context, url string) (float64, error) {
+// scrapeRequests reads the Prometheus text at url: its
+// *_rpc_requests_total counters by method.
+func scrapeRequests(ctx context.Context, url string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s: %s", url, resp.Status)
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	return sumRequests(resp.Body)
+	return requestsByMethod(resp.Body)
 }
 
-// sumRequests adds up the *_rpc_requests_total samples of Prometheus text.
-func sumRequests(r io.Reader) (float64, error) {
-	var sum float64
+// requestsByMethod adds up the *_rpc_requests_total samples of Prometheus
+// text by their method label, with the status appended when it is not
+// "ok" ("lookup not_exist"): which calls a phase made, not only how many
+// (a lookup that finds nothing is part of every create).
+func requestsByMethod(r io.Reader) (map[string]float64, error) {
+	by := make(map[string]float64)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		name, _, _ := strings.Cut(line, "{")
+		name, labels, _ := strings.Cut(line, "{")
 		if strings.HasPrefix(line, "#") || !strings.HasSuffix(name, "_rpc_requests_total") {
 			continue
 		}
 		f := strings.Fields(line)
 		v, err := strconv.ParseFloat(f[len(f)-1], 64)
 		if err != nil {
-			return 0, fmt.Errorf("metrics line %q: %w", line, err)
+			return nil, fmt.Errorf("metrics line %q: %w", line, err)
 		}
+		key := metricLabel(labels, "method")
+		if st := metricLabel(labels, "status"); st != "" && st != "ok" {
+			key += " " + st
+		}
+		by[key] += v
+	}
+	return by, sc.Err()
+}
+
+// metricLabel is the value of label name in a Prometheus sample's labels
+// (the text after "{"), or "".
+func metricLabel(labels, name string) string {
+	for _, kv := range strings.Split(strings.SplitN(labels, "}", 2)[0], ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && strings.TrimSpace(k) == name {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
+}
+
+// sumRequests adds up requests by method.
+func sumRequests(by map[string]float64) float64 {
+	var sum float64
+	for _, v := range by {
 		sum += v
 	}
-	return sum, sc.Err()
+	return sum
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -38,27 +39,33 @@ func TestProcessCPU(t *testing.T) {
 	}
 }
 
-// TestSumRequests: every *_rpc_requests_total sample counts, whatever its
-// labels and namespace; other metrics, help and type lines do not; a bad
-// value is an error.
-func TestSumRequests(t *testing.T) {
+// TestRequestsByMethod: every *_rpc_requests_total sample counts, by its
+// method label (with its status unless ok), whatever its namespace; other
+// metrics, help and type lines do not; a bad value is an error.
+func TestRequestsByMethod(t *testing.T) {
 	text := `# HELP weft_meta_rpc_requests_total RPC requests by method and status.
 # TYPE weft_meta_rpc_requests_total counter
 weft_meta_rpc_requests_total{method="getattr",status="ok"} 3543
 weft_meta_rpc_requests_total{method="lookup",status="not_exist"} 3456
-weft_store_rpc_requests_total{method="read",status="ok"} 1e3
+weft_meta_rpc_requests_total{method="lookup",status="ok"} 7
+weft_store_rpc_requests_total{method="read_chunk",status="ok"} 1e3
+weft_meta_rpc_requests_total{method="read_chunk",status="ok"} 2
 weft_meta_rpc_request_bytes_total{method="getattr"} 99999
 weft_meta_rpc_requests_totally{method="x"} 5
 go_goroutines 42
 `
-	n, err := sumRequests(strings.NewReader(text))
+	by, err := requestsByMethod(strings.NewReader(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 3543+3456+1000 {
-		t.Fatalf("sum %v, want %v", n, 3543+3456+1000)
+	want := map[string]float64{"getattr": 3543, "lookup not_exist": 3456, "lookup": 7, "read_chunk": 1002}
+	if !maps.Equal(by, want) {
+		t.Fatalf("by method %v, want %v", by, want)
 	}
-	if _, err := sumRequests(strings.NewReader(`weft_meta_rpc_requests_total{method="a"} x` + "\n")); err == nil {
+	if n := sumRequests(by); n != 3543+3456+7+1002 {
+		t.Fatalf("sum %v, want %v", n, 3543+3456+7+1002)
+	}
+	if _, err := requestsByMethod(strings.NewReader(`weft_meta_rpc_requests_total{method="a"} x` + "\n")); err == nil {
 		t.Fatal("a value that is no number was summed")
 	}
 }

@@ -209,8 +209,8 @@ type Mount struct {
 	// daemon, which a remount replaces).
 	procs func() ([]targetProc, error)
 	// requests, if set, is how many requests the target's servers have
-	// served so far (their metrics' request counters).
-	requests func(ctx context.Context) (float64, error)
+	// served so far, by method (their metrics' request counters).
+	requests func(ctx context.Context) (map[string]float64, error)
 	mu       sync.Mutex
 	stops    []func() error // teardown steps, run newest first
 	closed   bool
@@ -272,14 +272,15 @@ func (m *Mount) CPUByProcess() (_ map[string]time.Duration, ok bool, _ error) {
 	return by, true, nil
 }
 
-// Requests is how many requests the target's servers have served so far;
-// ok is false if the suite cannot read their counters.
-func (m *Mount) Requests(ctx context.Context) (_ float64, ok bool, _ error) {
+// Requests is how many requests the target's servers have served so far,
+// by method (requestsByMethod); ok is false if the suite cannot read their
+// counters.
+func (m *Mount) Requests(ctx context.Context) (_ map[string]float64, ok bool, _ error) {
 	if m.requests == nil {
-		return 0, false, nil
+		return nil, false, nil
 	}
-	n, err := m.requests(ctx)
-	return n, true, err
+	by, err := m.requests(ctx)
+	return by, true, err
 }
 
 // Close tears the target down; every step runs even if one fails. Each step

@@ -104,7 +104,7 @@ func (e *Env) mountWeftProcs(ctx context.Context, m *Mount, base, bin string) er
 	for _, s := range cfg.Store {
 		metrics = append(metrics, s.MetricsAddr)
 	}
-	m.requests = func(ctx context.Context) (float64, error) { return requestsServed(ctx, metrics) }
+	m.requests = func(ctx context.Context) (map[string]float64, error) { return requestsServed(ctx, metrics) }
 	// The mount daemon exits when its mount goes away.
 	umount := func() error {
 		if !isMounted(m.Dir) {

@@ -40,6 +40,7 @@ type mountFlags struct {
 	negativeTimeout time.Duration
 	debug           bool
 	durability      string // weft mount only: sync or writeback
+	pprof           string // weft mount only: loopback address of the Go profiles
 }
 
 func (f *mountFlags) register(cmd *cobra.Command) {
@@ -89,6 +90,7 @@ func newMountCommand(a *app) *cobra.Command {
 		},
 	}
 	f.register(cmd)
+	cmd.Flags().StringVar(&f.pprof, "pprof", "", "serve the mount daemon's Go profiles (net/http/pprof, /debug/pprof/) at this loopback address, e.g. 127.0.0.1:6060")
 	cmd.Flags().StringVar(&f.durability, "durability", "", "metadata changes: sync (acknowledged once on disk) or writeback (complete in the mount under directory write leases, durable at fsync or within 1s; docs/fuse.md); default: the cluster file's mount_durability, else sync")
 	return cmd
 }
@@ -129,6 +131,11 @@ func (a *app) runMount(cmd *cobra.Command, mnt string, f mountFlags) error {
 	if err := checkChoice(cmd, "durability", f.durability, config.DurabilitySync, config.DurabilityWriteback); err != nil {
 		return err
 	}
+	if f.pprof != "" {
+		if err := checkPprofAddr(f.pprof); err != nil {
+			return usageError(cmd, err)
+		}
+	}
 	if f.background {
 		return daemonize(cmd, f.logFile, mnt, mountReady(mnt), func(w io.Writer) {
 			fmt.Fprintf(w, "Unmount it with: %s umount %s\n", a.self, shellQuote(mnt))
@@ -138,6 +145,14 @@ func (a *app) runMount(cmd *cobra.Command, mnt string, f mountFlags) error {
 		return err
 	}
 	log := a.cliLogger(cmd.ErrOrStderr())
+	if f.pprof != "" {
+		bound, stop, err := servePprof(f.pprof, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		log.Info("serving Go profiles", "addr", "http://"+bound.String()+"/debug/pprof/")
+	}
 	cc := cluster.ClientConfig(cfg, core.Root, log)
 	cc.WriteBack = f.durability == config.DurabilityWriteback
 	c, err := client.New(cc)
