@@ -1,0 +1,40 @@
+package client
+
+import (
+	"context"
+
+	"github.com/weftfs/weft/internal/core"
+)
+
+// Creates sent at close (Config.CreateAtClose): write-back's machinery,
+// used for one change only. A new regular file's create is completed in
+// the client under a write lease on its directory, as write-back does
+// (wbCreate: O_EXCL's EEXIST is decided at the open, from the queue and
+// from the servers' entries, which nobody else changes under the lease),
+// and the close folds the file's inline content into it (wbCommit) and
+// sends the directory's queue: one apply_batch request, answered when the
+// servers applied it (durably in sync mode), instead of a create at the
+// open and a commit at the close. So what close acknowledged is on the
+// servers as without write-back, and a crash of the client between the
+// open and the close loses the file as it loses its unsynced data.
+//
+// Every other change goes to the servers at once (wbEveryChange is false):
+// an unlink, rename, setattr or mkdir first sends the queue (a pending
+// create) and is then sent as without write-back.
+
+// wbEveryChange reports whether write-back completes every change it can
+// in the client, not only creates (CreateAtClose).
+func (c *Client) wbEveryChange() bool {
+	return c.cfg.WriteBack && !c.cfg.CreateAtClose
+}
+
+// sendAtClose sends, under CreateAtClose, the queue of dir, the directory
+// of a file being closed or flushed: the file's create with its content,
+// if it still waits. An empty queue costs no request. It returns the error
+// of a batch the servers refused since, once (SyncDir).
+func (c *Client) sendAtClose(ctx context.Context, dir core.Ino) error {
+	if !c.cfg.CreateAtClose {
+		return nil
+	}
+	return c.SyncDir(ctx, dir)
+}
