@@ -32,12 +32,16 @@ type libOptions struct {
 	// Redundancy, if set ("ec:K+M"), erasure-codes the data over K+M
 	// store servers (Mirrors is then ignored).
 	Redundancy string
+	// CreateAtClose: the clients hold a new file's create until its close,
+	// which sends it with the file's content (client.Config.CreateAtClose).
+	CreateAtClose bool
 }
 
 type libCluster struct {
-	cfg    *config.Cluster
-	meta   *cluster.Server
-	stores []*cluster.Server
+	cfg           *config.Cluster
+	createAtClose bool // the clients' Config.CreateAtClose
+	meta          *cluster.Server
+	stores        []*cluster.Server
 }
 
 func startLib(ctx context.Context, dir string, o libOptions) (*libCluster, error) {
@@ -87,7 +91,7 @@ func startLib(ctx context.Context, dir string, o libOptions) (*libCluster, error
 		closeAll()
 		return nil, err
 	}
-	lc := &libCluster{cfg: cfg}
+	lc := &libCluster{cfg: cfg, createAtClose: o.CreateAtClose}
 	for i := range stores {
 		st, err := cluster.StartStore(ctx, cfg, i, cluster.Options{Listener: lns[1+i]})
 		if err != nil {
@@ -170,6 +174,7 @@ type linkedClient struct {
 
 func (lc *libCluster) client(p *linksim.Profile, data bool) (*linkedClient, error) {
 	cc := cluster.ClientConfig(lc.cfg, core.Root, nil)
+	cc.CreateAtClose = lc.createAtClose
 	out := &linkedClient{}
 	if p != nil {
 		via := func(addrs []string) error {
