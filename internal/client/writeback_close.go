@@ -38,3 +38,18 @@ func (c *Client) sendAtClose(ctx context.Context, dir core.Ino) error {
 	}
 	return c.SyncDir(ctx, dir)
 }
+
+// wbCreateWaits reports whether the create of file ino, name in dir, is in
+// dir's open batch: under CreateAtClose the file's commit is folded into
+// it, and any other commit goes to the servers (queueing it would take a
+// write lease on the directory for nothing).
+func (c *Client) wbCreateWaits(dir core.Ino, name string, ino core.Ino) bool {
+	w := c.wbLookupDir(dir)
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	op := w.mu.creates[name]
+	return op != nil && op.Create.Ino == uint64(ino)
+}

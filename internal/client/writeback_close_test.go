@@ -128,7 +128,7 @@ func TestCreateAtCloseOneRequest(t *testing.T) {
 // created and for one whose create still waits for its close; another
 // client sees a file whose create waits (its read lease on the directory,
 // as a mount takes, recalls the write lease, which sends the create) and
-// reads its content after the close.
+// reads its content, and a chmod made meanwhile, after the close.
 func TestCreateAtCloseExclusiveAndVisible(t *testing.T) {
 	emb, _ := startCountedCluster(t)
 	ctx := context.Background()
@@ -162,11 +162,18 @@ func TestCreateAtCloseExclusiveAndVisible(t *testing.T) {
 	if _, err := b.LookupAt(ctx, d.Ino, "open"); err != nil {
 		t.Fatalf("another client's lookup of a file whose create waits for its close: %v", err)
 	}
+	mode := uint32(0o600) // a change that goes to the servers at once
+	if _, err := a.SetAttr(ctx, client.Ref{Ino: f.Ino(), Parent: d.Ino, Name: "open"}, client.SetAttr{Mode: &mode}); err != nil {
+		t.Fatalf("chmod of a file whose create waits: %v", err)
+	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := readFile(ctx, b, d.Ino, "open"); err != nil || string(got) != "written before the close" {
 		t.Fatalf("another client reads %q (%v)", got, err)
+	}
+	if at, err := b.LookupAt(ctx, d.Ino, "open"); err != nil || at.Mode&core.ModeBits != mode {
+		t.Fatalf("another client sees mode %#o (%v), want %#o", at.Mode&core.ModeBits, err, mode)
 	}
 	if got, err := readFile(ctx, b, d.Ino, "taken"); err != nil || string(got) != "b's" {
 		t.Fatalf("the file the refused create named holds %q (%v), want b's", got, err)
@@ -219,5 +226,42 @@ func TestCreateAtCloseDurableAtClose(t *testing.T) {
 	u.DropWriteBack()
 	if _, err := b.LookupAt(ctx, d.Ino, "gone"); !errs.Is(err, errs.NotExist) {
 		t.Errorf("a file unlinked before the crash: %v, want ENOENT", err)
+	}
+}
+
+// Under CreateAtClose the close of a file the client did not just create
+// commits as without write-back: it takes no write lease on the directory
+// (which would recall the other clients' read leases for nothing).
+func TestCreateAtCloseCommitTakesNoLease(t *testing.T) {
+	emb, _ := startCountedCluster(t)
+	ctx := context.Background()
+	a := newCreateAtCloseClient(t, emb.Config())
+	b := newClientOf(t, emb.Config(), false)
+	d, err := b.MkdirAt(ctx, core.RootIno, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := createFile(ctx, b, d.Ino, "old", []byte("b's")); err != nil {
+		t.Fatal(err)
+	}
+	at, err := a.LookupAt(ctx, d.Ino, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := a.OpenRef(ctx, client.Ref{Ino: at.Ino, Parent: d.Ino, Name: "old"}, os.O_WRONLY|os.O_TRUNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("a's")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if a.WriteBackHeld(d.Ino) {
+		t.Error("the close of an old file took a write lease on its directory")
+	}
+	if got, err := readFile(ctx, b, d.Ino, "old"); err != nil || string(got) != "a's" {
+		t.Errorf("another client reads %q (%v), want a's", got, err)
 	}
 }
