@@ -315,7 +315,7 @@ func (f *File) FlushContext(ctx context.Context) error {
 	if err := f.n.flushClose(ctx); err != nil {
 		return err
 	}
-	if err := f.c.sendAtClose(ctx, f.Ref().Parent); err != nil {
+	if err := f.c.sendAtClose(ctx, f); err != nil {
 		return err
 	}
 	return f.c.wbTakeErr(f.Ref().Parent)
@@ -368,7 +368,7 @@ func (f *File) CloseContext(ctx context.Context) error {
 	}
 	if err == nil {
 		// Read-only too: an O_CREAT open's create may wait for it.
-		err = f.c.sendAtClose(ctx, f.Ref().Parent)
+		err = f.c.sendAtClose(ctx, f)
 	}
 	f.c.releaseOpen(f.n)
 	return err

@@ -28,15 +28,30 @@ func (c *Client) wbEveryChange() bool {
 	return c.cfg.WriteBack && !c.cfg.CreateAtClose
 }
 
-// sendAtClose sends, under CreateAtClose, the queue of dir, the directory
-// of a file being closed or flushed: the file's create with its content,
-// if it still waits. An empty queue costs no request. It returns the error
-// of a batch the servers refused since, once (SyncDir).
-func (c *Client) sendAtClose(ctx context.Context, dir core.Ino) error {
+// sendAtClose sends, under CreateAtClose, the queue of the directory of
+// f, being closed or flushed, if f's create (with its content) is still
+// in it, and waits until the servers applied it. Only then: a mount's
+// RELEASE of the previous file comes after its FLUSH sent its create, and
+// sending again would take the next file's create before its content
+// (whose commit would then go on its own). It returns the error of a batch
+// the servers refused since, once (SyncDir).
+func (c *Client) sendAtClose(ctx context.Context, f *File) error {
 	if !c.cfg.CreateAtClose {
 		return nil
 	}
-	return c.SyncDir(ctx, dir)
+	ref := f.Ref()
+	w := c.wbLookupDir(ref.Parent)
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	n := w.mu.names[ref.Name]
+	waits := n != nil && n.pending > 0 && !n.absent && n.attr.Ino == f.n.ino
+	w.mu.Unlock()
+	if !waits {
+		return nil
+	}
+	return c.SyncDir(ctx, ref.Parent)
 }
 
 // wbCreateWaits reports whether the create of file ino, name in dir, is in

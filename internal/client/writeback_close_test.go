@@ -96,6 +96,7 @@ func TestCreateAtCloseOneRequest(t *testing.T) {
 	if err := createFile(ctx, a, d.Ino, "warm", data); err != nil {
 		t.Fatal(err)
 	}
+	waitfor.Until(t, 10*time.Second, "warm's batch counted", func() bool { return count("apply_batch") >= 1 })
 	const n = 40
 	before := countAllRequests(t, emb.Registry())
 	creates, commits := count("create"), count("commit")
@@ -263,5 +264,55 @@ func TestCreateAtCloseCommitTakesNoLease(t *testing.T) {
 	}
 	if got, err := readFile(ctx, b, d.Ino, "old"); err != nil || string(got) != "a's" {
 		t.Errorf("another client reads %q (%v), want a's", got, err)
+	}
+}
+
+// A mount's RELEASE of a file comes after its FLUSH, possibly after the
+// next file's CREATE: the release must not send the next file's create
+// before its content, whose commit would then go on its own (and make the
+// client forget the directory's attributes).
+func TestCreateAtCloseReleaseAfterNextCreate(t *testing.T) {
+	emb, count := startCountedCluster(t)
+	ctx := context.Background()
+	a := newCreateAtCloseClient(t, emb.Config())
+	d, err := a.MkdirAt(ctx, core.RootIno, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := createFile(ctx, a, d.Ino, "warm", []byte("w")); err != nil {
+		t.Fatal(err)
+	}
+	// The server counts a request after its reply.
+	waitfor.Until(t, 10*time.Second, "warm's batch counted", func() bool { return count("apply_batch") >= 1 })
+	batches, commits := count("apply_batch"), count("commit")
+	first, err := a.CreateAt(ctx, d.Ino, "first", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Write([]byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Flush(); err != nil { // FLUSH
+		t.Fatal(err)
+	}
+	second, err := a.CreateAt(ctx, d.Ino, "second", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(); err != nil { // RELEASE
+		t.Fatal(err)
+	}
+	if _, err := second.Write([]byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 10*time.Second, "the batches counted", func() bool { return count("apply_batch")-batches >= 2 })
+	if got := count("commit") - commits; got != 0 {
+		t.Errorf("%v commit requests, want none (each content goes with its create)", got)
+	}
+	if got := count("apply_batch") - batches; got != 2 {
+		t.Errorf("%v apply_batch requests for two files, want 2", got)
 	}
 }
