@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,6 +123,65 @@ func TestCreateAtCloseMount(t *testing.T) {
 		f.Close()
 		if !bytes.Equal(got[:k], data) {
 			t.Fatalf("%s from another client: %d bytes, want %d", name, k, len(data))
+		}
+	}
+}
+
+// weft mount --durability create-at-close: what a close returned is on
+// the servers, so a kill -9 of the mount right after loses none of it,
+// and O_EXCL's EEXIST comes at the open.
+func TestCreateAtCloseMountKilled(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	mnt := newMountPoint(t)
+	pid := mountDurability(t, tc.emb.ClusterFile(), mnt, "create-at-close")
+	dir := filepath.Join(mnt, "d")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	content := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 100+i) }
+	const n = 20
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d", i)), content(i), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "f00"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err == nil {
+		f.Close()
+	}
+	if !os.IsExist(err) {
+		t.Errorf("O_EXCL create of an existing name through the mount: %v, want EEXIST", err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid)
+	if Mounted(mnt) {
+		_ = Unmount(mnt)
+	}
+	c := tc.client(t)
+	ctx := t.Context()
+	d, err := c.LookupAt(ctx, core.RootIno, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		name := fmt.Sprintf("f%02d", i)
+		a, err := c.LookupAt(ctx, d.Ino, name)
+		if err != nil {
+			t.Errorf("%s after the mount's kill -9: %v", name, err)
+			continue
+		}
+		f, err := c.OpenRef(ctx, client.Ref{Ino: a.Ino, Parent: d.Ino, Name: name}, os.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(content(i))+1)
+		k, _ := f.ReadAt(got, 0)
+		f.Close()
+		if !bytes.Equal(got[:k], content(i)) {
+			t.Errorf("%s after the mount's kill -9: %q, want %q", name, got[:k], content(i))
 		}
 	}
 }
