@@ -3,13 +3,15 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 )
 
 // BenchmarkLatfsLib is one latfs sample (100 files of 16 KiB created, then
 // deleted) on the RAM-parity variant with async metadata, for profiles.
 func BenchmarkLatfsLib(b *testing.B) {
-	v := latfsVariants[len(latfsVariants)-1]
+	i := slices.IndexFunc(latfsVariants, func(v libVariant) bool { return v.name == weftParity+", metadata async" })
+	v := latfsVariants[i]
 	ctx := context.Background()
 	lc, err := startLib(ctx, b.TempDir(), v.opts)
 	if err != nil {

@@ -33,12 +33,16 @@ type libOptions struct {
 	// Redundancy, if set ("ec:K+M"), erasure-codes the data over K+M
 	// store servers (Mirrors is then ignored).
 	Redundancy string
+	// CreateAtClose: the clients hold a new file's create until its close,
+	// which sends it with the file's content (client.Config.CreateAtClose).
+	CreateAtClose bool
 }
 
 type libCluster struct {
-	cfg    *config.Cluster
-	meta   *cluster.Server
-	stores []*cluster.Server
+	cfg           *config.Cluster
+	createAtClose bool // the clients' Config.CreateAtClose
+	meta          *cluster.Server
+	stores        []*cluster.Server
 }
 
 func startLib(ctx context.Context, dir string, o libOptions) (*libCluster, error) {
@@ -88,7 +92,7 @@ func startLib(ctx context.Context, dir string, o libOptions) (*libCluster, error
 		closeAll()
 		return nil, err
 	}
-	lc := &libCluster{cfg: cfg}
+	lc := &libCluster{cfg: cfg, createAtClose: o.CreateAtClose}
 	for i := range stores {
 		st, err := cluster.StartStore(ctx, cfg, i, cluster.Options{Listener: lns[1+i]})
 		if err != nil {
@@ -182,6 +186,7 @@ type linkedClient struct {
 func (lc *libCluster) client(p *linksim.Profile, data bool) (*linkedClient, error) {
 	out := &linkedClient{}
 	cc := cluster.ClientConfig(lc.cfg, core.Root, nil)
+	cc.CreateAtClose = lc.createAtClose
 	if p != nil {
 		err := out.via(*p, cc.MetaAddrs)
 		if err == nil && data {

@@ -39,7 +39,7 @@ type mountFlags struct {
 	attrTimeout     time.Duration
 	negativeTimeout time.Duration
 	debug           bool
-	durability      string // weft mount only: sync or writeback
+	durability      string // weft mount only: sync, writeback or create-at-close
 	pprof           string // weft mount only: loopback address of the Go profiles
 }
 
@@ -91,7 +91,7 @@ func newMountCommand(a *app) *cobra.Command {
 	}
 	f.register(cmd)
 	cmd.Flags().StringVar(&f.pprof, "pprof", "", "serve the mount daemon's Go profiles (net/http/pprof, /debug/pprof/) at this loopback address, e.g. 127.0.0.1:6060")
-	cmd.Flags().StringVar(&f.durability, "durability", "", "metadata changes: sync (acknowledged once on disk) or writeback (complete in the mount under directory write leases, durable at fsync or within 1s; docs/fuse.md); default: the cluster file's mount_durability, else sync")
+	cmd.Flags().StringVar(&f.durability, "durability", "", "metadata changes: sync (acknowledged once on disk), writeback (complete in the mount under directory write leases, durable at fsync or within 1s) or create-at-close (sync, but a new file's create waits for its close, which sends it with the content in one request; docs/fuse.md); default: the cluster file's mount_durability, else sync")
 	return cmd
 }
 
@@ -128,7 +128,7 @@ func (a *app) runMount(cmd *cobra.Command, mnt string, f mountFlags) error {
 	if f.durability == "" {
 		f.durability = cfg.MountDurability
 	}
-	if err := checkChoice(cmd, "durability", f.durability, config.DurabilitySync, config.DurabilityWriteback); err != nil {
+	if err := checkChoice(cmd, "durability", f.durability, config.DurabilitySync, config.DurabilityWriteback, config.DurabilityCreateAtClose); err != nil {
 		return err
 	}
 	if f.pprof != "" {
@@ -155,6 +155,7 @@ func (a *app) runMount(cmd *cobra.Command, mnt string, f mountFlags) error {
 	}
 	cc := cluster.ClientConfig(cfg, core.Root, log)
 	cc.WriteBack = f.durability == config.DurabilityWriteback
+	cc.CreateAtClose = f.durability == config.DurabilityCreateAtClose
 	c, err := client.New(cc)
 	if err != nil {
 		return err
@@ -317,12 +318,16 @@ func logTail(path string) string {
 
 // mountOnUp mounts an embedded cluster for weft up --mount. The mount's
 // client calls the servers in this process directly, without TCP, except
-// in writeback mode: its leases need a connection to be recalled over.
+// in writeback and create-at-close modes: their leases need a connection
+// to be recalled over.
 func (a *app) mountOnUp(cmd *cobra.Command, e *cluster.Embedded, mnt string, f mountFlags, log *slog.Logger) error {
 	cc := cluster.ClientConfig(e.Config(), core.Root, log)
-	if f.durability == config.DurabilityWriteback {
+	switch f.durability {
+	case config.DurabilityWriteback:
 		cc.WriteBack = true
-	} else {
+	case config.DurabilityCreateAtClose:
+		cc.CreateAtClose = true
+	default:
 		cc.Local = e.Local()
 	}
 	c, err := client.New(cc)

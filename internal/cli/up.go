@@ -45,7 +45,7 @@ func newUpCommand(a *app) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.data, "data", defaultDataDir(), "directory for the cluster file and all data")
-	fl.StringVar(&f.durability, "durability", "", "when metadata changes are acknowledged: sync or async (default: as before, else sync); writeback: sync servers and a --mount that writes metadata back (docs/fuse.md)")
+	fl.StringVar(&f.durability, "durability", "", "when metadata changes are acknowledged: sync or async (default: as before, else sync); writeback or create-at-close: sync servers and a --mount in that mode (docs/fuse.md)")
 	fl.StringVar(&f.backend, "backend", "", "where the store keeps file data: disk or mem (default: as before, else disk)")
 	fl.StringVar(&f.memLimit, "mem-limit", "", "bytes the mem backend may hold, such as 2GiB (default: as before, else 1GiB)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at host:port/metrics")
@@ -67,12 +67,13 @@ func (a *app) runUp(cmd *cobra.Command, f upFlags) error {
 	if err := checkChoice(cmd, "security", f.security, config.SecurityNone, config.SecuritySecure, config.SecurityPrivate); err != nil {
 		return err
 	}
-	if err := checkChoice(cmd, "durability", f.durability, config.DurabilitySync, config.DurabilityAsync, config.DurabilityWriteback); err != nil {
+	if err := checkChoice(cmd, "durability", f.durability, config.DurabilitySync, config.DurabilityAsync,
+		config.DurabilityWriteback, config.DurabilityCreateAtClose); err != nil {
 		return err
 	}
-	if f.durability == config.DurabilityWriteback {
-		// The servers stay sync; the mount writes back.
-		opts.Durability, f.mountFlags.durability = config.DurabilitySync, config.DurabilityWriteback
+	if f.durability == config.DurabilityWriteback || f.durability == config.DurabilityCreateAtClose {
+		// The servers stay sync; the mount's own mode does the rest.
+		opts.Durability, f.mountFlags.durability = config.DurabilitySync, f.durability
 	}
 	if err := checkChoice(cmd, "backend", f.backend, config.BackendDisk, config.BackendMem); err != nil {
 		return err

@@ -88,6 +88,15 @@ type Config struct {
 	// WriteBackWindow bounds how long a written-back change waits in the
 	// client (default DefaultWriteBackWindow).
 	WriteBackWindow time.Duration
+	// CreateAtClose holds a new regular file's create in the client, under
+	// a write lease on its directory, only until the file's close, flush
+	// or fsync, which sends it with the file's inline content in one
+	// request (writeback_close.go): a small file's create, write and close
+	// cost one round trip instead of two, and close stays as durable as
+	// without it (SyncOnClose). Every other change goes to the servers at
+	// once, as without write-back. It sets WriteBack (the leases and the
+	// queue are write-back's).
+	CreateAtClose bool
 	// Erasure, when enabled, erasure-codes file data (stripe.go);
 	// Replication is then 1.
 	Erasure erasure.Scheme
@@ -151,6 +160,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.LeaseTerm <= 0 {
 		c.LeaseTerm = 2 * time.Second
+	}
+	if c.CreateAtClose {
+		c.WriteBack = true
 	}
 	if c.WriteBackWindow == 0 {
 		c.WriteBackWindow = DefaultWriteBackWindow

@@ -315,6 +315,9 @@ func (f *File) FlushContext(ctx context.Context) error {
 	if err := f.n.flushClose(ctx); err != nil {
 		return err
 	}
+	if err := f.c.sendAtClose(ctx, f); err != nil {
+		return err
+	}
 	return f.c.wbTakeErr(f.Ref().Parent)
 }
 
@@ -362,6 +365,10 @@ func (f *File) CloseContext(ctx context.Context) error {
 	var err error
 	if f.flags&oACCMODE != oRDONLY {
 		err = f.n.flushClose(ctx)
+	}
+	if err == nil {
+		// Read-only too: an O_CREAT open's create may wait for it.
+		err = f.c.sendAtClose(ctx, f)
 	}
 	f.c.releaseOpen(f.n)
 	return err

@@ -41,7 +41,7 @@ func (c *Client) wbCommit(ctx context.Context, n *openInode, req *pb.CommitReque
 	n.mu.Lock()
 	ref, creds := n.mu.ref, n.mu.creds
 	n.mu.Unlock()
-	if ref.Parent == 0 || ref.Name == "" {
+	if ref.Parent == 0 || ref.Name == "" || !c.wbEveryChange() && !c.wbCreateWaits(ref.Parent, ref.Name, n.ino) {
 		return false
 	}
 	w := c.wbAcquire(ctx, ref.Parent)

@@ -37,7 +37,7 @@ import (
 
 // wbMkdir makes a directory under write-back.
 func (c *Client) wbMkdir(ctx context.Context, parent core.Ino, name string, mode uint32) (core.Attr, bool, error) {
-	if core.ValidateName("mkdir", name) != nil {
+	if core.ValidateName("mkdir", name) != nil || !c.wbEveryChange() {
 		return core.Attr{}, false, nil
 	}
 	w := c.wbAcquire(ctx, parent)
@@ -119,7 +119,7 @@ func (w *wbDir) kidLocked(op *pb.BatchOp, kid *wbDir) {
 // knows empty under its own write lease (made here, or whose listing it
 // read under the lease). Otherwise the servers decide.
 func (c *Client) wbRmdir(ctx context.Context, parent core.Ino, name string) (bool, error) {
-	if core.ValidateName("rmdir", name) != nil {
+	if core.ValidateName("rmdir", name) != nil || !c.wbEveryChange() {
 		return false, nil
 	}
 	w := c.wbAcquire(ctx, parent)
@@ -296,7 +296,7 @@ func (c *Client) wbNoXattrs(ctx context.Context, ref Ref) bool {
 // dir_owner), in order with its entries' changes, which touch its times:
 // tar sets each directory's times, mode and owner after its entries.
 func (c *Client) wbSetDirAttr(ctx context.Context, ref Ref, s SetAttr) (core.Attr, bool) {
-	if !wbSetAttrOK(s) {
+	if !wbSetAttrOK(s) || !c.wbEveryChange() {
 		return core.Attr{}, false
 	}
 	w := c.wbLookupDir(ref.Ino)

@@ -63,7 +63,7 @@ func moveKey(dir core.Ino, name string) string {
 // wbRenameCross renames file src in from to dst in to under write-back, if
 // it can (handled); otherwise the caller sends it to the servers.
 func (c *Client) wbRenameCross(ctx context.Context, from core.Ino, src string, to core.Ino, dst string, flags uint32) (bool, error) {
-	if from == to || flags&^RenameNoReplace != 0 || core.ValidateName("rename", src) != nil ||
+	if from == to || !c.wbEveryChange() || flags&^RenameNoReplace != 0 || core.ValidateName("rename", src) != nil ||
 		core.ValidateName("rename", dst) != nil || !c.unsplit(from) || !c.unsplit(to) ||
 		len(c.metas) > 1 && core.PartitionServer(from, 0, len(c.metas)) != core.PartitionServer(to, 0, len(c.metas)) {
 		return false, nil

@@ -277,7 +277,7 @@ func (c *Client) wbCreate(ctx context.Context, parent core.Ino, name string, fla
 
 // wbUnlink removes a file under write-back.
 func (c *Client) wbUnlink(ctx context.Context, parent core.Ino, name string) (bool, error) {
-	if core.ValidateName("unlink", name) != nil {
+	if core.ValidateName("unlink", name) != nil || !c.wbEveryChange() {
 		return false, nil
 	}
 	w := c.wbAcquire(ctx, parent)
@@ -329,7 +329,7 @@ func wbSetAttrOK(s SetAttr) bool {
 // queues the commit of what was written, whose own mtime would otherwise
 // overwrite it (as setMtime does on the synchronous path).
 func (c *Client) wbSetAttr(ctx context.Context, ref Ref, s SetAttr) (core.Attr, bool) {
-	if !wbSetAttrOK(s) || ref.Parent == 0 || ref.Name == "" || !c.cfg.WriteBack {
+	if !wbSetAttrOK(s) || ref.Parent == 0 || ref.Name == "" || !c.wbEveryChange() {
 		return core.Attr{}, false
 	}
 	open := c.lookupOpen(ref.Ino)
@@ -428,7 +428,7 @@ func modeTimesChange(creds core.Creds, a core.Attr, s SetAttr, req *pb.SetAttrRe
 // wbRename renames a file to a free name in the same directory under
 // write-back (not in a split directory, whose names may be on two servers).
 func (c *Client) wbRename(ctx context.Context, dir core.Ino, src, dst string, flags uint32) (bool, error) {
-	if src == dst || flags&^RenameNoReplace != 0 || core.ValidateName("rename", src) != nil ||
+	if src == dst || !c.wbEveryChange() || flags&^RenameNoReplace != 0 || core.ValidateName("rename", src) != nil ||
 		core.ValidateName("rename", dst) != nil || !c.unsplit(dir) {
 		return false, nil
 	}

@@ -47,6 +47,13 @@ const (
 	// write lease on complete in the client and reach the meta servers in
 	// batches, durable at fsync, recall, unmount or within a second.
 	DurabilityWriteback = "writeback"
+	// DurabilityCreateAtClose is a mount's mode too (weft mount --durability
+	// create-at-close): a new file's create waits in the mount, under the
+	// directory's write lease, until the file's close, which sends it with
+	// the file's inline content in one request and returns once the
+	// servers applied it; every other change is sent at once, as with
+	// sync (client.Config.CreateAtClose).
+	DurabilityCreateAtClose = "create-at-close"
 
 	BackendDisk = "disk" // chunk files under the server's data directory
 	BackendMem  = "mem"  // chunks in RAM, bounded by mem_limit
@@ -70,7 +77,8 @@ type Cluster struct {
 	// or DurabilityAsync.
 	Durability string `toml:"durability"`
 	// MountDurability is the default of weft mount --durability:
-	// DurabilitySync (or empty) or DurabilityWriteback.
+	// DurabilitySync (or empty), DurabilityWriteback or
+	// DurabilityCreateAtClose.
 	MountDurability string `toml:"mount_durability,omitempty"`
 	// InlineLimit is the largest file whose content lives in its metadata
 	// record; 0 turns inlining off.

@@ -71,8 +71,8 @@ func (c *Cluster) validateSettings(v *validator) {
 	if c.Durability != DurabilitySync && c.Durability != DurabilityAsync {
 		v.addf("durability", "%q is not one of %s, %s", c.Durability, DurabilitySync, DurabilityAsync)
 	}
-	if m := c.MountDurability; m != "" && m != DurabilitySync && m != DurabilityWriteback {
-		v.addf("mount_durability", "%q is not one of %s, %s", m, DurabilitySync, DurabilityWriteback)
+	if m := c.MountDurability; m != "" && m != DurabilitySync && m != DurabilityWriteback && m != DurabilityCreateAtClose {
+		v.addf("mount_durability", "%q is not one of %s, %s, %s", m, DurabilitySync, DurabilityWriteback, DurabilityCreateAtClose)
 	}
 	if c.InlineLimit < 0 || c.InlineLimit > MaxInlineLimit {
 		v.addf("inline_limit", "%d is not between 0 and %d", c.InlineLimit, MaxInlineLimit)

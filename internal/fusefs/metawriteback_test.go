@@ -29,10 +29,16 @@ import (
 // returns the pid of the mount process (killed and cleared by t.Cleanup).
 func mountWriteBack(t *testing.T, clusterFile, mnt string) int {
 	t.Helper()
-	out, err := weft(t, "mount", "--cluster", clusterFile, "--durability", "writeback", "-d",
+	return mountDurability(t, clusterFile, mnt, "writeback")
+}
+
+// mountDurability is mountWriteBack with the mount's --durability mode.
+func mountDurability(t *testing.T, clusterFile, mnt, mode string) int {
+	t.Helper()
+	out, err := weft(t, "mount", "--cluster", clusterFile, "--durability", mode, "-d",
 		"--log-file", filepath.Join(t.TempDir(), "mount.log"), mnt)
 	if err != nil {
-		t.Fatalf("weft mount -d --durability writeback: %v\n%s", err, out)
+		t.Fatalf("weft mount -d --durability %s: %v\n%s", mode, err, out)
 	}
 	m := regexp.MustCompile(`\(pid (\d+)\)`).FindStringSubmatch(out)
 	if m == nil {
