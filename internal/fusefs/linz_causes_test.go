@@ -702,3 +702,66 @@ func retryEndsWithItsCall(t *testing.T, op string) {
 		t.Errorf("the third file: %v, %v; want mode 644 (no chmod reached it)", st.Mode(), err)
 	}
 }
+
+// TestRereadOfOpenFileWhoseNameThisMountReused: a file open on one mount,
+// renamed away by another mount, and whose old name this mount then reuses
+// with a rename of its own, is still the open file: a reread through the
+// descriptor sees what the other mount wrote there and closed. go-fuse
+// unlinks the open file's node from its old name when this mount's rename
+// replaces it, so the node had no parent; the mount then named it by inode
+// alone, which finds no one-link file, answered the GETATTR with the open
+// state's size from before the write (nlink 0, as for a removed file), and
+// let the kernel keep that for a lease's term (linz, make linz run 1 of
+// the eleventh session: reread -> "" after another mount's write "C231"
+// and close returned).
+func TestRereadOfOpenFileWhoseNameThisMountReused(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for _, d := range []string{"/d1", "/d2"} {
+		if err := os.Mkdir(a+d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(a+"/d1/x", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/d1/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	reread := func(want string) {
+		t.Helper()
+		buf := make([]byte, 16)
+		n, err := held.ReadAt(buf, 0)
+		if err != nil && n == 0 && want != "" {
+			t.Fatalf("reread: %v", err)
+		}
+		if got := string(buf[:n]); got != want {
+			t.Errorf("reread through the descriptor: %q, want %q", got, want)
+		}
+	}
+	reread("")
+	if err := os.Rename(b+"/d1/x", b+"/d2/x"); err != nil {
+		t.Fatal(err)
+	}
+	// Mount a reuses the name: its rename replaces, in go-fuse's tree,
+	// the open file's old link.
+	if err := os.WriteFile(a+"/d1/z", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(a+"/d1/z", a+"/d1/x"); err != nil {
+		t.Fatal(err)
+	}
+	reread("")
+	if err := os.WriteFile(b+"/d2/x", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("data")
+	if err := os.WriteFile(b+"/d2/x", []byte("more"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("more")
+}

@@ -54,7 +54,12 @@ func (n *Node) ino() core.Ino { return core.Ino(n.StableAttr().Ino) }
 
 // ref names the node for the meta server by its current place in the tree.
 // A node with no known parent (unlinked, or reached without a path) is named
-// by inode alone, which finds directories and hard-linked files.
+// by inode alone, which finds directories and hard-linked files; a file
+// open here by where the client addresses it: go-fuse drops a node's name
+// when a rename of this mount replaces it, and the file may live on under
+// a name another mount gave it (by inode alone a one-link file is not
+// found, and its GETATTR was answered with the open state's size, from
+// before another mount's write: TestRereadOfOpenFileWhoseNameThisMountReused).
 func (n *Node) ref() client.Ref {
 	ino := n.ino()
 	if ino == core.RootIno {
@@ -62,6 +67,9 @@ func (n *Node) ref() client.Ref {
 	}
 	name, parent := n.Parent()
 	if parent == nil {
+		if r, ok := n.fsys.c.OpenPlace(ino); ok && !n.IsDir() {
+			return r
+		}
 		return client.Ref{Ino: ino}
 	}
 	return client.Ref{Ino: ino, Parent: core.Ino(parent.StableAttr().Ino), Name: name}
@@ -239,9 +247,11 @@ func (n *Node) getattr(ctx context.Context, byPath bool, walk retryWalk, retry b
 	if !open || last.Ino == 0 {
 		return a, l, err
 	}
+	// No lease covers what this mount knows of a removed file: the
+	// kernel must not keep it.
 	last.Nlink = 0
 	last, _ = n.fsys.c.OpenAttr(last)
-	return last, l, nil
+	return last, client.Lease{}, nil
 }
 
 // Setattr is chmod, chown, truncate and utimensat. A truncate through an
