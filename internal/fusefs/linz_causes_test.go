@@ -765,3 +765,153 @@ func TestRereadOfOpenFileWhoseNameThisMountReused(t *testing.T) {
 	}
 	reread("more")
 }
+
+// TestStatOfOpenFileThroughStaleDentry: a stat by a name another mount
+// renamed away fails with ENOENT also when the file is open on this mount.
+// The kernel names no handle in a GETATTR by path, but go-fuse hands the
+// node's first open handle to Getattr all the same, so the mount took the
+// stat for an fstat: it answered from the open file (wherever the client
+// followed it, or what it knew of it) where a stat by path must get ESTALE
+// and the kernel look the name up again (linz, make linz run 3 of the
+// eleventh session: stat(a/x) -> the replaced file, size 0 and nlink 0,
+// after another mount's write and rename over a/x had returned). The test
+// is TestChmodThroughStaleDentry's, with the file open on mount a and a
+// stat for the chmod.
+func TestStatOfOpenFileThroughStaleDentry(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for _, d := range []string{a + "/a", a + "/b", b + "/c"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(a+"/b/y", []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/b/y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := os.Stat(a + "/a/x"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("stat a/x before: %v, want ENOENT", err)
+	}
+	renamed, resume, names := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hookRenamed := func() {
+		once.Do(func() {
+			close(renamed)
+			<-resume
+		})
+	}
+	hookNames := func() { <-names }
+	ma.fsys.hooks.renamed.Store(&hookRenamed)
+	ma.fsys.hooks.deferredNames.Store(&hookNames)
+	var resumeOnce, namesOnce sync.Once
+	defer resumeOnce.Do(func() { close(resume) })
+	defer namesOnce.Do(func() { close(names) })
+
+	errc := make(chan error, 1)
+	go func() { errc <- os.Rename(a+"/b/y", a+"/a/x") }()
+	select {
+	case <-renamed:
+	case err := <-errc:
+		t.Fatalf("rename on mount a returned before its hook: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("rename on mount a: not committed after a minute")
+	}
+	if err := os.Rename(b+"/a/x", b+"/c/z"); err != nil {
+		t.Fatalf("rename on mount b: %v", err)
+	}
+	resumeOnce.Do(func() { close(resume) })
+	if err := <-errc; err != nil {
+		t.Fatalf("rename on mount a: %v", err)
+	}
+	if err := os.WriteFile(b+"/c/z", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(a + "/a/x"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("stat a/x after mount b renamed it away: %v, %v; want ENOENT", st, err)
+	}
+	namesOnce.Do(func() { close(names) })
+	// Through the descriptor the file is where mount b put it.
+	st, err := held.Stat()
+	if err != nil || st.Size() != 4 {
+		t.Errorf("fstat of the open file: %v, %v; want size 4", st, err)
+	}
+}
+
+// TestLookupOfFileKnownByAnotherName: a lookup that finds a file the
+// kernel already knows by another name (open here, renamed by another
+// mount) notes what it found on the node the kernel keeps. newChild made a
+// new node, which go-fuse drops for the one it has, so the lookup's
+// attributes and the retry's walk (retry.go) went to the dropped node: the
+// kernel's retried GETATTR of the node it kept was not taken for the retry,
+// and a second ESTALE reached the caller when the name changed again
+// within the call (linz, "ESTALE reached a caller" in make linz runs; the
+// FUSE log of run 3 of the eleventh session showed LOOKUP a "x" answered
+// with the node id of b/z's open file). The test makes the kernel's
+// requests by calling the handlers, as TestChmodRetryOfReplacedName does.
+func TestLookupOfFileKnownByAnotherName(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for _, d := range []string{"/d1", "/d2"} {
+		if err := os.Mkdir(a+d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(a+"/d1/f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/d1/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	nodeOf := func(path string) *Node {
+		t.Helper()
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ma.fsys.index.get(core.Ino(st.Sys().(*syscall.Stat_t).Ino)) {
+			if !n.Forgotten() {
+				return n
+			}
+		}
+		t.Fatalf("mount a has no live node for %s", path)
+		return nil
+	}
+	kept, d2 := nodeOf(a+"/d1/f"), nodeOf(a+"/d2")
+	if err := os.Rename(b+"/d1/f", b+"/d2/g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b+"/d2/g", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel's retry of a stat of d2/g answered ESTALE: its lookup
+	// finds the file, then another mount replaces the name before the
+	// retried GETATTR.
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4246}, Cancel: make(chan struct{})}
+	ma.fsys.retries.estale(ctx, "getattr")
+	var entry fuse.EntryOut
+	if _, errno := d2.Lookup(ctx, "g", &entry); errno != 0 || entry.Size != 4 {
+		t.Fatalf("lookup of d2/g: errno %v, size %d; want the file, size 4", errno, entry.Size)
+	}
+	if err := os.WriteFile(b+"/d2/w", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(b+"/d2/w", b+"/d2/g"); err != nil {
+		t.Fatal(err)
+	}
+	var out fuse.AttrOut
+	if errno := kept.Getattr(ctx, nil, &out); errno != 0 || out.Size != 4 {
+		t.Errorf("the retried getattr of the node the kernel kept: errno %v, size %d; want what the lookup said, size 4", errno, out.Size)
+	}
+}

@@ -76,13 +76,20 @@ func (n *Node) ref() client.Ref {
 }
 
 // newChild returns the node for a child with attributes a, reusing the one
-// go-fuse already knows under name.
+// go-fuse already knows under name, or under another name: go-fuse keeps
+// one node per inode and would drop a new one for it once the handler
+// returns, with what the handler noted on it (the attributes, the walk of
+// a retry: TestLookupOfFileKnownByAnotherName).
 func (n *Node) newChild(ctx context.Context, name string, a core.Attr) *fs.Inode {
 	if ch := n.GetChild(name); ch != nil && ch.StableAttr().Ino == uint64(a.Ino) {
 		if cn, ok := ch.Operations().(*Node); ok {
 			cn.setAttr(a)
 		}
 		return ch
+	}
+	if cn := n.fsys.index.live(a.Ino, a.Mode&core.ModeType); cn != nil {
+		cn.setAttr(a)
+		return cn.EmbeddedInode()
 	}
 	child := &Node{fsys: n.fsys}
 	child.mu.attr = a
@@ -157,6 +164,9 @@ func (n *Node) fillEntryLeased(out *fuse.EntryOut, child *fs.Inode, a core.Attr,
 // doc).
 func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	defer n.startGetattr()()
+	if fh != nil && n.fsys.pathGetattrs.byPath(ctx) {
+		fh = nil // go-fuse's pick of an open handle: the kernel named none
+	}
 	if !n.IsDir() {
 		n.fsys.calls.fileGetattrs.Add(1)
 	}
