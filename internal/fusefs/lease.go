@@ -151,6 +151,7 @@ func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 			}
 		}
 	}
+	fsys.waitOpens(keys)
 }
 
 // childOf reports whether go-fuse's tree has n as a child of directory

@@ -915,3 +915,66 @@ func TestLookupOfFileKnownByAnotherName(t *testing.T) {
 		t.Errorf("the retried getattr of the node the kernel kept: errno %v, size %d; want what the lookup said, size 4", errno, out.Size)
 	}
 }
+
+// TestOpenRetryHoldsTheName: the kernel's retry of an open that the mount
+// answered ESTALE opens the file its lookup found even when another mount
+// replaces the name right after that lookup. The retried OPEN then found
+// the file gone and the name holding another one, and a second ESTALE
+// reached the caller (make linz run 3 of the eleventh session: open(a/x) ->
+// "stale file handle" on two mounts; the FUSE log: OPEN ESTALE, the
+// retry's LOOKUP a "x" found a new file, OPEN of it ESTALE). A recall of
+// the directory now waits, bounded, for a retried open whose lookup went
+// through it, so that the retry's lookup and open are one step for the
+// other mounts, as a local open's walk pins the inode it found. The test
+// makes the kernel's requests by calling the handlers.
+func TestOpenRetryHoldsTheName(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a+"/w", []byte("other"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan struct{})
+	var heldOnce sync.Once
+	hookHeld := func() { heldOnce.Do(func() { close(held) }) }
+	ma.fsys.hooks.heldRecall.Store(&hookHeld)
+	// The mount answered the thread's OPEN ESTALE; the kernel looks the
+	// name up again.
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4247}, Cancel: make(chan struct{})}
+	ma.fsys.retries.estale(ctx, "open")
+	var entry fuse.EntryOut
+	ch, errno := ma.fsys.index.root.Lookup(ctx, "f", &entry)
+	if errno != 0 {
+		t.Fatalf("the retry's lookup of f: errno %v", errno)
+	}
+	node := ch.Operations().(*Node)
+	// Another mount replaces the name before the retried OPEN.
+	errc := make(chan error, 1)
+	go func() { errc <- os.Rename(b+"/w", b+"/f") }()
+	select {
+	case <-held:
+	case err := <-errc:
+		errc <- err
+	case <-time.After(time.Minute):
+		t.Fatal("the rename on mount b neither returned nor recalled within a minute")
+	}
+	fh, _, errno := node.Open(ctx, syscall.O_RDONLY)
+	if errno != 0 {
+		t.Fatalf("the kernel's retried open, the name replaced after its lookup: errno %v, want 0", errno)
+	}
+	h := fh.(*handle)
+	defer h.Release(ctx)
+	if err := <-errc; err != nil {
+		t.Fatalf("rename on mount b: %v", err)
+	}
+	buf := make([]byte, 16)
+	n, err := h.f.ReadAt(buf, 0)
+	if h.f.Ino() != node.ino() || string(buf[:n]) != "v1" || err != nil && !errors.Is(err, io.EOF) {
+		t.Errorf("the retried open: ino %d content %q, %v; want ino %d content \"v1\"", h.f.Ino(), buf[:n], err, node.ino())
+	}
+}

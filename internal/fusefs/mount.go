@@ -123,6 +123,7 @@ type fileSystem struct {
 		renamed       atomic.Pointer[func()] // a rename committed; its request has not returned
 		deferredNames atomic.Pointer[func()] // before the names of a deferred recall go
 		getattr       atomic.Pointer[func()] // a Getattr through a handle read the server
+		heldRecall    atomic.Pointer[func()] // a recall waits for a retried open (retry.go)
 	}
 }
 
