@@ -71,11 +71,7 @@ func (fsys *fileSystem) takeGrowth(ino core.Ino) (pageStore, bool) {
 // GetAttr hands the kernel the tail storeGrowth read before the reply.
 // This is inside the request, which holds no page of the file locked: the
 // kernel's GETATTR of a read comes before it looks at the page cache.
-// A GETATTR that names no handle is noted as one by path (pathgetattr.go).
 func (l *lockReleasingFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
-	if l.fsys != nil && in.Flags()&fuse.FUSE_GETATTR_FH == 0 {
-		defer l.fsys.pathGetattrs.start(cancel)()
-	}
 	st := l.RawFileSystem.GetAttr(cancel, in, out)
 	if st != fuse.OK || l.fsys == nil {
 		return st

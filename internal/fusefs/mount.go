@@ -111,9 +111,6 @@ type fileSystem struct {
 		sync.Mutex
 		m map[core.Ino]pageStore
 	}
-	// pathGetattrs are the GETATTRs in flight that name no handle
-	// (pathgetattr.go).
-	pathGetattrs pathGetattrs
 	// retries are the threads answered ESTALE, whose retry may need
 	// an answer other than a second ESTALE (retry.go).
 	retries retries

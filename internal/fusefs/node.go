@@ -161,12 +161,11 @@ func (n *Node) fillEntryLeased(out *fuse.EntryOut, child *fs.Inode, a core.Attr,
 
 // Getattr asks the server. A file whose last name is gone while this mount
 // still has it open answers from what this mount knows (see the package
-// doc).
+// doc). fh is go-fuse's pick of an open handle when the kernel names none:
+// a stat by path and an fstat both name none, so a file open here gets the
+// same answer to both.
 func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	defer n.startGetattr()()
-	if fh != nil && n.fsys.pathGetattrs.byPath(ctx) {
-		fh = nil // go-fuse's pick of an open handle: the kernel named none
-	}
 	if !n.IsDir() {
 		n.fsys.calls.fileGetattrs.Add(1)
 	}
@@ -257,11 +256,17 @@ func (n *Node) getattr(ctx context.Context, byPath bool, walk retryWalk, retry b
 	if !open || last.Ino == 0 {
 		return a, l, err
 	}
-	// No lease covers what this mount knows of a removed file: the
+	// The newer of what the servers last said of the file (a lookup, a
+	// getattr) and the open state (its open, a refresh, this mount's
+	// commits), with this mount's writes not yet committed: the open
+	// state's size may predate another mount's write
+	// (TestStatOfOpenFileRemovedElsewhere). No lease covers it: the
 	// kernel must not keep it.
 	last.Nlink = 0
-	last, _ = n.fsys.c.OpenAttr(last)
-	return last, client.Lease{}, nil
+	if o, ok := n.fsys.c.OpenAttr(last); ok && o.Mtime.After(last.Mtime) {
+		last = o
+	}
+	return n.fsys.c.OwnWrites(last), client.Lease{}, nil
 }
 
 // Setattr is chmod, chown, truncate and utimensat. A truncate through an
