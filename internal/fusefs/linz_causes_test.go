@@ -948,3 +948,63 @@ func TestStatOfOpenFileRemovedElsewhere(t *testing.T) {
 		t.Errorf("fstat of the open file removed by mount b: size %d nlink %d; want size 4 (what mount a last learned) and nlink 0", st.Size(), sys.Nlink)
 	}
 }
+
+// TestLookupsOfOneFileUnderTwoNames: a thread whose lookups find one file
+// (with one link) under two names, another mount having moved it between
+// them, gets ESTALE for the second, so that the kernel walks both names
+// again. A rename looks up its source and its target one after the other,
+// and if both hold one inode it returns success without asking the file
+// system (a rename of a file onto itself): two mounts' renames of b/z to
+// a/z both returned ok (make linz run 7 of the eleventh session: the
+// second mount's lookup of b/z, refused its lease while it owed a release,
+// read b/z before the first mount's rename landed, and its lookup of a/z,
+// under a lease granted after it, found the file there). The test makes
+// the kernel's requests by calling the handlers.
+func TestLookupsOfOneFileUnderTwoNames(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for _, d := range []string{"/d1", "/d2"} {
+		if err := os.Mkdir(a+d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(a+"/d1/f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dirNode := func(path string) *Node {
+		t.Helper()
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := ma.fsys.index.live(core.Ino(st.Sys().(*syscall.Stat_t).Ino), core.ModeDir)
+		if n == nil {
+			t.Fatalf("mount a has no live node for %s", path)
+		}
+		return n
+	}
+	d1, d2 := dirNode(a+"/d1"), dirNode(a+"/d2")
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4248}, Cancel: make(chan struct{})}
+	var out fuse.EntryOut
+	if _, errno := d1.Lookup(ctx, "f", &out); errno != 0 {
+		t.Fatalf("lookup d1/f: errno %v", errno)
+	}
+	ino := out.Ino
+	if err := os.Rename(b+"/d1/f", b+"/d2/f"); err != nil {
+		t.Fatal(err)
+	}
+	if _, errno := d2.Lookup(ctx, "f", &out); errno != syscall.ESTALE {
+		t.Errorf("lookup d2/f by the thread that found the file as d1/f: errno %v ino %d, want ESTALE", errno, out.Ino)
+	}
+	// The kernel's walk again, with LOOKUP_REVAL: the new name is the
+	// answer now.
+	if _, errno := d2.Lookup(ctx, "f", &out); errno != 0 || out.Ino != ino {
+		t.Errorf("the retried lookup of d2/f: errno %v ino %d, want 0 and ino %d", errno, out.Ino, ino)
+	}
+	if _, errno := d1.Lookup(ctx, "f", &out); errno != syscall.ENOENT {
+		t.Errorf("the retried lookup of d1/f: errno %v, want ENOENT", errno)
+	}
+}

@@ -111,6 +111,9 @@ type fileSystem struct {
 		sync.Mutex
 		m map[core.Ino]pageStore
 	}
+	// lastLookups are the files the threads' last lookups found
+	// (twonames.go).
+	lastLookups lastLookups
 	// retries are the threads answered ESTALE, whose retry may need
 	// an answer other than a second ESTALE (retry.go).
 	retries retries

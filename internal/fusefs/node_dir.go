@@ -33,7 +33,13 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	l := n.entryLease(cctx, name)
 	a, err := n.fsys.c.LookupAt(cctx, n.ino(), name)
 	if err != nil {
+		n.fsys.lastLookups.other(ctx)
 		return nil, n.fsys.fail("lookup", err)
+	}
+	if !inlineAttrs(a) {
+		n.fsys.lastLookups.other(ctx)
+	} else if n.fsys.lastLookups.found(ctx, a.Ino, n.ino(), name) && !n.fsys.retries.pending(ctx) {
+		return nil, syscall.ESTALE // twonames.go
 	}
 	var al client.Lease
 	if l.Remaining() > 0 && !inlineAttrs(a) {

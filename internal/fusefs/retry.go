@@ -114,6 +114,19 @@ func (r *retries) forget(ctx context.Context) {
 	r.endLocked(pid)
 }
 
+// pending reports whether the thread of ctx is in the kernel's retry of a
+// request the mount answered ESTALE: the walk of the retry uses
+// LOOKUP_REVAL, and a second ESTALE would reach the caller.
+func (r *retries) pending(ctx context.Context) bool {
+	pid, ok := callerPid(ctx)
+	if !ok {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[pid] != nil
+}
+
 // lookedUp notes a lookup of name in parent that returned node, for a
 // thread that is retrying.
 func (r *retries) lookedUp(ctx context.Context, parent core.Ino, name string, node *Node) {
