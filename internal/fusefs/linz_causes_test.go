@@ -1008,3 +1008,48 @@ func TestLookupsOfOneFileUnderTwoNames(t *testing.T) {
 		t.Errorf("the retried lookup of d1/f: errno %v, want ENOENT", errno)
 	}
 }
+
+// TestOpenRetryAfterItsPermissionCheck: an open whose first request, the
+// GETATTR of the kernel's permission check, the mount answered ESTALE is
+// retried by the kernel as a GETATTR and then the OPEN; the OPEN is part
+// of the retry too. The retry ended with its GETATTR (a request of the kind
+// answered ESTALE), so an OPEN that found the file moved since the retry's
+// lookup got a second ESTALE, which reached the caller (make linz run 7 of
+// the eleventh session: open(a/y) -> "stale file handle"; the FUSE log:
+// GETATTR ESTALE, LOOKUP a "y", GETATTR OK, OPEN ESTALE). A later call of
+// the thread through its cached dentry is still no retry.
+func TestOpenRetryAfterItsPermissionCheck(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4249}, Cancel: make(chan struct{})}
+	ma.fsys.retries.estale(ctx, "getattr")
+	var entry fuse.EntryOut
+	ch, errno := ma.fsys.index.root.Lookup(ctx, "f", &entry)
+	if errno != 0 {
+		t.Fatalf("the retry's lookup of f: errno %v", errno)
+	}
+	node := ch.Operations().(*Node)
+	var out fuse.AttrOut
+	if errno := node.Getattr(ctx, nil, &out); errno != 0 {
+		t.Fatalf("the retry's GETATTR: errno %v", errno)
+	}
+	if err := os.Rename(b+"/f", b+"/moved"); err != nil {
+		t.Fatal(err)
+	}
+	fh, _, errno := node.Open(ctx, syscall.O_RDONLY)
+	if errno != 0 {
+		t.Fatalf("the retry's OPEN of the file moved since its lookup: errno %v, want 0", errno)
+	}
+	fh.(*handle).Release(ctx)
+	// A later open of the node, through a dentry the kernel kept: no
+	// retry (the name holds nothing now).
+	if _, _, errno := node.Open(ctx, syscall.O_RDONLY); errno != syscall.ESTALE {
+		t.Errorf("a later open of the node, no retry: errno %v, want ESTALE", errno)
+	}
+}

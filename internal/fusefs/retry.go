@@ -47,6 +47,10 @@ import (
 type retryWalk struct {
 	op     string // the request answered ESTALE: "getattr", "setattr", "open"
 	node   *Node  // the node the thread's lookup returned since (nil: none yet)
+	// answered: the retry's GETATTR of a "getattr" walk was answered;
+	// an OPEN may still follow (the GETATTR was an open's permission
+	// check), nothing else is part of the call.
+	answered bool
 	parent core.Ino
 	name   string
 }
@@ -173,7 +177,17 @@ func (r *retries) retry(ctx context.Context, n *Node, op string) (retryWalk, boo
 	if w == nil || w.node != n {
 		return retryWalk{}, false
 	}
-	if op != "open" && (op == w.op || op != "getattr") {
+	switch {
+	case w.answered && op != "open":
+		// A later call of the thread, through a dentry the kernel
+		// kept: no retry.
+		r.endLocked(pid)
+		return retryWalk{}, false
+	case op == "getattr" && w.op == "getattr":
+		// A stat's retry ends here; an open's permission check
+		// goes on with the OPEN (TestOpenRetryAfterItsPermissionCheck).
+		w.answered = true
+	case op != "open" && (op == w.op || op != "getattr"):
 		r.endLocked(pid)
 	}
 	return *w, true
