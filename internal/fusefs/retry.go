@@ -45,14 +45,14 @@ import (
 
 // retryWalk is what the mount knows of a thread's retry after ESTALE.
 type retryWalk struct {
-	op     string // the request answered ESTALE: "getattr", "setattr", "open"
-	node   *Node  // the node the thread's lookup returned since (nil: none yet)
+	op   string // the request answered ESTALE: "getattr", "setattr", "open"
+	node *Node  // the node the thread's lookup returned since (nil: none yet)
 	// answered: the retry's GETATTR of a "getattr" walk was answered;
 	// an OPEN may still follow (the GETATTR was an open's permission
 	// check), nothing else is part of the call.
 	answered bool
-	parent core.Ino
-	name   string
+	parent   core.Ino
+	name     string
 }
 
 // retries are the threads the mount answered ESTALE, by pid.
