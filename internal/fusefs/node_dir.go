@@ -39,7 +39,10 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if !inlineAttrs(a) {
 		n.fsys.lastLookups.other(ctx)
 	} else if n.fsys.lastLookups.found(ctx, a.Ino, n.ino(), name) && !n.fsys.retries.pending(ctx) {
-		return nil, syscall.ESTALE // twonames.go
+		// twonames.go. The kernel's retry may GETATTR and OPEN the
+		// node its walk finds: a retry like one of a GETATTR's.
+		n.fsys.retries.estale(ctx, "getattr")
+		return nil, syscall.ESTALE
 	}
 	var al client.Lease
 	if l.Remaining() > 0 && !inlineAttrs(a) {
