@@ -1019,6 +1019,30 @@ func TestLookupsOfOneFileUnderTwoNames(t *testing.T) {
 	if _, errno := d1.Lookup(ctx, "f", &out); errno != syscall.ENOENT {
 		t.Errorf("a lookup of d1/f: errno %v, want ENOENT", errno)
 	}
+	// A rename's retry: its lookup of the target finds nothing, and the
+	// rename is not a request about the node. What the mount remembers
+	// of the retry ends there: it answered this thread's next stat of the
+	// node by the name the retry had found it under, gone by then (make
+	// linz run 18: stat(b/x) -> ENOENT right after the thread's own
+	// rename to b/x returned).
+	if _, errno := d1.Lookup(ctx, "g", &out); errno != 0 {
+		t.Fatalf("lookup d1/g: errno %v", errno)
+	}
+	if err := os.Rename(b+"/d1/g", b+"/d1/f"); err != nil {
+		t.Fatal(err)
+	}
+	if _, errno := d1.Lookup(ctx, "f", &out); errno != syscall.ESTALE {
+		t.Fatalf("lookup d1/f by the thread that found the file as d1/g: errno %v, want ESTALE", errno)
+	}
+	if _, errno := d1.Lookup(ctx, "f", &out); errno != 0 {
+		t.Fatalf("the retried lookup of d1/f: errno %v", errno)
+	}
+	if _, errno := d2.Lookup(ctx, "h", &out); errno != syscall.ENOENT {
+		t.Fatalf("lookup of the rename's target d2/h: errno %v, want ENOENT", errno)
+	}
+	if ma.fsys.retries.pending(ctx) {
+		t.Errorf("the retry walk outlived a lookup that found nothing after it had found its node")
+	}
 }
 
 // TestOpenRetryAfterItsPermissionCheck: an open whose first request, the

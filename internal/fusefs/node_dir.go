@@ -34,6 +34,7 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	a, err := n.fsys.c.LookupAt(cctx, n.ino(), name)
 	if err != nil {
 		n.fsys.lastLookups.other(ctx)
+		n.fsys.retries.notFound(ctx)
 		return nil, n.fsys.fail("lookup", err)
 	}
 	if !inlineAttrs(a) {

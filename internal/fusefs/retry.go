@@ -118,6 +118,24 @@ func (r *retries) forget(ctx context.Context) {
 	r.endLocked(pid)
 }
 
+// notFound notes a lookup by the thread of ctx that found nothing: once
+// the retry's walk had reached its node, it is a later step (a rename's
+// lookup of its target), and the retry is over. A rename's retry left it
+// standing, and the thread's next stat of the node was taken for the
+// retry and answered by the name the retry had found, gone by then
+// (TestLookupsOfOneFileUnderTwoNames).
+func (r *retries) notFound(ctx context.Context) {
+	pid, ok := callerPid(ctx)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w := r.m[pid]; w != nil && w.node != nil {
+		r.endLocked(pid)
+	}
+}
+
 // pending reports whether the thread of ctx is in the kernel's retry of a
 // request the mount answered ESTALE: the walk of the retry uses
 // LOOKUP_REVAL, and a second ESTALE would reach the caller.
