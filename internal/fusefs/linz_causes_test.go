@@ -1089,3 +1089,50 @@ func TestOpenRetryAfterItsPermissionCheck(t *testing.T) {
 		t.Errorf("a later open of the node, no retry: errno %v, want ESTALE", errno)
 	}
 }
+
+// TestRetryWalkLooksUpTheNameTwice: the kernel's walk after ESTALE
+// (LOOKUP_REVAL) may look the last name up twice, revalidating the dentry
+// its first lookup made, and find another file the second time (another
+// mount replaced the name in between). That is still the retry's walk; the
+// mount took the second lookup for a later call's and ended the retry, and
+// the retried chmod got a second ESTALE, which reached the caller (make
+// linz run 19 of the eleventh session: chmod(b/x) -> "stale file handle";
+// the log: SETATTR ESTALE, LOOKUP b "x" twice, two inodes, SETATTR ESTALE).
+func TestRetryWalkLooksUpTheNameTwice(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	replace := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(b+"/w", []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(b+"/w", b+"/f"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4250}, Cancel: make(chan struct{})}
+	ma.fsys.retries.estale(ctx, "setattr")
+	root := ma.fsys.index.root
+	var entry fuse.EntryOut
+	if _, errno := root.Lookup(ctx, "f", &entry); errno != 0 {
+		t.Fatalf("the retry's lookup of f: errno %v", errno)
+	}
+	replace("v2")
+	ch, errno := root.Lookup(ctx, "f", &entry)
+	if errno != 0 {
+		t.Fatalf("the retry's second lookup of f: errno %v", errno)
+	}
+	replace("v3")
+	in := &fuse.SetAttrIn{}
+	in.Valid, in.Mode = fuse.FATTR_MODE, 0o600
+	var out fuse.AttrOut
+	if errno := ch.Operations().(*Node).Setattr(ctx, nil, in, &out); errno != 0 {
+		t.Errorf("the retried chmod, the name replaced after the walk's second lookup: errno %v, want 0", errno)
+	}
+}

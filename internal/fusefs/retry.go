@@ -159,6 +159,14 @@ func (r *retries) lookedUp(ctx context.Context, parent core.Ino, name string, no
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w := r.m[pid]; w != nil {
+		if w.node != nil && w.parent == parent && w.name == name {
+			// The walk looked its last name up again (LOOKUP_REVAL
+			// revalidates the dentry its first lookup made):
+			// still the retry's (TestRetryWalkLooksUpTheNameTwice).
+			w.node = node
+			r.changedLocked()
+			return
+		}
 		if w.node != nil {
 			// The retry's walk had reached its node: this is a
 			// later walk, of another call.
