@@ -259,8 +259,10 @@ func (c *Client) acquire(ctx context.Context, server int, inos []uint64) []*held
 	err = c.metas[server].Call(ctx, weftpb.MethodLeaseAcquire, &weftpb.LeaseAcquireRequest{
 		Session: session, Mode: weftpb.LeaseMode_LEASE_READ, Keys: inos}, &reply)
 	if err != nil || len(reply.Granted) == 0 {
+		c.log.Debug("lease refused", "meta", server, "inos", inos, "err", err)
 		return nil
 	}
+	c.log.Debug("lease granted", "meta", server, "inos", reply.Granted, "seq", reply.Seq)
 	// Not locks.answered: a server that forgets a session holding only
 	// leases takes nothing the client relies on past the lease's term.
 	term := time.Duration(reply.TermMs) * time.Millisecond
@@ -331,6 +333,7 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 		c.log.Warn("lease recall: keys and grants do not match; ignored", "meta", server)
 		return
 	}
+	c.log.Debug("lease recall", "meta", server, "inos", inos, "seqs", seqs)
 	keys := make([]LeaseKey, len(inos))
 	c.leases.mu.Lock()
 	now := time.Now()

@@ -148,6 +148,7 @@ func (n *openInode) refreshIfStale(ctx context.Context) {
 	// Without a lease the view may predate the change: ask again next
 	// time. A recall after the lease was taken marks the file again.
 	n.mu.stale = l.Remaining() == 0
+	c.log.Debug("open file refreshed", "ino", n.ino, "parent", ref.Parent, "name", ref.Name, "size", r.Attr.GetSize(), "mtime", r.Attr.GetMtimeNs(), "stale", n.mu.stale)
 	n.mu.size = r.Attr.GetSize()
 	n.mu.mtime = time.Unix(0, r.Attr.GetMtimeNs())
 	n.mu.inline = r.Attr.GetInline()

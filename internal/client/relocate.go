@@ -130,6 +130,27 @@ func (c *Client) OpenIn(dir core.Ino) []core.Ino {
 	return out
 }
 
+// OpenPlace returns where the client addresses file ino, open here and
+// not removed by this client: the name it was opened under, or the one it
+// followed it to (another client's rename is found when a request through
+// the old name is refused). For a layer that lost the file's name itself:
+// go-fuse unlinks a node from its name when a rename of this mount
+// replaces that name, while the open file lives on under another name
+// that another client gave it.
+func (c *Client) OpenPlace(ino core.Ino) (Ref, bool) {
+	n := c.lookupOpen(ino)
+	if n == nil {
+		return Ref{}, false
+	}
+	defer c.releaseOpen(n)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.freed || n.mu.ref.Parent == 0 || n.mu.ref.Name == "" {
+		return Ref{}, false
+	}
+	return n.mu.ref, true
+}
+
 // OpenMoved opens the file ref names wherever another client moved it
 // since ref was right: for a caller that found ref's name holding the
 // file during the call it serves (the kernel's retry of an open that the

@@ -97,6 +97,21 @@ func (x *nodeIndex) remove(n *Node) {
 	}
 }
 
+// live returns the node of ino with file type typ that the kernel knows
+// (go-fuse's one node for it), if any. The others in the index are nodes
+// go-fuse dropped.
+func (x *nodeIndex) live(ino core.Ino, typ uint32) *Node {
+	for _, n := range x.get(ino) {
+		// Forgotten is deprecated for OnForget, which a dropped node
+		// never gets: it tells the two apart.
+		//lint:ignore SA1019 see above
+		if n.StableAttr().Mode == typ && !n.Forgotten() {
+			return n
+		}
+	}
+	return nil
+}
+
 func (x *nodeIndex) get(ino core.Ino) []*Node {
 	if ino == core.RootIno {
 		return []*Node{x.root}
@@ -136,6 +151,7 @@ func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 			}
 		}
 	}
+	fsys.waitOpens(keys)
 }
 
 // childOf reports whether go-fuse's tree has n as a child of directory

@@ -702,3 +702,437 @@ func retryEndsWithItsCall(t *testing.T, op string) {
 		t.Errorf("the third file: %v, %v; want mode 644 (no chmod reached it)", st.Mode(), err)
 	}
 }
+
+// TestRereadOfOpenFileWhoseNameThisMountReused: a file open on one mount,
+// renamed away by another mount, and whose old name this mount then reuses
+// with a rename of its own, is still the open file: a reread through the
+// descriptor sees what the other mount wrote there and closed. go-fuse
+// unlinks the open file's node from its old name when this mount's rename
+// replaces it, so the node had no parent; the mount then named it by inode
+// alone, which finds no one-link file, answered the GETATTR with the open
+// state's size from before the write (nlink 0, as for a removed file), and
+// let the kernel keep that for a lease's term (linz, make linz run 1 of
+// the eleventh session: reread -> "" after another mount's write "C231"
+// and close returned).
+func TestRereadOfOpenFileWhoseNameThisMountReused(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for _, d := range []string{"/d1", "/d2"} {
+		if err := os.Mkdir(a+d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(a+"/d1/x", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/d1/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	reread := func(want string) {
+		t.Helper()
+		buf := make([]byte, 16)
+		n, err := held.ReadAt(buf, 0)
+		if err != nil && n == 0 && want != "" {
+			t.Fatalf("reread: %v", err)
+		}
+		if got := string(buf[:n]); got != want {
+			t.Errorf("reread through the descriptor: %q, want %q", got, want)
+		}
+	}
+	reread("")
+	if err := os.Rename(b+"/d1/x", b+"/d2/x"); err != nil {
+		t.Fatal(err)
+	}
+	// Mount a reuses the name: its rename replaces, in go-fuse's tree,
+	// the open file's old link.
+	if err := os.WriteFile(a+"/d1/z", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(a+"/d1/z", a+"/d1/x"); err != nil {
+		t.Fatal(err)
+	}
+	reread("")
+	if err := os.WriteFile(b+"/d2/x", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("data")
+	if err := os.WriteFile(b+"/d2/x", []byte("more"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("more")
+}
+
+// TestLookupOfFileKnownByAnotherName: a lookup that finds a file the
+// kernel already knows by another name (open here, renamed by another
+// mount) notes what it found on the node the kernel keeps. newChild made a
+// new node, which go-fuse drops for the one it has, so the lookup's
+// attributes and the retry's walk (retry.go) went to the dropped node: the
+// kernel's retried GETATTR of the node it kept was not taken for the retry,
+// and a second ESTALE reached the caller when the name changed again
+// within the call (linz, "ESTALE reached a caller" in make linz runs; the
+// FUSE log of run 3 of the eleventh session showed LOOKUP a "x" answered
+// with the node id of b/z's open file). The test makes the kernel's
+// requests by calling the handlers, as TestChmodRetryOfReplacedName does.
+func TestLookupOfFileKnownByAnotherName(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for _, d := range []string{"/d1", "/d2"} {
+		if err := os.Mkdir(a+d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(a+"/d1/f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/d1/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	nodeOf := func(path string) *Node {
+		t.Helper()
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ma.fsys.index.get(core.Ino(st.Sys().(*syscall.Stat_t).Ino)) {
+			if !n.Forgotten() {
+				return n
+			}
+		}
+		t.Fatalf("mount a has no live node for %s", path)
+		return nil
+	}
+	kept, d2 := nodeOf(a+"/d1/f"), nodeOf(a+"/d2")
+	if err := os.Rename(b+"/d1/f", b+"/d2/g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b+"/d2/g", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel's retry of a stat of d2/g answered ESTALE: its lookup
+	// finds the file, then another mount replaces the name before the
+	// retried GETATTR.
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4246}, Cancel: make(chan struct{})}
+	ma.fsys.retries.estale(ctx, "getattr")
+	var entry fuse.EntryOut
+	if _, errno := d2.Lookup(ctx, "g", &entry); errno != 0 || entry.Size != 4 {
+		t.Fatalf("lookup of d2/g: errno %v, size %d; want the file, size 4", errno, entry.Size)
+	}
+	if err := os.WriteFile(b+"/d2/w", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(b+"/d2/w", b+"/d2/g"); err != nil {
+		t.Fatal(err)
+	}
+	var out fuse.AttrOut
+	if errno := kept.Getattr(ctx, nil, &out); errno != 0 || out.Size != 4 {
+		t.Errorf("the retried getattr of the node the kernel kept: errno %v, size %d; want what the lookup said, size 4", errno, out.Size)
+	}
+}
+
+// TestOpenRetryHoldsTheName: the kernel's retry of an open that the mount
+// answered ESTALE opens the file its lookup found even when another mount
+// replaces the name right after that lookup. The retried OPEN then found
+// the file gone and the name holding another one, and a second ESTALE
+// reached the caller (make linz run 3 of the eleventh session: open(a/x) ->
+// "stale file handle" on two mounts; the FUSE log: OPEN ESTALE, the
+// retry's LOOKUP a "x" found a new file, OPEN of it ESTALE). A recall of
+// the directory now waits, bounded, for a retried open whose lookup went
+// through it, so that the retry's lookup and open are one step for the
+// other mounts, as a local open's walk pins the inode it found. The test
+// makes the kernel's requests by calling the handlers.
+func TestOpenRetryHoldsTheName(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a+"/w", []byte("other"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan struct{})
+	var heldOnce sync.Once
+	hookHeld := func() { heldOnce.Do(func() { close(held) }) }
+	ma.fsys.hooks.heldRecall.Store(&hookHeld)
+	// The mount answered the thread's OPEN ESTALE; the kernel looks the
+	// name up again.
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4247}, Cancel: make(chan struct{})}
+	ma.fsys.retries.estale(ctx, "open")
+	var entry fuse.EntryOut
+	ch, errno := ma.fsys.index.root.Lookup(ctx, "f", &entry)
+	if errno != 0 {
+		t.Fatalf("the retry's lookup of f: errno %v", errno)
+	}
+	node := ch.Operations().(*Node)
+	// Another mount replaces the name before the retried OPEN.
+	errc := make(chan error, 1)
+	go func() { errc <- os.Rename(b+"/w", b+"/f") }()
+	select {
+	case <-held:
+	case err := <-errc:
+		errc <- err
+	case <-time.After(time.Minute):
+		t.Fatal("the rename on mount b neither returned nor recalled within a minute")
+	}
+	fh, _, errno := node.Open(ctx, syscall.O_RDONLY)
+	if errno != 0 {
+		t.Fatalf("the kernel's retried open, the name replaced after its lookup: errno %v, want 0", errno)
+	}
+	h := fh.(*handle)
+	defer h.Release(ctx)
+	if err := <-errc; err != nil {
+		t.Fatalf("rename on mount b: %v", err)
+	}
+	buf := make([]byte, 16)
+	n, err := h.f.ReadAt(buf, 0)
+	if h.f.Ino() != node.ino() || string(buf[:n]) != "v1" || err != nil && !errors.Is(err, io.EOF) {
+		t.Errorf("the retried open: ino %d content %q, %v; want ino %d content \"v1\"", h.f.Ino(), buf[:n], err, node.ino())
+	}
+}
+
+// TestStatOfOpenFileRemovedElsewhere: a GETATTR of a file open here that
+// another mount has removed answers with the newest attributes the servers
+// gave this mount (a lookup's, a getattr's) and this mount's own writes,
+// not with the size the open state read at its open. The kernel names no
+// handle in a GETATTR by path nor in one of fstat (go-fuse hands Getattr
+// the node's first open handle in both cases), so it is the answer to both.
+// It was the open state's size, from before another mount's write: after
+// a lookup of the file's new name had said size 4, a stat through that name
+// got size 0 from the GETATTR that followed, the name having been replaced
+// in between (make linz run 3 of the eleventh session: stat(a/x) -> size 0
+// after another mount's write "C343" and close returned).
+func TestStatOfOpenFileRemovedElsewhere(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := os.WriteFile(b+"/f", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(b+"/f", b+"/x"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(a + "/x"); err != nil || st.Size() != 4 {
+		t.Fatalf("stat x on mount a: %v, %v; want size 4", st, err)
+	}
+	if err := os.WriteFile(b+"/w", []byte("other"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(b+"/w", b+"/x"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := held.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sys := st.Sys().(*syscall.Stat_t); st.Size() != 4 || sys.Nlink != 0 {
+		t.Errorf("fstat of the open file removed by mount b: size %d nlink %d; want size 4 (what mount a last learned) and nlink 0", st.Size(), sys.Nlink)
+	}
+}
+
+// TestLookupsOfOneFileUnderTwoNames: a thread whose lookups find one file
+// (with one link) under two names, another mount having moved it between
+// them, gets ESTALE for the second, so that the kernel walks both names
+// again. A rename looks up its source and its target one after the other,
+// and if both hold one inode it returns success without asking the file
+// system (a rename of a file onto itself): two mounts' renames of b/z to
+// a/z both returned ok (make linz run 7 of the eleventh session: the
+// second mount's lookup of b/z, refused its lease while it owed a release,
+// read b/z before the first mount's rename landed, and its lookup of a/z,
+// under a lease granted after it, found the file there). The test makes
+// the kernel's requests by calling the handlers.
+func TestLookupsOfOneFileUnderTwoNames(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for _, d := range []string{"/d1", "/d2"} {
+		if err := os.Mkdir(a+d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(a+"/d1/f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dirNode := func(path string) *Node {
+		t.Helper()
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := ma.fsys.index.live(core.Ino(st.Sys().(*syscall.Stat_t).Ino), core.ModeDir)
+		if n == nil {
+			t.Fatalf("mount a has no live node for %s", path)
+		}
+		return n
+	}
+	d1, d2 := dirNode(a+"/d1"), dirNode(a+"/d2")
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4248}, Cancel: make(chan struct{})}
+	var out fuse.EntryOut
+	if _, errno := d1.Lookup(ctx, "f", &out); errno != 0 {
+		t.Fatalf("lookup d1/f: errno %v", errno)
+	}
+	ino := out.Ino
+	if err := os.Rename(b+"/d1/f", b+"/d2/f"); err != nil {
+		t.Fatal(err)
+	}
+	if _, errno := d2.Lookup(ctx, "f", &out); errno != syscall.ESTALE {
+		t.Errorf("lookup d2/f by the thread that found the file as d1/f: errno %v ino %d, want ESTALE", errno, out.Ino)
+	}
+	// The kernel's walk again, with LOOKUP_REVAL: the new name is the
+	// answer now.
+	ch, errno := d2.Lookup(ctx, "f", &out)
+	if errno != 0 || out.Ino != ino {
+		t.Fatalf("the retried lookup of d2/f: errno %v ino %d, want 0 and ino %d", errno, out.Ino, ino)
+	}
+	// An open's retry goes on with the OPEN of what its walk found, which
+	// it opens wherever another mount moved it since (a second ESTALE
+	// would reach the caller: make linz run 11).
+	if err := os.Rename(b+"/d2/f", b+"/d1/g"); err != nil {
+		t.Fatal(err)
+	}
+	fh, _, errno := ch.Operations().(*Node).Open(ctx, syscall.O_RDONLY)
+	if errno != 0 {
+		t.Fatalf("the retry's OPEN of the file moved since its lookup: errno %v, want 0", errno)
+	}
+	fh.(*handle).Release(ctx)
+	if _, errno := d1.Lookup(ctx, "f", &out); errno != syscall.ENOENT {
+		t.Errorf("a lookup of d1/f: errno %v, want ENOENT", errno)
+	}
+	// A rename's retry: its lookup of the target finds nothing, and the
+	// rename is not a request about the node. What the mount remembers
+	// of the retry ends there: it answered this thread's next stat of the
+	// node by the name the retry had found it under, gone by then (make
+	// linz run 18: stat(b/x) -> ENOENT right after the thread's own
+	// rename to b/x returned).
+	if _, errno := d1.Lookup(ctx, "g", &out); errno != 0 {
+		t.Fatalf("lookup d1/g: errno %v", errno)
+	}
+	if err := os.Rename(b+"/d1/g", b+"/d1/f"); err != nil {
+		t.Fatal(err)
+	}
+	if _, errno := d1.Lookup(ctx, "f", &out); errno != syscall.ESTALE {
+		t.Fatalf("lookup d1/f by the thread that found the file as d1/g: errno %v, want ESTALE", errno)
+	}
+	if _, errno := d1.Lookup(ctx, "f", &out); errno != 0 {
+		t.Fatalf("the retried lookup of d1/f: errno %v", errno)
+	}
+	if _, errno := d2.Lookup(ctx, "h", &out); errno != syscall.ENOENT {
+		t.Fatalf("lookup of the rename's target d2/h: errno %v, want ENOENT", errno)
+	}
+	if ma.fsys.retries.pending(ctx) {
+		t.Errorf("the retry walk outlived a lookup that found nothing after it had found its node")
+	}
+}
+
+// TestOpenRetryAfterItsPermissionCheck: an open whose first request, the
+// GETATTR of the kernel's permission check, the mount answered ESTALE is
+// retried by the kernel as a GETATTR and then the OPEN; the OPEN is part
+// of the retry too. The retry ended with its GETATTR (a request of the kind
+// answered ESTALE), so an OPEN that found the file moved since the retry's
+// lookup got a second ESTALE, which reached the caller (make linz run 7 of
+// the eleventh session: open(a/y) -> "stale file handle"; the FUSE log:
+// GETATTR ESTALE, LOOKUP a "y", GETATTR OK, OPEN ESTALE). A later call of
+// the thread through its cached dentry is still no retry.
+func TestOpenRetryAfterItsPermissionCheck(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4249}, Cancel: make(chan struct{})}
+	ma.fsys.retries.estale(ctx, "getattr")
+	var entry fuse.EntryOut
+	ch, errno := ma.fsys.index.root.Lookup(ctx, "f", &entry)
+	if errno != 0 {
+		t.Fatalf("the retry's lookup of f: errno %v", errno)
+	}
+	node := ch.Operations().(*Node)
+	var out fuse.AttrOut
+	if errno := node.Getattr(ctx, nil, &out); errno != 0 {
+		t.Fatalf("the retry's GETATTR: errno %v", errno)
+	}
+	if err := os.Rename(b+"/f", b+"/moved"); err != nil {
+		t.Fatal(err)
+	}
+	fh, _, errno := node.Open(ctx, syscall.O_RDONLY)
+	if errno != 0 {
+		t.Fatalf("the retry's OPEN of the file moved since its lookup: errno %v, want 0", errno)
+	}
+	fh.(*handle).Release(ctx)
+	// A later open of the node, through a dentry the kernel kept: no
+	// retry (the name holds nothing now).
+	if _, _, errno := node.Open(ctx, syscall.O_RDONLY); errno != syscall.ESTALE {
+		t.Errorf("a later open of the node, no retry: errno %v, want ESTALE", errno)
+	}
+}
+
+// TestRetryWalkLooksUpTheNameTwice: the kernel's walk after ESTALE
+// (LOOKUP_REVAL) may look the last name up twice, revalidating the dentry
+// its first lookup made, and find another file the second time (another
+// mount replaced the name in between). That is still the retry's walk; the
+// mount took the second lookup for a later call's and ended the retry, and
+// the retried chmod got a second ESTALE, which reached the caller (make
+// linz run 19 of the eleventh session: chmod(b/x) -> "stale file handle";
+// the log: SETATTR ESTALE, LOOKUP b "x" twice, two inodes, SETATTR ESTALE).
+func TestRetryWalkLooksUpTheNameTwice(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	replace := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(b+"/w", []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(b+"/w", b+"/f"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4250}, Cancel: make(chan struct{})}
+	ma.fsys.retries.estale(ctx, "setattr")
+	root := ma.fsys.index.root
+	var entry fuse.EntryOut
+	if _, errno := root.Lookup(ctx, "f", &entry); errno != 0 {
+		t.Fatalf("the retry's lookup of f: errno %v", errno)
+	}
+	replace("v2")
+	ch, errno := root.Lookup(ctx, "f", &entry)
+	if errno != 0 {
+		t.Fatalf("the retry's second lookup of f: errno %v", errno)
+	}
+	replace("v3")
+	in := &fuse.SetAttrIn{}
+	in.Valid, in.Mode = fuse.FATTR_MODE, 0o600
+	var out fuse.AttrOut
+	if errno := ch.Operations().(*Node).Setattr(ctx, nil, in, &out); errno != 0 {
+		t.Errorf("the retried chmod, the name replaced after the walk's second lookup: errno %v, want 0", errno)
+	}
+}

@@ -111,6 +111,9 @@ type fileSystem struct {
 		sync.Mutex
 		m map[core.Ino]pageStore
 	}
+	// lastLookups are the files the threads' last lookups found
+	// (twonames.go).
+	lastLookups lastLookups
 	// retries are the threads answered ESTALE, whose retry may need
 	// an answer other than a second ESTALE (retry.go).
 	retries retries
@@ -120,6 +123,7 @@ type fileSystem struct {
 		renamed       atomic.Pointer[func()] // a rename committed; its request has not returned
 		deferredNames atomic.Pointer[func()] // before the names of a deferred recall go
 		getattr       atomic.Pointer[func()] // a Getattr through a handle read the server
+		heldRecall    atomic.Pointer[func()] // a recall waits for a retried open (retry.go)
 	}
 }
 

@@ -54,7 +54,12 @@ func (n *Node) ino() core.Ino { return core.Ino(n.StableAttr().Ino) }
 
 // ref names the node for the meta server by its current place in the tree.
 // A node with no known parent (unlinked, or reached without a path) is named
-// by inode alone, which finds directories and hard-linked files.
+// by inode alone, which finds directories and hard-linked files; a file
+// open here by where the client addresses it: go-fuse drops a node's name
+// when a rename of this mount replaces it, and the file may live on under
+// a name another mount gave it (by inode alone a one-link file is not
+// found, and its GETATTR was answered with the open state's size, from
+// before another mount's write: TestRereadOfOpenFileWhoseNameThisMountReused).
 func (n *Node) ref() client.Ref {
 	ino := n.ino()
 	if ino == core.RootIno {
@@ -62,19 +67,29 @@ func (n *Node) ref() client.Ref {
 	}
 	name, parent := n.Parent()
 	if parent == nil {
+		if r, ok := n.fsys.c.OpenPlace(ino); ok && !n.IsDir() {
+			return r
+		}
 		return client.Ref{Ino: ino}
 	}
 	return client.Ref{Ino: ino, Parent: core.Ino(parent.StableAttr().Ino), Name: name}
 }
 
 // newChild returns the node for a child with attributes a, reusing the one
-// go-fuse already knows under name.
+// go-fuse already knows under name, or under another name: go-fuse keeps
+// one node per inode and would drop a new one for it once the handler
+// returns, with what the handler noted on it (the attributes, the walk of
+// a retry: TestLookupOfFileKnownByAnotherName).
 func (n *Node) newChild(ctx context.Context, name string, a core.Attr) *fs.Inode {
 	if ch := n.GetChild(name); ch != nil && ch.StableAttr().Ino == uint64(a.Ino) {
 		if cn, ok := ch.Operations().(*Node); ok {
 			cn.setAttr(a)
 		}
 		return ch
+	}
+	if cn := n.fsys.index.live(a.Ino, a.Mode&core.ModeType); cn != nil {
+		cn.setAttr(a)
+		return cn.EmbeddedInode()
 	}
 	child := &Node{fsys: n.fsys}
 	child.mu.attr = a
@@ -146,7 +161,9 @@ func (n *Node) fillEntryLeased(out *fuse.EntryOut, child *fs.Inode, a core.Attr,
 
 // Getattr asks the server. A file whose last name is gone while this mount
 // still has it open answers from what this mount knows (see the package
-// doc).
+// doc). fh is go-fuse's pick of an open handle when the kernel names none:
+// a stat by path and an fstat both name none, so a file open here gets the
+// same answer to both.
 func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	defer n.startGetattr()()
 	if !n.IsDir() {
@@ -239,9 +256,17 @@ func (n *Node) getattr(ctx context.Context, byPath bool, walk retryWalk, retry b
 	if !open || last.Ino == 0 {
 		return a, l, err
 	}
+	// The newer of what the servers last said of the file (a lookup, a
+	// getattr) and the open state (its open, a refresh, this mount's
+	// commits), with this mount's writes not yet committed: the open
+	// state's size may predate another mount's write
+	// (TestStatOfOpenFileRemovedElsewhere). No lease covers it: the
+	// kernel must not keep it.
 	last.Nlink = 0
-	last, _ = n.fsys.c.OpenAttr(last)
-	return last, l, nil
+	if o, ok := n.fsys.c.OpenAttr(last); ok && o.Mtime.After(last.Mtime) {
+		last = o
+	}
+	return n.fsys.c.OwnWrites(last), client.Lease{}, nil
 }
 
 // Setattr is chmod, chown, truncate and utimensat. A truncate through an

@@ -33,7 +33,17 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	l := n.entryLease(cctx, name)
 	a, err := n.fsys.c.LookupAt(cctx, n.ino(), name)
 	if err != nil {
+		n.fsys.lastLookups.other(ctx)
+		n.fsys.retries.notFound(ctx)
 		return nil, n.fsys.fail("lookup", err)
+	}
+	if !inlineAttrs(a) {
+		n.fsys.lastLookups.other(ctx)
+	} else if n.fsys.lastLookups.found(ctx, a.Ino, n.ino(), name) && !n.fsys.retries.pending(ctx) {
+		// twonames.go. The kernel's retry may GETATTR and OPEN the
+		// node its walk finds: a retry like one of a GETATTR's.
+		n.fsys.retries.estale(ctx, "getattr")
+		return nil, syscall.ESTALE
 	}
 	var al client.Lease
 	if l.Remaining() > 0 && !inlineAttrs(a) {

@@ -41,6 +41,9 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	defer cancel()
 	ref := n.ref()
 	walk, retry := n.fsys.retries.retry(ctx, n, "open")
+	if retry {
+		defer n.fsys.retries.openEnds(ctx)
+	}
 	if retry && walk.name != "" {
 		// The name the retry's lookup found it under: go-fuse's tree
 		// may have lost it since (a recall's invalidation).

@@ -4,9 +4,11 @@ import (
 	"context"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/core"
 )
 
@@ -43,16 +45,39 @@ import (
 
 // retryWalk is what the mount knows of a thread's retry after ESTALE.
 type retryWalk struct {
-	op     string // the request answered ESTALE: "getattr", "setattr", "open"
-	node   *Node  // the node the thread's lookup returned since (nil: none yet)
-	parent core.Ino
-	name   string
+	op   string // the request answered ESTALE: "getattr", "setattr", "open"
+	node *Node  // the node the thread's lookup returned since (nil: none yet)
+	// answered: the retry's GETATTR of a "getattr" walk was answered;
+	// an OPEN may still follow (the GETATTR was an open's permission
+	// check), nothing else is part of the call.
+	answered bool
+	parent   core.Ino
+	name     string
 }
 
 // retries are the threads the mount answered ESTALE, by pid.
 type retries struct {
 	mu sync.Mutex
 	m  map[uint32]*retryWalk
+	// changed is closed when a walk ends or moves on (nil: nobody
+	// waits for that).
+	changed chan struct{}
+}
+
+// endLocked ends the walk of pid.
+func (r *retries) endLocked(pid uint32) {
+	if _, ok := r.m[pid]; !ok {
+		return
+	}
+	delete(r.m, pid)
+	r.changedLocked()
+}
+
+func (r *retries) changedLocked() {
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
 }
 
 func callerPid(ctx context.Context) (uint32, bool) {
@@ -78,6 +103,7 @@ func (r *retries) estale(ctx context.Context, op string) {
 		clear(r.m) // threads that never retried (their walk failed)
 	}
 	r.m[pid] = &retryWalk{op: op}
+	r.changedLocked()
 }
 
 // forget ends the retry of the thread of ctx (its retried request failed:
@@ -89,7 +115,38 @@ func (r *retries) forget(ctx context.Context) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.m, pid)
+	r.endLocked(pid)
+}
+
+// notFound notes a lookup by the thread of ctx that found nothing: once
+// the retry's walk had reached its node, it is a later step (a rename's
+// lookup of its target), and the retry is over. A rename's retry left it
+// standing, and the thread's next stat of the node was taken for the
+// retry and answered by the name the retry had found, gone by then
+// (TestLookupsOfOneFileUnderTwoNames).
+func (r *retries) notFound(ctx context.Context) {
+	pid, ok := callerPid(ctx)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w := r.m[pid]; w != nil && w.node != nil {
+		r.endLocked(pid)
+	}
+}
+
+// pending reports whether the thread of ctx is in the kernel's retry of a
+// request the mount answered ESTALE: the walk of the retry uses
+// LOOKUP_REVAL, and a second ESTALE would reach the caller.
+func (r *retries) pending(ctx context.Context) bool {
+	pid, ok := callerPid(ctx)
+	if !ok {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[pid] != nil
 }
 
 // lookedUp notes a lookup of name in parent that returned node, for a
@@ -102,10 +159,18 @@ func (r *retries) lookedUp(ctx context.Context, parent core.Ino, name string, no
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w := r.m[pid]; w != nil {
+		if w.node != nil && w.parent == parent && w.name == name {
+			// The walk looked its last name up again (LOOKUP_REVAL
+			// revalidates the dentry its first lookup made):
+			// still the retry's (TestRetryWalkLooksUpTheNameTwice).
+			w.node = node
+			r.changedLocked()
+			return
+		}
 		if w.node != nil {
 			// The retry's walk had reached its node: this is a
 			// later walk, of another call.
-			delete(r.m, pid)
+			r.endLocked(pid)
 			return
 		}
 		if node.IsDir() || node.Mode()&syscall.S_IFMT == syscall.S_IFLNK {
@@ -124,7 +189,9 @@ func (r *retries) lookedUp(ctx context.Context, parent core.Ino, name string, no
 // retry may make several requests about n (an open's GETATTR, then its
 // OPEN), and the walk before it GETATTRs the directories it passes: what
 // the mount remembers ends with a request of the kind answered ESTALE, or
-// an OPEN or SETATTR (they end their call).
+// an OPEN or SETATTR (they end their call). A retried OPEN's walk ends
+// when the handler calls done (openEnds), not before: recalls of the
+// directory wait for it until then.
 func (r *retries) retry(ctx context.Context, n *Node, op string) (retryWalk, bool) {
 	pid, ok := callerPid(ctx)
 	if !ok {
@@ -136,8 +203,78 @@ func (r *retries) retry(ctx context.Context, n *Node, op string) (retryWalk, boo
 	if w == nil || w.node != n {
 		return retryWalk{}, false
 	}
-	if op == w.op || op != "getattr" {
-		delete(r.m, pid)
+	switch {
+	case w.answered && op != "open":
+		// A later call of the thread, through a dentry the kernel
+		// kept: no retry.
+		r.endLocked(pid)
+		return retryWalk{}, false
+	case op == "getattr" && w.op == "getattr":
+		// A stat's retry ends here; an open's permission check
+		// goes on with the OPEN (TestOpenRetryAfterItsPermissionCheck).
+		w.answered = true
+	case op != "open" && (op == w.op || op != "getattr"):
+		r.endLocked(pid)
 	}
 	return *w, true
+}
+
+// The retry of an open and other mounts' changes. The retried OPEN opens
+// the file the retry's lookup found, wherever it is by then; if another
+// mount removed it in between and the name holds another file, the OPEN
+// can only fail, and ESTALE reached the caller a second time
+// (TestOpenRetryHoldsTheName). A local open pins the inode its walk found.
+// Here the lookup took a read lease on the name's directory, so the change
+// that would remove the file recalls it first: the recall waits, at most
+// retryOpenHold, for the retried OPEN whose lookup went through the
+// directory, and the change lands after it.
+
+// retryOpenHold bounds how long a recall waits for a retried open: the
+// kernel sends the OPEN right after the lookup (and a GETATTR), within a
+// millisecond on an idle machine.
+const retryOpenHold = 100 * time.Millisecond
+
+// openEnds ends the retry of the thread of ctx once its OPEN is answered.
+func (r *retries) openEnds(ctx context.Context) { r.forget(ctx) }
+
+// openingIn reports whether a retried open's lookup went through one of
+// dirs and its OPEN has not been answered, and a channel closed when that
+// may have changed.
+func (r *retries) openingIn(dirs map[core.Ino]bool) (bool, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.m {
+		if w.op == "open" && w.node != nil && dirs[w.parent] {
+			if r.changed == nil {
+				r.changed = make(chan struct{})
+			}
+			return true, r.changed
+		}
+	}
+	return false, nil
+}
+
+// waitOpens waits, at most retryOpenHold, until no retried open's lookup
+// went through a directory of keys and its OPEN is not yet answered.
+func (fsys *fileSystem) waitOpens(keys []client.LeaseKey) {
+	dirs := make(map[core.Ino]bool, len(keys))
+	for _, k := range keys {
+		dirs[k.Ino] = true
+	}
+	t := time.NewTimer(retryOpenHold)
+	defer t.Stop()
+	for {
+		busy, changed := fsys.retries.openingIn(dirs)
+		if !busy {
+			return
+		}
+		if h := fsys.hooks.heldRecall.Load(); h != nil {
+			(*h)()
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return
+		}
+	}
 }
