@@ -107,6 +107,9 @@ type parityCache struct {
 		frames map[stripeKey]*parityFrame
 		ghost  map[stripeKey]uint64 // stripe -> tick of its last write
 		tick   uint64
+		// writing, if set, runs as a flush starts writing a frame's
+		// parity (tests: export_stripecache_test.go).
+		writing func(stripeKey)
 	}
 }
 
@@ -188,6 +191,13 @@ func (pc *parityCache) setDirty(f *parityFrame) {
 	pc.mu.Lock()
 	f.dirty, f.since = true, time.Now()
 	pc.mu.Unlock()
+}
+
+// writingHook returns the hook a flush runs before its writes, if any.
+func (pc *parityCache) writingHook() func(stripeKey) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return pc.mu.writing
 }
 
 func (pc *parityCache) drop(k stripeKey) {
@@ -355,16 +365,26 @@ func (c *Client) flushFrameLocked(ctx context.Context, k stripeKey) {
 	if f == nil {
 		return
 	}
-	pc.drop(k)
+	// The frame leaves the cache once its parity is written, not before:
+	// until then FlushParity (before a truncate cuts the data, and in an
+	// fsync) finds it and waits for this flush on the stripe's lock. A
+	// frame dropped first let a truncate run beside its flush and drop
+	// the stripe's parity, which the flush then wrote back, computed from
+	// the data the truncate cut: once the file grew into the stripe again,
+	// a degraded read rebuilt wrong bytes from it (docs/design.md).
+	defer pc.drop(k)
 	if !f.dirty {
 		return
 	}
 	pc.flushes.Add(1)
-	// The frame is gone from the cache: a flush cut short would leave
+	// The frame goes whatever happens: a flush cut short would leave
 	// marks that only repair clears. So it runs to its own bound, not to
 	// that of a caller that may stop waiting (a hedged read).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.StoreTimeout)
 	defer cancel()
+	if hook := pc.writingHook(); hook != nil {
+		hook(k)
+	}
 	sc := c.ec.scheme
 	stores := sc.Stores(k.ino, k.stripe, len(c.stores))
 	// Each parity unit's mark goes once that unit holds the frame's

@@ -5,10 +5,12 @@ import (
 	"context"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/repair"
 )
@@ -252,5 +254,120 @@ func TestParityCacheDegradedReadWaitsForFlush(t *testing.T) {
 	got, err := readAll(t, reader, "/f")
 	if err != nil || !bytes.Equal(got, model) {
 		t.Fatalf("degraded read while the writer caches parity: err %v, bytes equal %v", err, bytes.Equal(got, model))
+	}
+}
+
+// TestParityCacheFlushBeforeTruncate: a truncate waits for a flush of the
+// file's cached parity that is already writing (the cache's flusher took
+// the frame just before). Otherwise the truncate drops the parity of the
+// stripes past the new end, the flush then writes it back, computed from
+// the data the truncate cut, and once the file grows into the stripe again
+// a degraded read rebuilds wrong bytes from it.
+func TestParityCacheFlushBeforeTruncate(t *testing.T) {
+	ec := newECCluster(t, "ec:3+2", 5)
+	// Frames go out only when flushed here, not by age.
+	c := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = time.Minute })
+	ctx := context.Background()
+	model := make([]byte, 6*ecChunk) // two stripes
+	for i := range model {
+		model[i] = byte(i*7 + 1)
+	}
+	writeFile(t, c, "/f", model)
+	f, err := c.Open(ctx, "/f", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := range 3 { // chunk 3, stripe 1's first: two writes admit a frame
+		p := bytes.Repeat([]byte{byte('a' + i)}, 500)
+		off := 3*ecChunk + int64(i)*600
+		if _, err := f.WriteAt(p, off); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[off:], p)
+		if err := f.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.ParityCacheStats(); st.Frames != 1 {
+		t.Fatalf("want a dirty frame of stripe 1: %+v", st)
+	}
+
+	// A flush of stripe 1's frame (as the flusher's) stops just before
+	// its writes, until the truncate returned or showed it waits.
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.OnFrameFlushWriting(func(_ core.Ino, stripe uint64) {
+		if stripe != 1 {
+			return
+		}
+		once.Do(func() { close(held) })
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		c.FlushParity(f.Ino())
+	}()
+	waitClosed(t, held, "the flush of stripe 1 to start writing")
+	truncated := make(chan error, 1)
+	go func() { truncated <- f.Truncate(3 * ecChunk) }() // stripe 1 goes
+	var terr error
+	select {
+	case terr = <-truncated:
+		t.Log("the truncate returned while the flush of the stripe it cut was still writing")
+		close(release)
+	case <-time.After(300 * time.Millisecond): // it waits for the flush, as it should
+		close(release)
+		select {
+		case terr = <-truncated:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the truncate did not return once the flush ended")
+		}
+	}
+	if terr != nil {
+		t.Fatalf("truncate: %v", terr)
+	}
+	waitClosed(t, flushed, "the flush to end")
+	model = model[:3*ecChunk]
+
+	// The file grows into stripe 1 again: its second data unit gets a few
+	// bytes, everything else there is a hole.
+	p := bytes.Repeat([]byte{0x5a}, 1000)
+	off := int64(4*ecChunk + 30000)
+	if _, err := f.WriteAt(p, off); err != nil {
+		t.Fatal(err)
+	}
+	model = append(model, make([]byte, off+int64(len(p))-int64(len(model)))...)
+	copy(model[off:], p)
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ec.stopStore(ec.storeOf(t, c, "/f", 4)) // that unit is rebuilt
+	got, err := readAll(t, c, "/f")
+	if err != nil {
+		t.Fatalf("degraded read: %v", err)
+	}
+	if !bytes.Equal(got, model) {
+		for i := range min(len(got), len(model)) {
+			if got[i] != model[i] {
+				t.Fatalf("degraded read: %d bytes, want %d; first wrong byte at %d (chunk %d offset %d): %#x, want %#x",
+					len(got), len(model), i, i/ecChunk, i%ecChunk, got[i], model[i])
+			}
+		}
+		t.Fatalf("degraded read: %d bytes, want %d", len(got), len(model))
+	}
+}
+
+// waitClosed waits for ch to close, at most 10 seconds.
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
