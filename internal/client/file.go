@@ -75,7 +75,8 @@ func (c *Client) OpenRef(ctx context.Context, ref Ref, flags int) (*File, error)
 
 // newFile wraps an open (or create) reply in a handle. truncated says the
 // server just cut the file to zero (and had the stores drop the old chunks
-// before it answered): this client drops what it buffered.
+// before it answered): this client drops what it buffered, and the parity
+// it caches of the file (dropCutParity).
 func (c *Client) newFile(ctx context.Context, ref Ref, r *pb.OpenReply, flags int, truncated bool) (*File, error) {
 	if core.IsDir(r.Attr.GetMode()) && flags&oACCMODE != oRDONLY {
 		return nil, errs.New(errs.IsDir, "open", "%s is a directory", ref.Name)
@@ -87,6 +88,7 @@ func (c *Client) newFile(ctx context.Context, ref Ref, r *pb.OpenReply, flags in
 		clear(n.mu.cache)
 		n.mu.size, n.mu.inline, n.mu.data = 0, r.Attr.GetInline(), nil
 		n.mu.Unlock()
+		c.dropCutParity(ctx, n.ino)
 	}
 	f := &File{c: c, n: n, flags: flags, opened: context.WithoutCancel(ctx)}
 	return f, nil

@@ -174,10 +174,10 @@ func readAll(t testing.TB, c *client.Client, path string) ([]byte, error) {
 	return io.ReadAll(f)
 }
 
-// TestErasureModel writes files with random partial writes, holes and
-// truncates on ec:3+2 over 5 mem stores, then checks that with one and
-// then two stores stopped or restarted empty every byte reads back as the
-// model says: never an error, never a wrong byte.
+// TestErasureModel writes files with random partial writes, holes,
+// truncates and O_TRUNC reopens on ec:3+2 over 5 mem stores, then checks
+// that with one and then two stores stopped or restarted empty every byte
+// reads back as the model says: never an error, never a wrong byte.
 func TestErasureModel(t *testing.T) {
 	testErasureModel(t, nil)
 }
@@ -204,13 +204,28 @@ func testErasureModel(t *testing.T, adjust func(*client.Config)) {
 		var model []byte
 		limit := 3 * 3 * ecChunk
 		for range rapid.IntRange(1, 12).Draw(rt, "ops") {
-			if rapid.IntRange(0, 4).Draw(rt, "op") == 0 {
+			switch rapid.IntRange(0, 5).Draw(rt, "op") {
+			case 0:
 				size := rapid.IntRange(0, len(model)).Draw(rt, "size")
 				if err := f.Truncate(int64(size)); err != nil {
 					rt.Fatalf("truncate %d: %v", size, err)
 				}
 				model = model[:size]
-				oplog[path] = append(oplog[path], fmt.Sprintf("trunc %d", size))
+				oplog[path] = append(oplog[path], fmt.Sprintf("truncate to %d", size))
+				continue
+			case 1: // closed and opened again, maybe with O_TRUNC (an overwrite)
+				if err := f.Close(); err != nil {
+					rt.Fatal(err)
+				}
+				flags := os.O_RDWR
+				if rapid.Bool().Draw(rt, "O_TRUNC") {
+					flags |= os.O_TRUNC
+					model = model[:0]
+				}
+				if f, err = c.Open(ctx, path, flags, 0); err != nil {
+					rt.Fatal(err)
+				}
+				oplog[path] = append(oplog[path], fmt.Sprintf("reopen, O_TRUNC %v", flags&os.O_TRUNC != 0))
 				continue
 			}
 			off := rapid.IntRange(0, limit).Draw(rt, "off")

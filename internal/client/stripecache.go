@@ -287,15 +287,18 @@ func (c *Client) syncCachedParity(ctx context.Context, ino core.Ino) error {
 
 // discardFrames drops, unwritten, the frames of ino's stripes from stripe
 // from on: a shrink cut the data they were computed from. Their marks stay
-// until the shrink rewrites or drops the stripes' parity.
-func (c *Client) discardFrames(ctx context.Context, ino core.Ino, from uint64) {
+// until the shrink rewrites or drops the stripes' parity. It returns the
+// stripes whose frames it dropped.
+func (c *Client) discardFrames(ctx context.Context, ino core.Ino, from uint64) []uint64 {
 	if c.ec.cache == nil {
-		return
+		return nil
 	}
+	var dropped []uint64
 	for _, k := range c.ec.cache.all(ino) {
 		if k.stripe < from {
 			continue
 		}
+		dropped = append(dropped, k.stripe)
 		if unlock, err := c.ec.lock(ctx, k.ino, k.stripe); err == nil {
 			c.ec.cache.drop(k)
 			unlock()
@@ -303,6 +306,7 @@ func (c *Client) discardFrames(ctx context.Context, ino core.Ino, from uint64) {
 			c.ec.cache.drop(k)
 		}
 	}
+	return dropped
 }
 
 // startParityFlusher runs the cache's flusher until closeParityCache.

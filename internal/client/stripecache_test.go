@@ -351,15 +351,7 @@ func TestParityCacheFlushBeforeTruncate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("degraded read: %v", err)
 	}
-	if !bytes.Equal(got, model) {
-		for i := range min(len(got), len(model)) {
-			if got[i] != model[i] {
-				t.Fatalf("degraded read: %d bytes, want %d; first wrong byte at %d (chunk %d offset %d): %#x, want %#x",
-					len(got), len(model), i, i/ecChunk, i%ecChunk, got[i], model[i])
-			}
-		}
-		t.Fatalf("degraded read: %d bytes, want %d", len(got), len(model))
-	}
+	wantSame(t, "degraded read", got, model)
 }
 
 // waitClosed waits for ch to close, at most 10 seconds.
@@ -370,4 +362,74 @@ func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("timed out waiting for %s", what)
 	}
+}
+
+// TestParityCacheOpenTruncate: an O_TRUNC open of a file whose parity
+// this client still caches (written within ParityFrameAge, then closed)
+// drops the frames: the meta server cut the file to nothing, parity
+// included, and a frame kept past it would compute the parity of new
+// writes from the old data and write it back.
+func TestParityCacheOpenTruncate(t *testing.T) {
+	ec := newECCluster(t, "ec:3+2", 5)
+	c := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = time.Minute })
+	ctx := context.Background()
+	old := make([]byte, 3*ecChunk)
+	for i := range old {
+		old[i] = byte(i*7 + 1)
+	}
+	writeFile(t, c, "/f", old)
+	f, err := c.Open(ctx, "/f", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // chunk 0: two writes admit a frame
+		if _, err := f.WriteAt(bytes.Repeat([]byte{byte('a' + i)}, 500), int64(i)*600); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.ParityCacheStats(); st.Frames != 1 {
+		t.Fatalf("want a dirty frame of stripe 0 after the close: %+v", st)
+	}
+
+	g, err := c.Open(ctx, "/f", os.O_RDWR|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := bytes.Repeat([]byte{0x5a}, 1000)
+	off := int64(ecChunk + 30000) // chunk 1; chunk 0 and 2 are holes now
+	if _, err := g.WriteAt(p, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	model := make([]byte, off+int64(len(p)))
+	copy(model[off:], p)
+	ec.stopStore(ec.storeOf(t, c, "/f", 1)) // chunk 1 is rebuilt
+	got, err := readAll(t, c, "/f")
+	if err != nil {
+		t.Fatalf("degraded read: %v", err)
+	}
+	wantSame(t, "degraded read after the O_TRUNC open", got, model)
+}
+
+// wantSame fails with the first byte where got and want differ.
+func wantSame(t *testing.T, what string, got, want []byte) {
+	t.Helper()
+	if bytes.Equal(got, want) {
+		return
+	}
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			t.Fatalf("%s: %d bytes, want %d; first wrong byte at %d (chunk %d offset %d): %#x, want %#x",
+				what, len(got), len(want), i, i/ecChunk, i%ecChunk, got[i], want[i])
+		}
+	}
+	t.Fatalf("%s: %d bytes, want %d", what, len(got), len(want))
 }

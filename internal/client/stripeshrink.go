@@ -50,19 +50,47 @@ func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize u
 	}
 	first, _ := sc.Unit(sh.DropFrom)
 	last, _ := sc.StripeOfSize(oldSize, cs)
-	var drop []uint64
+	var past []uint64
 	for st := first; st <= last; st++ {
+		past = append(past, st)
+	}
+	if err := c.dropParity(ctx, ino, past); err != nil {
+		return errs.Wrap(errs.IO, "truncate", "dropping parity past the new end", err)
+	}
+	return nil
+}
+
+// dropParity removes the parity units and stale marks of stripes of ino.
+func (c *Client) dropParity(ctx context.Context, ino core.Ino, stripes []uint64) error {
+	sc := c.ec.scheme
+	var drop []uint64
+	for _, st := range stripes {
 		for j := range sc.M {
 			drop = append(drop, sc.ParityIndex(st, j), sc.MarkIndex(st, j))
 		}
 	}
-	err := c.onStores(allStores(len(drop)), func(i int) error {
+	return c.onStores(allStores(len(drop)), func(i int) error {
 		return c.truncateUnit(ctx, ino, drop[i], 0)
 	})
-	if err != nil {
-		return errs.Wrap(errs.IO, "truncate", "dropping parity past the new end", err)
+}
+
+// dropCutParity is shrinkParity for an O_TRUNC open: the meta server
+// answers it having cut the file to nothing, every parity unit and stale
+// mark included, while this client may still cache frames of the file (a
+// close does not flush them). Those know the old bytes, and a write under
+// one would code its parity from them: they are dropped unwritten. A
+// flush of one that ran after the cut wrote its stripe's parity back, so
+// the parity of their stripes is dropped once more.
+func (c *Client) dropCutParity(ctx context.Context, ino core.Ino) {
+	if c.ec == nil || c.ec.cache == nil {
+		return
 	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel()
+	if err := c.dropParity(ctx, ino, c.discardFrames(ctx, ino, 0)); err != nil {
+		c.log.Error("parity cached for a file before an O_TRUNC open could not be dropped: the stripe's parity may be stale until weft repair --verify",
+			"ino", ino, "err", err)
+	}
 }
 
 // truncateUnit cuts the unit at chunk index of ino to size on its store
