@@ -55,6 +55,9 @@ func (c *Client) OpenRef(ctx context.Context, ref Ref, flags int) (*File, error)
 	if f, ok, err := c.wbOpen(ctx, ref, flags); ok {
 		return f, err
 	}
+	if flags&oTRUNC != 0 {
+		c.flushBeforeCut(ref.Ino)
+	}
 	l := c.openLease(ctx, ref)
 	var r pb.OpenReply
 	req := &pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: uint32(flags),

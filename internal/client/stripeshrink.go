@@ -74,13 +74,23 @@ func (c *Client) dropParity(ctx context.Context, ino core.Ino, stripes []uint64)
 	})
 }
 
-// dropCutParity is shrinkParity for an O_TRUNC open: the meta server
-// answers it having cut the file to nothing, every parity unit and stale
-// mark included, while this client may still cache frames of the file (a
-// close does not flush them). Those know the old bytes, and a write under
-// one would code its parity from them: they are dropped unwritten. A
-// flush of one that ran after the cut wrote its stripe's parity back, so
-// the parity of their stripes is dropped once more.
+// flushBeforeCut writes the parity this client caches of ino (every
+// file's with ino 0) before an O_TRUNC open or create has the meta server
+// cut the file to nothing, parity units and stale marks included, as
+// setAttr does before a truncate. A close does not flush a file's frames:
+// one flushed after the cut would put back parity of the old bytes, and a
+// write under one would code its parity from them (docs/design.md).
+func (c *Client) flushBeforeCut(ino core.Ino) {
+	if c.ec != nil {
+		c.FlushParity(ino)
+	}
+}
+
+// dropCutParity is shrinkParity for an O_TRUNC open, once the meta server
+// answered it having cut the file to nothing: a frame of the file made
+// since flushBeforeCut (a write through another handle racing the open)
+// knows bytes that are gone. It is dropped unwritten, and the parity of
+// its stripe is dropped once more, in case its flush ran after the cut.
 func (c *Client) dropCutParity(ctx context.Context, ino core.Ino) {
 	if c.ec == nil || c.ec.cache == nil {
 		return
