@@ -366,10 +366,22 @@ func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 
 // TestParityCacheOpenTruncate: an O_TRUNC open of a file whose parity
 // this client still caches (written within ParityFrameAge, then closed)
-// drops the frames: the meta server cut the file to nothing, parity
-// included, and a frame kept past it would compute the parity of new
-// writes from the old data and write it back.
+// has that parity written before the meta server cuts the file to
+// nothing, parity included: a frame kept past the cut would code the
+// parity of new writes from the old data, and a flush that ends after the
+// cut (which spares chunks changed since it began) would leave the old
+// parity. Either way a degraded read of the file, grown again, would
+// rebuild old bytes.
 func TestParityCacheOpenTruncate(t *testing.T) {
+	t.Run("frame cached", func(t *testing.T) { testOpenTruncate(t, false) })
+	t.Run("frame flushing across the open", func(t *testing.T) { testOpenTruncate(t, true) })
+}
+
+// testOpenTruncate is TestParityCacheOpenTruncate; with flushing, a flush
+// of the frame is held just before its writes when the open starts, and
+// let go once the meta server answered the open, unless the open waits
+// for it (as it should) first.
+func testOpenTruncate(t *testing.T, flushing bool) {
 	ec := newECCluster(t, "ec:3+2", 5)
 	c := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = time.Minute })
 	ctx := context.Background()
@@ -397,10 +409,51 @@ func TestParityCacheOpenTruncate(t *testing.T) {
 		t.Fatalf("want a dirty frame of stripe 0 after the close: %+v", st)
 	}
 
-	g, err := c.Open(ctx, "/f", os.O_RDWR|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	if flushing {
+		held := make(chan struct{})
+		var heldOnce sync.Once
+		c.OnFrameFlushWriting(func(core.Ino, uint64) {
+			heldOnce.Do(func() { close(held) })
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+		})
+		flushed := make(chan struct{})
+		go func() {
+			defer close(flushed)
+			c.FlushParity(f.Ino())
+		}()
+		waitClosed(t, held, "the flush of stripe 0 to start writing")
+		c.SetAfterOpenReply(func() { letGo(); waitClosed(t, flushed, "the flush to end") })
 	}
+	type opened struct {
+		f   *client.File
+		err error
+	}
+	open := make(chan opened, 1)
+	go func() {
+		g, err := c.Open(ctx, "/f", os.O_RDWR|os.O_TRUNC, 0)
+		open <- opened{g, err}
+	}()
+	var o opened
+	select {
+	case o = <-open:
+	case <-time.After(300 * time.Millisecond): // waiting for the flush
+		letGo()
+		select {
+		case o = <-open:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the O_TRUNC open did not return once the flush ended")
+		}
+	}
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	g := o.f
 	p := bytes.Repeat([]byte{0x5a}, 1000)
 	off := int64(ecChunk + 30000) // chunk 1; chunk 0 and 2 are holes now
 	if _, err := g.WriteAt(p, off); err != nil {
