@@ -20,8 +20,9 @@ import (
 // from the frame alone and sends only the data unit's range (one
 // transfer); the frame's parity goes to the parity units later, once for
 // all the writes it covers: when the frame is evicted, when it has lagged
-// ParityFrameAge, before a rebuild of its stripe, before a truncate or a
-// full-stripe write of the file, and when the client closes. A frame is
+// ParityFrameAge, before a rebuild of its stripe, before a truncate, an
+// O_TRUNC open or a full-stripe write of the file, and when the client
+// closes. A frame is
 // filled by reading the window of the k data units (k transfers), only
 // for a write of at most cachedWriteMax into a stripe written again within
 // about as many writes as there are frames, so a scattered or large writer
