@@ -189,6 +189,13 @@ func TestErasureModelBusyCache(t *testing.T) {
 	testErasureModel(t, func(cc *client.Config) { cc.ParityFrames, cc.ParityFrameAge = 2, 5*time.Millisecond })
 }
 
+// TestErasureModelNoCache is TestErasureModel without the parity cache:
+// every partial-stripe write is a reconstruct-write whose data unit's
+// store keeps the replaced bytes (keep_old; the mem backend's kept blocks).
+func TestErasureModelNoCache(t *testing.T) {
+	testErasureModel(t, func(cc *client.Config) { cc.ParityFrames = -1 })
+}
+
 func testErasureModel(t *testing.T, adjust func(*client.Config)) {
 	ec := newECCluster(t, "ec:3+2", 5)
 	c := ec.clientWith(ecChunk, adjust)
