@@ -22,11 +22,10 @@ import (
 // all the writes it covers: when the frame is evicted, when it has lagged
 // ParityFrameAge, before a rebuild of its stripe, before a truncate, an
 // O_TRUNC open or a full-stripe write of the file, and when the client
-// closes. A frame is
-// filled by reading the window of the k data units (k transfers), only
-// for a write of at most cachedWriteMax into a stripe written again within
-// about as many writes as there are frames, so a scattered or large writer
-// pays about what it paid without the cache.
+// closes. A frame is filled by reading the window of the k data units (k
+// transfers), only for a write of at most cachedWriteMax into a stripe
+// written again within about as many writes as there are frames, so a
+// scattered or large writer pays about what it paid without the cache.
 //
 // Recoverability. Between a data write and its frame's flush the stores'
 // parity does not match the data. Before the first data write under a
