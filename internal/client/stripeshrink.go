@@ -135,7 +135,17 @@ func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size u
 		if ustart >= size {
 			return nil // dropped: zeros
 		}
-		d, err := c.readDataRange(ctx, ino, sc.DataIndex(stripe, q), 0, min(n, int64(size-ustart)), true)
+		// From the unit's own store only, never rebuilt: the meta server
+		// has cut the data and the parity is still that of the old bytes,
+		// so a rebuild now (a store down, or a read hedged) would give
+		// bytes of neither, and the parity coded from them would be wrong
+		// for good.
+		idx := sc.DataIndex(stripe, q)
+		c.ec.reads.Add(1)
+		d, found, err := c.readUnitOn(ctx, ino, idx, c.unitStore(ino, idx), 0, min(n, int64(size-ustart)))
+		if err == nil && !found {
+			err = c.lostIfWritten(ino, idx)
+		}
 		shards[q] = d
 		return err
 	})
