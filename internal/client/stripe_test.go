@@ -189,15 +189,6 @@ func TestErasureModelBusyCache(t *testing.T) {
 	testErasureModel(t, func(cc *client.Config) { cc.ParityFrames, cc.ParityFrameAge = 2, 5*time.Millisecond })
 }
 
-// TestErasureModelHedged is TestErasureModelBusyCache with every unit read
-// hedged at once by a rebuild from the rest of its stripe (as a read of a
-// slow store is), inside writes too.
-func TestErasureModelHedged(t *testing.T) {
-	testErasureModel(t, func(cc *client.Config) {
-		cc.ParityFrames, cc.ParityFrameAge, cc.ReplicaTimeout = 2, 5*time.Millisecond, time.Microsecond
-	})
-}
-
 // TestErasureModelNoCache is TestErasureModel without the parity cache:
 // every partial-stripe write is a reconstruct-write whose data unit's
 // store keeps the replaced bytes (keep_old; the mem backend's kept blocks).
