@@ -1,5 +1,7 @@
 package client
 
+import "github.com/weftfs/weft/internal/core"
+
 // CrashParityCache stands for a crash of the client as far as its parity
 // cache goes: the flusher stops and every frame is forgotten unwritten, so
 // the marks it set stay on the stores.
@@ -12,4 +14,15 @@ func (c *Client) CrashParityCache() {
 	pc.mu.Lock()
 	clear(pc.mu.frames)
 	pc.mu.Unlock()
+}
+
+// OnFrameFlushWriting sets a hook that a flush of a frame runs just before
+// it writes the frame's parity (the cache's flusher, FlushParity, a
+// rebuild's flush), with the stripe's lock held: a test holds a flush
+// there to run something alongside it.
+func (c *Client) OnFrameFlushWriting(hook func(ino core.Ino, stripe uint64)) {
+	pc := c.ec.cache
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.mu.writing = func(k stripeKey) { hook(k.ino, k.stripe) }
 }

@@ -55,6 +55,9 @@ func (c *Client) OpenRef(ctx context.Context, ref Ref, flags int) (*File, error)
 	if f, ok, err := c.wbOpen(ctx, ref, flags); ok {
 		return f, err
 	}
+	if flags&oTRUNC != 0 {
+		c.flushBeforeCut(ref.Ino)
+	}
 	l := c.openLease(ctx, ref)
 	var r pb.OpenReply
 	req := &pb.OpenRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb(), Flags: uint32(flags),
@@ -75,7 +78,8 @@ func (c *Client) OpenRef(ctx context.Context, ref Ref, flags int) (*File, error)
 
 // newFile wraps an open (or create) reply in a handle. truncated says the
 // server just cut the file to zero (and had the stores drop the old chunks
-// before it answered): this client drops what it buffered.
+// before it answered): this client drops what it buffered, and the parity
+// it caches of the file (dropCutParity).
 func (c *Client) newFile(ctx context.Context, ref Ref, r *pb.OpenReply, flags int, truncated bool) (*File, error) {
 	if core.IsDir(r.Attr.GetMode()) && flags&oACCMODE != oRDONLY {
 		return nil, errs.New(errs.IsDir, "open", "%s is a directory", ref.Name)
@@ -87,6 +91,7 @@ func (c *Client) newFile(ctx context.Context, ref Ref, r *pb.OpenReply, flags in
 		clear(n.mu.cache)
 		n.mu.size, n.mu.inline, n.mu.data = 0, r.Attr.GetInline(), nil
 		n.mu.Unlock()
+		c.dropCutParity(ctx, n.ino)
 	}
 	f := &File{c: c, n: n, flags: flags, opened: context.WithoutCancel(ctx)}
 	return f, nil

@@ -232,6 +232,9 @@ func (c *Client) CreateAtAttr(ctx context.Context, parent core.Ino, name string,
 	if f, a, ok, err := c.wbCreate(ctx, parent, name, flags, mode); ok {
 		return f, a, err
 	}
+	if flags&oTRUNC != 0 {
+		c.flushBeforeCut(0) // the name's file, if it exists, is not known here
+	}
 	req := &pb.CreateRequest{
 		Creds: credsPB(c.creds(ctx)), Parent: uint64(parent), Name: name,
 		Mode: core.ModeFile | mode&core.ModeBits, Exclusive: flags&oEXCL != 0, OpenFlags: uint32(flags),

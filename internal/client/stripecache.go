@@ -20,12 +20,12 @@ import (
 // from the frame alone and sends only the data unit's range (one
 // transfer); the frame's parity goes to the parity units later, once for
 // all the writes it covers: when the frame is evicted, when it has lagged
-// ParityFrameAge, before a rebuild of its stripe, before a truncate or a
-// full-stripe write of the file, and when the client closes. A frame is
-// filled by reading the window of the k data units (k transfers), only
-// for a write of at most cachedWriteMax into a stripe written again within
-// about as many writes as there are frames, so a scattered or large writer
-// pays about what it paid without the cache.
+// ParityFrameAge, before a rebuild of its stripe, before a truncate, an
+// O_TRUNC open or a full-stripe write of the file, and when the client
+// closes. A frame is filled by reading the window of the k data units (k
+// transfers), only for a write of at most cachedWriteMax into a stripe
+// written again within about as many writes as there are frames, so a
+// scattered or large writer pays about what it paid without the cache.
 //
 // Recoverability. Between a data write and its frame's flush the stores'
 // parity does not match the data. Before the first data write under a
@@ -107,6 +107,9 @@ type parityCache struct {
 		frames map[stripeKey]*parityFrame
 		ghost  map[stripeKey]uint64 // stripe -> tick of its last write
 		tick   uint64
+		// writing, if set, runs as a flush starts writing a frame's
+		// parity (tests: export_stripecache_test.go).
+		writing func(stripeKey)
 	}
 }
 
@@ -188,6 +191,13 @@ func (pc *parityCache) setDirty(f *parityFrame) {
 	pc.mu.Lock()
 	f.dirty, f.since = true, time.Now()
 	pc.mu.Unlock()
+}
+
+// writingHook returns the hook a flush runs before its writes, if any.
+func (pc *parityCache) writingHook() func(stripeKey) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return pc.mu.writing
 }
 
 func (pc *parityCache) drop(k stripeKey) {
@@ -277,15 +287,18 @@ func (c *Client) syncCachedParity(ctx context.Context, ino core.Ino) error {
 
 // discardFrames drops, unwritten, the frames of ino's stripes from stripe
 // from on: a shrink cut the data they were computed from. Their marks stay
-// until the shrink rewrites or drops the stripes' parity.
-func (c *Client) discardFrames(ctx context.Context, ino core.Ino, from uint64) {
+// until the shrink rewrites or drops the stripes' parity. It returns the
+// stripes whose frames it dropped.
+func (c *Client) discardFrames(ctx context.Context, ino core.Ino, from uint64) []uint64 {
 	if c.ec.cache == nil {
-		return
+		return nil
 	}
+	var dropped []uint64
 	for _, k := range c.ec.cache.all(ino) {
 		if k.stripe < from {
 			continue
 		}
+		dropped = append(dropped, k.stripe)
 		if unlock, err := c.ec.lock(ctx, k.ino, k.stripe); err == nil {
 			c.ec.cache.drop(k)
 			unlock()
@@ -293,6 +306,7 @@ func (c *Client) discardFrames(ctx context.Context, ino core.Ino, from uint64) {
 			c.ec.cache.drop(k)
 		}
 	}
+	return dropped
 }
 
 // startParityFlusher runs the cache's flusher until closeParityCache.
@@ -355,16 +369,26 @@ func (c *Client) flushFrameLocked(ctx context.Context, k stripeKey) {
 	if f == nil {
 		return
 	}
-	pc.drop(k)
+	// The frame leaves the cache once its parity is written, not before:
+	// until then FlushParity (before a truncate cuts the data, and in an
+	// fsync) finds it and waits for this flush on the stripe's lock. A
+	// frame dropped first let a truncate run beside its flush and drop
+	// the stripe's parity, which the flush then wrote back, computed from
+	// the data the truncate cut: once the file grew into the stripe again,
+	// a degraded read rebuilt wrong bytes from it (docs/design.md).
+	defer pc.drop(k)
 	if !f.dirty {
 		return
 	}
 	pc.flushes.Add(1)
-	// The frame is gone from the cache: a flush cut short would leave
+	// The frame goes whatever happens: a flush cut short would leave
 	// marks that only repair clears. So it runs to its own bound, not to
 	// that of a caller that may stop waiting (a hedged read).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.StoreTimeout)
 	defer cancel()
+	if hook := pc.writingHook(); hook != nil {
+		hook(k)
+	}
 	sc := c.ec.scheme
 	stores := sc.Stores(k.ino, k.stripe, len(c.stores))
 	// Each parity unit's mark goes once that unit holds the frame's

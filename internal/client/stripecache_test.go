@@ -5,10 +5,12 @@ import (
 	"context"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/repair"
 )
@@ -253,4 +255,234 @@ func TestParityCacheDegradedReadWaitsForFlush(t *testing.T) {
 	if err != nil || !bytes.Equal(got, model) {
 		t.Fatalf("degraded read while the writer caches parity: err %v, bytes equal %v", err, bytes.Equal(got, model))
 	}
+}
+
+// TestParityCacheFlushBeforeTruncate: a truncate waits for a flush of the
+// file's cached parity that is already writing (the cache's flusher took
+// the frame just before). Otherwise the truncate drops the parity of the
+// stripes past the new end, the flush then writes it back, computed from
+// the data the truncate cut, and once the file grows into the stripe again
+// a degraded read rebuilds wrong bytes from it.
+func TestParityCacheFlushBeforeTruncate(t *testing.T) {
+	ec := newECCluster(t, "ec:3+2", 5)
+	// Frames go out only when flushed here, not by age.
+	c := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = time.Minute })
+	ctx := context.Background()
+	model := make([]byte, 6*ecChunk) // two stripes
+	for i := range model {
+		model[i] = byte(i*7 + 1)
+	}
+	writeFile(t, c, "/f", model)
+	f, err := c.Open(ctx, "/f", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := range 3 { // chunk 3, stripe 1's first: two writes admit a frame
+		p := bytes.Repeat([]byte{byte('a' + i)}, 500)
+		off := 3*ecChunk + int64(i)*600
+		if _, err := f.WriteAt(p, off); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[off:], p)
+		if err := f.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.ParityCacheStats(); st.Frames != 1 {
+		t.Fatalf("want a dirty frame of stripe 1: %+v", st)
+	}
+
+	// A flush of stripe 1's frame (as the flusher's) stops just before
+	// its writes, until the truncate returned or showed it waits.
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.OnFrameFlushWriting(func(_ core.Ino, stripe uint64) {
+		if stripe != 1 {
+			return
+		}
+		once.Do(func() { close(held) })
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		c.FlushParity(f.Ino())
+	}()
+	waitClosed(t, held, "the flush of stripe 1 to start writing")
+	truncated := make(chan error, 1)
+	go func() { truncated <- f.Truncate(3 * ecChunk) }() // stripe 1 goes
+	var terr error
+	select {
+	case terr = <-truncated:
+		t.Log("the truncate returned while the flush of the stripe it cut was still writing")
+		close(release)
+	case <-time.After(300 * time.Millisecond): // it waits for the flush, as it should
+		close(release)
+		select {
+		case terr = <-truncated:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the truncate did not return once the flush ended")
+		}
+	}
+	if terr != nil {
+		t.Fatalf("truncate: %v", terr)
+	}
+	waitClosed(t, flushed, "the flush to end")
+	model = model[:3*ecChunk]
+
+	// The file grows into stripe 1 again: its second data unit gets a few
+	// bytes, everything else there is a hole.
+	p := bytes.Repeat([]byte{0x5a}, 1000)
+	off := int64(4*ecChunk + 30000)
+	if _, err := f.WriteAt(p, off); err != nil {
+		t.Fatal(err)
+	}
+	model = append(model, make([]byte, off+int64(len(p))-int64(len(model)))...)
+	copy(model[off:], p)
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ec.stopStore(ec.storeOf(t, c, "/f", 4)) // that unit is rebuilt
+	got, err := readAll(t, c, "/f")
+	if err != nil {
+		t.Fatalf("degraded read: %v", err)
+	}
+	wantSame(t, "degraded read", got, model)
+}
+
+// waitClosed waits for ch to close, at most 10 seconds.
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// TestParityCacheOpenTruncate: an O_TRUNC open of a file whose parity
+// this client still caches (written within ParityFrameAge, then closed)
+// has that parity written before the meta server cuts the file to
+// nothing, parity included: a frame kept past the cut would code the
+// parity of new writes from the old data, and a flush that ends after the
+// cut (which spares chunks changed since it began) would leave the old
+// parity. Either way a degraded read of the file, grown again, would
+// rebuild old bytes.
+func TestParityCacheOpenTruncate(t *testing.T) {
+	t.Run("frame cached", func(t *testing.T) { testOpenTruncate(t, false) })
+	t.Run("frame flushing across the open", func(t *testing.T) { testOpenTruncate(t, true) })
+}
+
+// testOpenTruncate is TestParityCacheOpenTruncate; with flushing, a flush
+// of the frame is held just before its writes when the open starts, and
+// let go once the meta server answered the open, unless the open waits
+// for it (as it should) first.
+func testOpenTruncate(t *testing.T, flushing bool) {
+	ec := newECCluster(t, "ec:3+2", 5)
+	c := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = time.Minute })
+	ctx := context.Background()
+	old := make([]byte, 3*ecChunk)
+	for i := range old {
+		old[i] = byte(i*7 + 1)
+	}
+	writeFile(t, c, "/f", old)
+	f, err := c.Open(ctx, "/f", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // chunk 0: two writes admit a frame
+		if _, err := f.WriteAt(bytes.Repeat([]byte{byte('a' + i)}, 500), int64(i)*600); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.ParityCacheStats(); st.Frames != 1 {
+		t.Fatalf("want a dirty frame of stripe 0 after the close: %+v", st)
+	}
+
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	if flushing {
+		held := make(chan struct{})
+		var heldOnce sync.Once
+		c.OnFrameFlushWriting(func(core.Ino, uint64) {
+			heldOnce.Do(func() { close(held) })
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+		})
+		flushed := make(chan struct{})
+		go func() {
+			defer close(flushed)
+			c.FlushParity(f.Ino())
+		}()
+		waitClosed(t, held, "the flush of stripe 0 to start writing")
+		c.SetAfterOpenReply(func() { letGo(); waitClosed(t, flushed, "the flush to end") })
+	}
+	type opened struct {
+		f   *client.File
+		err error
+	}
+	open := make(chan opened, 1)
+	go func() {
+		g, err := c.Open(ctx, "/f", os.O_RDWR|os.O_TRUNC, 0)
+		open <- opened{g, err}
+	}()
+	var o opened
+	select {
+	case o = <-open:
+	case <-time.After(300 * time.Millisecond): // waiting for the flush
+		letGo()
+		select {
+		case o = <-open:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the O_TRUNC open did not return once the flush ended")
+		}
+	}
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	g := o.f
+	p := bytes.Repeat([]byte{0x5a}, 1000)
+	off := int64(ecChunk + 30000) // chunk 1; chunk 0 and 2 are holes now
+	if _, err := g.WriteAt(p, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	model := make([]byte, off+int64(len(p)))
+	copy(model[off:], p)
+	ec.stopStore(ec.storeOf(t, c, "/f", 1)) // chunk 1 is rebuilt
+	got, err := readAll(t, c, "/f")
+	if err != nil {
+		t.Fatalf("degraded read: %v", err)
+	}
+	wantSame(t, "degraded read after the O_TRUNC open", got, model)
+}
+
+// wantSame fails with the first byte where got and want differ.
+func wantSame(t *testing.T, what string, got, want []byte) {
+	t.Helper()
+	if bytes.Equal(got, want) {
+		return
+	}
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			t.Fatalf("%s: %d bytes, want %d; first wrong byte at %d (chunk %d offset %d): %#x, want %#x",
+				what, len(got), len(want), i, i/ecChunk, i%ecChunk, got[i], want[i])
+		}
+	}
+	t.Fatalf("%s: %d bytes, want %d", what, len(got), len(want))
 }

@@ -122,9 +122,15 @@ func (c *Client) rebuildRange(ctx context.Context, ino core.Ino, index uint64, o
 	c.ec.rebuilds.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 	defer cancel() // the units still asked give up
-	if c.ec.cache != nil {
+	if c.ec.cache != nil && !locked {
 		// This client's cached parity of the stripe goes out first, so
-		// that the rebuild can use it.
+		// that the rebuild can use it. Not for a caller that holds the
+		// lock (a write): it has flushed the stripe's frame or is filling
+		// one, and this rebuild, hedging one of its reads, may run on
+		// after that read answered and the caller moved on, without the
+		// lock: a flush then raced the caller's writes under the frame
+		// (torn parity sent, marks cleared) or dropped the frame it was
+		// filling, whose marks then stayed until repair.
 		c.flushFrameLocked(ctx, stripeKey{ino, stripe})
 	}
 	// A parity unit marked stale is some client's frame in flight (or

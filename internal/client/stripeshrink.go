@@ -50,19 +50,57 @@ func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize u
 	}
 	first, _ := sc.Unit(sh.DropFrom)
 	last, _ := sc.StripeOfSize(oldSize, cs)
-	var drop []uint64
+	var past []uint64
 	for st := first; st <= last; st++ {
+		past = append(past, st)
+	}
+	if err := c.dropParity(ctx, ino, past); err != nil {
+		return errs.Wrap(errs.IO, "truncate", "dropping parity past the new end", err)
+	}
+	return nil
+}
+
+// dropParity removes the parity units and stale marks of stripes of ino.
+func (c *Client) dropParity(ctx context.Context, ino core.Ino, stripes []uint64) error {
+	sc := c.ec.scheme
+	var drop []uint64
+	for _, st := range stripes {
 		for j := range sc.M {
 			drop = append(drop, sc.ParityIndex(st, j), sc.MarkIndex(st, j))
 		}
 	}
-	err := c.onStores(allStores(len(drop)), func(i int) error {
+	return c.onStores(allStores(len(drop)), func(i int) error {
 		return c.truncateUnit(ctx, ino, drop[i], 0)
 	})
-	if err != nil {
-		return errs.Wrap(errs.IO, "truncate", "dropping parity past the new end", err)
+}
+
+// flushBeforeCut writes the parity this client caches of ino (every
+// file's with ino 0) before an O_TRUNC open or create has the meta server
+// cut the file to nothing, parity units and stale marks included, as
+// setAttr does before a truncate. A close does not flush a file's frames:
+// one flushed after the cut would put back parity of the old bytes, and a
+// write under one would code its parity from them (docs/design.md).
+func (c *Client) flushBeforeCut(ino core.Ino) {
+	if c.ec != nil {
+		c.FlushParity(ino)
 	}
-	return nil
+}
+
+// dropCutParity is shrinkParity for an O_TRUNC open, once the meta server
+// answered it having cut the file to nothing: a frame of the file made
+// since flushBeforeCut (a write through another handle racing the open)
+// knows bytes that are gone. It is dropped unwritten, and the parity of
+// its stripe is dropped once more, in case its flush ran after the cut.
+func (c *Client) dropCutParity(ctx context.Context, ino core.Ino) {
+	if c.ec == nil || c.ec.cache == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel()
+	if err := c.dropParity(ctx, ino, c.discardFrames(ctx, ino, 0)); err != nil {
+		c.log.Error("parity cached for a file before an O_TRUNC open could not be dropped: the stripe's parity may be stale until weft repair --verify",
+			"ino", ino, "err", err)
+	}
 }
 
 // truncateUnit cuts the unit at chunk index of ino to size on its store
@@ -97,7 +135,17 @@ func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size u
 		if ustart >= size {
 			return nil // dropped: zeros
 		}
-		d, err := c.readDataRange(ctx, ino, sc.DataIndex(stripe, q), 0, min(n, int64(size-ustart)), true)
+		// From the unit's own store only, never rebuilt: the meta server
+		// has cut the data and the parity is still that of the old bytes,
+		// so a rebuild now (a store down, or a read hedged) would give
+		// bytes of neither, and the parity coded from them would be wrong
+		// for good.
+		idx := sc.DataIndex(stripe, q)
+		c.ec.reads.Add(1)
+		d, found, err := c.readUnitOn(ctx, ino, idx, c.unitStore(ino, idx), 0, min(n, int64(size-ustart)))
+		if err == nil && !found {
+			err = c.lostIfWritten(ino, idx)
+		}
 		shards[q] = d
 		return err
 	})
