@@ -267,7 +267,7 @@ func (s *Server) distUpdate(ctx context.Context, op string, locks lockSet, renam
 			return s.distCommit(t)
 		}
 		s.distRelease(t)
-		t.b.Close()
+		s.release(t.b) // and its read hints: pebble reuses the batch
 		switch {
 		case isMoving(err):
 			// A name it needs is being split away, here or there.

@@ -164,7 +164,7 @@ func (s *Server) syncWAL(op string) error {
 // release closes a batch unless pebble panicked with batches in its
 // pipeline: a batch stuck there must not go back to pebble's pool.
 func (s *Server) release(b *pebble.Batch) {
-	s.absent.drop(b)
+	s.hints.drop(b)
 	if !s.wedged.Load() {
 		b.Close()
 	}

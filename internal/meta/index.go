@@ -40,9 +40,9 @@ func indexedTag(k []byte) bool {
 // to another key that implies the same index keys (an fsck repair) leaves
 // them in place.
 //
-// absent lists entry keys the batch's txn found missing under the locks it
-// still holds: their old value need not be read again.
-func indexBatch(db *pebble.DB, b *pebble.Batch, absent [][]byte) error {
+// known holds the old values of keys the batch's txn read under the locks
+// it still holds: they need not be read again.
+func indexBatch(db *pebble.DB, b *pebble.Batch, known oldValues) error {
 	var writes kvSet
 	if err := batchFinal(db, b, &writes); err != nil || len(writes.list) == 0 {
 		return err
@@ -54,8 +54,8 @@ func indexBatch(db *pebble.DB, b *pebble.Batch, absent [][]byte) error {
 			// The record's only index key follows from its own key: no
 			// need to read what it held.
 			olds.put(derived, nil)
-		} else if !slices.ContainsFunc(absent, func(k []byte) bool { return bytes.Equal(k, w.k) }) {
-			old, found, err := getValue(db, w.k)
+		} else {
+			old, found, err := oldValue(db, known, w.k)
 			if err != nil {
 				return err
 			}
@@ -83,6 +83,15 @@ func indexBatch(db *pebble.DB, b *pebble.Batch, absent [][]byte) error {
 		}
 	}
 	return nil
+}
+
+// oldValue is what key holds in db before the batch: known from the txn's
+// read, or read now.
+func oldValue(db *pebble.DB, known oldValues, key []byte) (old []byte, found bool, err error) {
+	if old, found, ok := known.get(key); ok {
+		return old, found, nil
+	}
+	return getValue(db, key)
 }
 
 // kvSet is a small ordered map of keys to values: a list, indexed by a

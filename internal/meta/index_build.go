@@ -25,7 +25,7 @@ func (s *Server) index(b *pebble.Batch) error {
 	if s.cfg.NoSearchIndex {
 		return nil
 	}
-	return indexBatch(s.db, b, s.absent.take(b))
+	return indexBatch(s.db, b, s.hints.take(b))
 }
 
 // openIndex makes the index match the store at Open: rebuilt if the store

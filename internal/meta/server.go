@@ -205,9 +205,9 @@ type Server struct {
 	db   *pebble.DB
 	sync bool
 
-	// absent lists, per batch being built, entry keys its txn found
-	// missing under its locks (index_hint.go).
-	absent absentHints
+	// hints hold, per batch being built, what the entry keys its txn read
+	// under its locks held (index_hint.go).
+	hints readHints
 
 	// closeMu is held shared by every operation and exclusively by Close, so
 	// that no operation touches the database after it is closed (pebble

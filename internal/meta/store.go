@@ -152,10 +152,15 @@ func getRecord(db *pebble.DB, key []byte, m proto.Message) (found bool, err erro
 	if err != nil || !found {
 		return false, err
 	}
+	return true, decodeRecord(key, v, m)
+}
+
+// decodeRecord decodes v, the value of key, into m.
+func decodeRecord(key, v []byte, m proto.Message) error {
 	if err := proto.Unmarshal(v, m); err != nil {
-		return false, errs.Wrap(errs.Corrupt, "meta decode", fmt.Sprintf("%q", key), err)
+		return errs.Wrap(errs.Corrupt, "meta decode", fmt.Sprintf("%q", key), err)
 	}
-	return true, nil
+	return nil
 }
 
 func readCounter(db *pebble.DB, key []byte) (int64, error) {

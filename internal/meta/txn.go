@@ -431,9 +431,18 @@ func (t *txn) entry(dir core.Ino, d *weftpb.InodeRecord, name string) (e *weftpb
 		found, err = t.s.peerGet(t.ctx, t.op, srv, weftpb.PeerGetRequest_ENTRY, dir, name, e)
 		return e, found, err
 	}
-	found, err = getRecord(t.s.db, entryKeyIn(dir, d, name), e)
-	if err == nil && !found && !t.readOnly {
-		t.s.absent.add(t.b, entryKeyIn(dir, d, name))
+	key := entryKeyIn(dir, d, name)
+	v, found, err := getValue(t.s.db, key)
+	if err != nil {
+		return e, false, err
+	}
+	if found {
+		if err := decodeRecord(key, v, e); err != nil {
+			return e, false, err
+		}
+	}
+	if !t.readOnly {
+		t.s.hints.add(t.b, key, v, found)
 	}
 	if err == nil && !found && t.readOnly && t.s.n > 1 {
 		// A view holds no lock: a split may have moved the name since d
