@@ -275,7 +275,12 @@ func (d *fuseDaemon) remount(ctx context.Context) error {
 }
 
 // mountLoopback mounts go-fuse's loopback example over a tmpfs: the cost of
-// FUSE itself, with the fastest file system underneath.
+// FUSE itself, with the fastest file system underneath. It is mounted as
+// weft's mounts are, allow_other with default_permissions (go-fuse's
+// -allow-other sets both): the kernel then checks permissions itself and
+// asks the daemon for a directory's attributes after each create and
+// unlink in it, one request more per file that a mount without them does
+// not pay.
 func (e *Env) mountLoopback(ctx context.Context, m *Mount, base string) error {
 	bin, err := e.run.tools.loopback(ctx)
 	if err != nil {
@@ -290,7 +295,7 @@ func (e *Env) mountLoopback(ctx context.Context, m *Mount, base string) error {
 		return err
 	}
 	d := &fuseDaemon{name: "loopback", dir: m.Dir, logPath: filepath.Join(base, "loopback.log"),
-		argv: func() (string, []string) { return bin, []string{"-q", m.Dir, back} }}
+		argv: func() (string, []string) { return bin, []string{"-q", "-allow-other", m.Dir, back} }}
 	m.onClose(d.stop)
 	m.remount = d.remount
 	e.run.version("loopback", goFuseLoopback+" over tmpfs")
