@@ -83,17 +83,7 @@ func TestOpenFileRenamedElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	reread := func(want string) {
-		t.Helper()
-		buf := make([]byte, 16)
-		n, err := held.ReadAt(buf, 0)
-		if err != nil && n == 0 {
-			t.Fatalf("reread: %v", err)
-		}
-		if got := string(buf[:n]); got != want {
-			t.Errorf("reread through the descriptor: %q, want %q", got, want)
-		}
-	}
+	reread := rereader(t, held)
 	reread("v1")
 	// Renamed into another directory by mount b, then changed there.
 	if err := os.Rename(b+"/f", b+"/d/g"); err != nil {
@@ -220,17 +210,7 @@ func TestGetattrOfFileRenamedElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	reread := func(want string) {
-		t.Helper()
-		buf := make([]byte, 16)
-		n, err := held.ReadAt(buf, 0)
-		if err != nil && n == 0 && want != "" {
-			t.Fatalf("reread: %v", err)
-		}
-		if got := string(buf[:n]); got != want {
-			t.Errorf("reread through the descriptor: %q, want %q", got, want)
-		}
-	}
+	reread := rereader(t, held)
 	reread("")
 	if err := os.Rename(b+"/d1/f", b+"/d2/g"); err != nil {
 		t.Fatal(err)
@@ -471,17 +451,7 @@ func TestRecallOfOpenFileWhoseNameWasReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	reread := func(want string) {
-		t.Helper()
-		buf := make([]byte, 16)
-		n, err := held.ReadAt(buf, 0)
-		if err != nil && n == 0 {
-			t.Fatalf("reread: %v", err)
-		}
-		if got := string(buf[:n]); got != want {
-			t.Errorf("reread through the descriptor: %q, want %q", got, want)
-		}
-	}
+	reread := rereader(t, held)
 	reread("v1")
 	if err := os.Rename(b+"/z", b+"/x"); err != nil {
 		t.Fatal(err)
@@ -732,17 +702,7 @@ func TestRereadOfOpenFileWhoseNameThisMountReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	reread := func(want string) {
-		t.Helper()
-		buf := make([]byte, 16)
-		n, err := held.ReadAt(buf, 0)
-		if err != nil && n == 0 && want != "" {
-			t.Fatalf("reread: %v", err)
-		}
-		if got := string(buf[:n]); got != want {
-			t.Errorf("reread through the descriptor: %q, want %q", got, want)
-		}
-	}
+	reread := rereader(t, held)
 	reread("")
 	if err := os.Rename(b+"/d1/x", b+"/d2/x"); err != nil {
 		t.Fatal(err)
@@ -1135,5 +1095,21 @@ func TestRetryWalkLooksUpTheNameTwice(t *testing.T) {
 	var out fuse.AttrOut
 	if errno := ch.Operations().(*Node).Setattr(ctx, nil, in, &out); errno != 0 {
 		t.Errorf("the retried chmod, the name replaced after the walk's second lookup: errno %v, want 0", errno)
+	}
+}
+
+// rereader reads f from its start through the same descriptor, as linz's
+// rereads do, and reports content other than want.
+func rereader(t *testing.T, f *os.File) func(want string) {
+	return func(want string) {
+		t.Helper()
+		buf := make([]byte, 16)
+		n, err := f.ReadAt(buf, 0)
+		if err != nil && n == 0 && want != "" {
+			t.Fatalf("reread: %v", err)
+		}
+		if got := string(buf[:n]); got != want {
+			t.Errorf("reread through the descriptor: %q, want %q", got, want)
+		}
 	}
 }
