@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
@@ -30,6 +31,10 @@ import (
 // it is read for is rebuilt from the others. Small writes into stripes
 // written often go through the parity cache instead (stripecache.go).
 //
+// Clients. Each writer of a stripe holds the stripe's lock at the store of
+// its first parity unit as well as this client's (stripelock.go), so
+// that two clients never code parity from each other's old bytes.
+//
 // Reads. A data unit is read from its store. When the store fails, is
 // incomplete (a restarted mem store), answers short (errs.Lost) or does not
 // answer within ReplicaTimeout, the range is rebuilt from the other units
@@ -54,9 +59,12 @@ type stripes struct {
 	codec  *erasure.Codec
 	cache  *parityCache // nil: no parity cache (stripecache.go)
 	erasureCounters
-	mu struct {
+	owner   uint64        // this client's name at the stripe locks' stores (stripelock.go)
+	lockSeq atomic.Uint64 // names each grant of a stripe lock
+	mu      struct {
 		sync.Mutex
-		held map[stripeKey]chan struct{} // closed by the holder's unlock
+		held  map[stripeKey]chan struct{} // closed by the holder's unlock
+		holds map[stripeKey]stripeHold    // stripe locks held at their stores
 	}
 }
 
@@ -97,16 +105,19 @@ func newStripes(cfg Config) (*stripes, error) {
 	if err != nil {
 		return nil, err
 	}
-	sp := &stripes{scheme: cfg.Erasure, codec: codec}
+	sp := &stripes{scheme: cfg.Erasure, codec: codec, owner: newStripeOwner()}
 	sp.mu.held = map[stripeKey]chan struct{}{}
+	sp.mu.holds = map[stripeKey]stripeHold{}
 	if cfg.ParityFrames > 0 {
 		sp.cache = newParityCache(cfg)
 	}
 	return sp, nil
 }
 
-// lock takes the stripe's lock, waiting for its holder at most as long as
-// ctx lasts (an upload holds it for one bounded reconstruct-write).
+// lock takes the stripe's lock in this client, waiting for its holder at
+// most as long as ctx lasts (an upload holds it for one bounded
+// reconstruct-write). Writers take the stripe's lock across clients too
+// (lockStripe).
 func (sp *stripes) lock(ctx context.Context, ino core.Ino, stripe uint64) (unlock func(), err error) {
 	k := stripeKey{ino, stripe}
 	for {

@@ -52,12 +52,12 @@ import (
 // written again. Replication and writes without the cache lose nothing
 // there.
 //
-// Like the rest of the stripe code, frames assume one writing client per
-// stripe at a time: another client's write to a stripe under a frame is
-// not seen by the frame, whose flush then writes parity of the data it
-// knew (stale, and unmarked once cleared). weft repair --verify finds it.
-// A dirty frame is flushed and dropped within about ParityFrameAge, which
-// bounds that window.
+// Other clients. A frame holds its stripe's lock at the lock's store
+// (stripelock.go) from its fill to its flush, so no other client writes
+// the stripe meanwhile: its write waits for the flush, within about
+// ParityFrameAge. A frame whose lock lapsed (this client stalled past the
+// lock's term) is flushed with parity coded from the stores' data instead
+// of its own copy, which another client's write may have made stale.
 
 const (
 	defaultParityFrames   = 8
@@ -89,7 +89,11 @@ type parityFrame struct {
 	data   [][]byte // the k data units' bytes in the window
 	parity [][]byte // the m parity units' bytes, the parity of data
 	dirty  bool     // the parity units are marked and lag [lo, hi)
-	lo, hi int64    // within the window
+	// lapsed: the stripe's lock at its store lapsed while the frame was
+	// kept (stripelock.go), so data may be stale: the frame is flushed
+	// with parity coded from the stores' data, and not written again.
+	lapsed bool
+	lo, hi int64 // within the window
 	since  time.Time
 	used   uint64 // the cache's tick at the last write
 }
@@ -299,11 +303,12 @@ func (c *Client) discardFrames(ctx context.Context, ino core.Ino, from uint64) [
 			continue
 		}
 		dropped = append(dropped, k.stripe)
-		if unlock, err := c.ec.lock(ctx, k.ino, k.stripe); err == nil {
+		if unlock, err := c.lockStripeToRead(ctx, k.ino, k.stripe); err == nil {
 			c.ec.cache.drop(k)
 			unlock()
 		} else {
 			c.ec.cache.drop(k)
+			c.ec.forgetHold(k) // the store's lock lapses by itself
 		}
 	}
 	return dropped
@@ -349,8 +354,10 @@ func (c *Client) closeParityCache() {
 func (c *Client) flushFrames(stripes []stripeKey) {
 	for _, k := range stripes {
 		ctx, cancel := context.WithTimeout(c.life, c.cfg.StoreTimeout)
-		unlock, err := c.ec.lock(ctx, k.ino, k.stripe)
-		if err == nil {
+		// Another client holding the stripe's lock means this frame's
+		// lapsed: it stays (marked) until the lock is had, and its flush
+		// then codes the parity afresh.
+		if unlock, ok := c.lockStripeToFlush(ctx, k.ino, k.stripe); ok {
 			c.flushFrameLocked(ctx, k)
 			unlock()
 		}
@@ -391,12 +398,25 @@ func (c *Client) flushFrameLocked(ctx context.Context, k stripeKey) {
 	}
 	sc := c.ec.scheme
 	stores := sc.Stores(k.ino, k.stripe, len(c.stores))
+	parity := make([][]byte, sc.M)
+	for j := range parity {
+		parity[j] = f.parity[j][f.lo:f.hi]
+	}
+	if f.lapsed {
+		fresh, err := c.codeParityFromStores(ctx, k, f.off+f.lo, f.hi-f.lo)
+		if err != nil {
+			c.log.Error("the parity of a stripe whose lock lapsed could not be coded again: the stripe stays marked stale until it is written again or weft repair rewrites it",
+				"ino", k.ino, "stripe", k.stripe, "err", err)
+			return
+		}
+		parity = fresh
+	}
 	// Each parity unit's mark goes once that unit holds the frame's
 	// parity, whatever the others' writes do: a unit written is right,
 	// and a stripe that lost a parity store keeps the others usable.
 	err := c.onStores(allStores(sc.M), func(j int) error {
 		c.ec.writes.Add(1)
-		if err := c.writeUnitOn(ctx, k.ino, sc.ParityIndex(k.stripe, j), stores[sc.K+j], f.off+f.lo, f.parity[j][f.lo:f.hi], false); err != nil {
+		if err := c.writeUnitOn(ctx, k.ino, sc.ParityIndex(k.stripe, j), stores[sc.K+j], f.off+f.lo, parity[j], false); err != nil {
 			return err
 		}
 		c.ec.writes.Add(1)
@@ -438,7 +458,7 @@ func (c *Client) writeCached(ctx context.Context, ino core.Ino, stripe uint64, p
 		}
 	}
 	fits := off+n <= win+parityWindow && n <= cachedWriteMax
-	if f != nil && (f.off != win || !healthy || !fits) {
+	if f != nil && (f.off != win || !healthy || !fits || f.lapsed) {
 		c.flushFrameLocked(ctx, k)
 		f = nil
 	}

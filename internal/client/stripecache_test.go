@@ -32,8 +32,9 @@ func writeFile(t *testing.T, c *client.Client, path string, data []byte) {
 
 // smallWrites makes n writes of 4 KiB into path at offsets from next, each
 // pushed to the stores by a flush (as a small synchronous writer does), and
-// returns the unit transfers they cost per write.
-func smallWrites(t *testing.T, c *client.Client, path string, model []byte, n int, next func() int64) float64 {
+// returns the unit transfers they cost per write, and the stripe lock
+// requests (which carry no unit).
+func smallWrites(t *testing.T, c *client.Client, path string, model []byte, n int, next func() int64) (transfers, locks float64) {
 	t.Helper()
 	f, err := c.Open(context.Background(), path, os.O_RDWR, 0)
 	if err != nil {
@@ -59,7 +60,7 @@ func smallWrites(t *testing.T, c *client.Client, path string, model []byte, n in
 	}
 	c.FlushParity(0) // the cache's deferred parity writes count too
 	after := c.ErasureStats()
-	return float64(after.Reads-before.Reads+after.Writes-before.Writes) / float64(n)
+	return float64(after.Reads-before.Reads+after.Writes-before.Writes) / float64(n), float64(after.Locks-before.Locks) / float64(n)
 }
 
 // TestParityCacheTransfers measures the unit transfers of a small (4 KiB)
@@ -91,20 +92,21 @@ func TestParityCacheTransfers(t *testing.T) {
 		{"16 stripes, random offsets", 64 * chunk, func(r *rand.Rand, _ int) int64 { return r.Int64N(64*chunk/4096) * 4096 }},
 	}
 	for wi, w := range workloads {
-		var per [2]float64
+		var per, locks [2]float64
 		for ci, c := range []*client.Client{plain, cached} {
 			path := "/t" + string(rune('a'+2*wi+ci))
 			model := bytes.Repeat([]byte{byte(wi + 1)}, int(w.size))
 			writeFile(t, c, path, model)
 			r := rand.New(rand.NewPCG(uint64(wi), 1))
 			i := 0
-			per[ci] = smallWrites(t, c, path, model, writes, func() int64 { i++; return w.next(r, i-1) })
+			per[ci], locks[ci] = smallWrites(t, c, path, model, writes, func() int64 { i++; return w.next(r, i-1) })
 			got, err := readAll(t, plain, path)
 			if err != nil || !bytes.Equal(got, model) {
 				t.Fatalf("%s: file differs after the writes (err %v)", w.name, err)
 			}
 		}
-		t.Logf("%-28s transfers per 4 KiB write: %.3f without the cache, %.3f with 8 frames", w.name, per[0], per[1])
+		t.Logf("%-28s transfers per 4 KiB write: %.3f without the cache, %.3f with 8 frames; stripe lock requests %.3f and %.3f",
+			w.name, per[0], per[1], locks[0], locks[1])
 		if per[0] < 4.9 {
 			t.Errorf("%s: %.3f transfers per write without the cache; want k-1 reads + 1+m writes = 5", w.name, per[0])
 		}

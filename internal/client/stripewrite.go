@@ -12,14 +12,16 @@ import (
 
 // ErasureStats counts the unit transfers of erasure-coded data since the
 // client started: unit reads (direct and for rebuilds), unit writes, and
-// rebuilds of a range from its stripe.
+// rebuilds of a range from its stripe; and the stripe lock requests
+// (stripelock.go: acquires and renewals, not counting the one-way
+// releases), which carry no unit's bytes.
 type ErasureStats struct {
-	Reads, Writes, Rebuilds int64
+	Reads, Writes, Rebuilds, Locks int64
 }
 
 // erasureCounters are the client's ErasureStats.
 type erasureCounters struct {
-	reads, writes, rebuilds atomic.Int64
+	reads, writes, rebuilds, locks atomic.Int64
 }
 
 // ErasureStats returns the transfers counted so far (zero under
@@ -28,7 +30,7 @@ func (c *Client) ErasureStats() ErasureStats {
 	if c.ec == nil {
 		return ErasureStats{}
 	}
-	return ErasureStats{Reads: c.ec.reads.Load(), Writes: c.ec.writes.Load(), Rebuilds: c.ec.rebuilds.Load()}
+	return ErasureStats{Reads: c.ec.reads.Load(), Writes: c.ec.writes.Load(), Rebuilds: c.ec.rebuilds.Load(), Locks: c.ec.locks.Load()}
 }
 
 // writeStripeUnit is writeChunk under erasure coding: it writes data at off
@@ -45,7 +47,7 @@ func (c *Client) ErasureStats() ErasureStats {
 func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64, off int64, data []byte, durable bool) ([]int, error) {
 	sc := c.ec.scheme
 	stripe, pos := sc.Stripe(index)
-	unlock, err := c.ec.lock(ctx, ino, stripe)
+	unlock, err := c.lockStripe(ctx, ino, stripe)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +62,7 @@ func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64
 		}
 	}
 	n := int64(len(data))
-	others, err := c.readStripeRange(ctx, ino, stripe, off, n, pos)
+	others, err := c.readOthersHeld(ctx, ino, stripe, off, n, pos)
 	if err != nil {
 		return nil, err
 	}
@@ -224,4 +226,27 @@ func (c *Client) readStripeRange(ctx context.Context, ino core.Ino, stripe uint6
 		return nil, err
 	}
 	return shards, nil
+}
+
+// readOthersHeld is readStripeRange for a reconstruct-write: when the
+// reads outlasted the trust in the stripe's lock at its store, and the
+// lock had lapsed meanwhile, they are made again under the lock granted
+// afresh (another client may have written the stripe in between).
+func (c *Client) readOthersHeld(ctx context.Context, ino core.Ino, stripe uint64, off, n int64, pos int) ([][]byte, error) {
+	for {
+		others, err := c.readStripeRange(ctx, ino, stripe, off, n, pos)
+		if err != nil {
+			return nil, err
+		}
+		held, err := c.stillHeld(ctx, stripeKey{ino, stripe})
+		if err == nil && held {
+			return others, nil
+		}
+		for _, d := range others {
+			rpc.PutBuffer(d)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }

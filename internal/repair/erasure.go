@@ -26,12 +26,11 @@ import (
 // (bytes past a unit's end read as zeros), and a unit that rebuilds to
 // nothing but zeros is a hole.
 //
-// Races: each source's version is read again after the rebuild and the
-// stripe is left to the next pass (Raced) if one changed; the write is a
-// conditional replace on the target's listed version. A client write that
-// is between its data and its parity writes while the sources are read
-// is not detected: run repair with writers of the stripe paused, or run it
-// twice (docs/design.md).
+// Races: the pass holds the stripe's write lock, as client writers do
+// (erasurelock.go), and leaves a stripe a writer keeps locked to the next
+// pass (Raced); each source's version is read again after the rebuild and
+// the stripe is left to the next pass if one changed; the write is a
+// conditional replace on the target's listed version.
 
 // fileUnits is what the stores list of one file: unit index -> holders.
 type fileUnits map[uint64][]*weftpb.ChunkInfo
@@ -89,22 +88,32 @@ func (p *pass) repairFile(ctx context.Context, ino uint64, units fileUnits) {
 			}
 		}
 		marks := p.marksOf(st, stores, units)
-		if len(targets) == 0 {
-			switch {
-			case len(marks.stale) > 0:
-				p.fixMarked(ctx, ino, st, stores, units, marks)
-			case p.cfg.Verify:
-				p.verifyStripe(ctx, ino, st, stores, units)
-			}
+		if len(targets) > 0 {
+			p.rep.UnderReplicated++
+			p.rep.Missing += int64(len(targets))
+		}
+		if p.cfg.DryRun && len(targets) > 0 || len(targets) == 0 && len(marks.stale) == 0 && !p.cfg.Verify {
 			continue
 		}
-		p.rep.UnderReplicated++
-		p.rep.Missing += int64(len(targets))
-		if p.cfg.DryRun {
+		release, ok := func() {}, true
+		if !p.cfg.DryRun { // a dry run writes nothing
+			release, ok = p.lockStripe(ctx, ino, sc.ParityIndex(st, 0), stores[sc.K])
+		}
+		if !ok {
+			p.rep.Raced += max(int64(len(targets)), 1)
+			p.log.Warn("repair: a client is writing the stripe: left to the next pass", "ino", ino, "stripe", st)
 			continue
 		}
-		p.rebuildStripe(ctx, ino, st, stores, targets, units, marks)
-		p.throttle(ctx)
+		switch {
+		case len(targets) > 0:
+			p.rebuildStripe(ctx, ino, st, stores, targets, units, marks)
+			p.throttle(ctx)
+		case len(marks.stale) > 0:
+			p.fixMarked(ctx, ino, st, stores, units, marks)
+		default:
+			p.verifyStripe(ctx, ino, st, stores, units)
+		}
+		release()
 	}
 }
 

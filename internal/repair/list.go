@@ -11,6 +11,8 @@ import (
 type Store interface {
 	Call(ctx context.Context, method uint16, req, resp proto.Message) error
 	CallData(ctx context.Context, method uint16, req proto.Message, data []byte, resp proto.Message) ([]byte, error)
+	// Send sends a one-way message (a stripe lock's release).
+	Send(ctx context.Context, method uint16, req proto.Message) error
 }
 
 // listPage is how many chunks one ListChunks call asks for.

@@ -97,6 +97,9 @@ type pass struct {
 	log     *slog.Logger
 	start   time.Time
 	listers []*lister
+	// owner and lockSeq name the pass and its grants at the stripe
+	// locks' stores (erasurelock.go).
+	owner, lockSeq uint64
 }
 
 // Run makes one pass. It returns an error only when ctx ends or the

@@ -82,6 +82,8 @@ func (f *fakeStore) Call(_ context.Context, method uint16, req, resp proto.Messa
 	return nil
 }
 
+func (f *fakeStore) Send(context.Context, uint16, proto.Message) error { return nil }
+
 func (f *fakeStore) CallData(_ context.Context, method uint16, req proto.Message, data []byte, resp proto.Message) ([]byte, error) {
 	if method == weftpb.MethodWriteChunk && f.beforeReplace != nil {
 		f.beforeReplace()

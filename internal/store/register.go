@@ -5,7 +5,7 @@ import (
 	"github.com/weftfs/weft/proto/weftpb"
 )
 
-// Register serves the store methods (100-111) of s on mux.
+// Register serves the store methods (100-113) of s on mux.
 func (s *Server) Register(mux *rpc.Mux) {
 	// Chunk bytes travel as frame attachments, never inside the protos.
 	rpc.HandleData(mux, weftpb.MethodWriteChunk, s.WriteChunkData)
@@ -20,4 +20,6 @@ func (s *Server) Register(mux *rpc.Mux) {
 	rpc.Handle(mux, weftpb.MethodRevokeCapabilities, s.RevokeCapabilities)
 	rpc.HandleData(mux, weftpb.MethodUndoWrite, s.UndoWrite)
 	rpc.HandleOneWay(mux, weftpb.MethodReleaseUndo, s.ReleaseUndo)
+	rpc.Handle(mux, weftpb.MethodLockStripe, s.LockStripe)
+	rpc.HandleOneWay(mux, weftpb.MethodUnlockStripe, s.UnlockStripe)
 }

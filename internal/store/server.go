@@ -93,7 +93,8 @@ type Server struct {
 	cfg     Config
 	backend Backend
 	locks   lockTable
-	undo    *undoTable // bytes keep_old writes replaced (undo.go)
+	undo    *undoTable   // bytes keep_old writes replaced (undo.go)
+	stripes *stripeLocks // erasure-coded stripes' write locks (stripelock.go)
 	m       *metrics
 	log     *slog.Logger
 
@@ -129,7 +130,7 @@ func Open(cfg Config) (*Server, error) {
 		b.Close()
 		return nil, errs.Wrap(errs.Invalid, "open store", "metrics", err)
 	}
-	s := &Server{cfg: cfg, backend: b, undo: undo, m: m, log: cfg.Logger.With("component", "store", "store_id", cfg.ID)}
+	s := &Server{cfg: cfg, backend: b, undo: undo, stripes: newStripeLocks(time.Now), m: m, log: cfg.Logger.With("component", "store", "store_id", cfg.ID)}
 	id, incomplete := b.Identity()
 	s.incomplete.Store(incomplete)
 	s.log.Info("store open", "backend", cfg.Backend, "dir", cfg.Dir, "chunks", b.ChunkCount(), "id", id, "incomplete", incomplete)

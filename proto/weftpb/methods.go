@@ -65,6 +65,8 @@ const (
 	MethodSyncStore          = 109 // make every chunk written so far durable
 	MethodUndoWrite          = 110 // put back what a keep_old write replaced (a failed stripe write)
 	MethodReleaseUndo        = 111 // one-way: drop what a keep_old write kept
+	MethodLockStripe         = 112 // an erasure-coded stripe's write lock, across clients
+	MethodUnlockStripe       = 113 // one-way: release it
 
 	// 200-209: lease callbacks from a meta server to a client (one-way).
 	MethodLeaseRecall = 200
@@ -91,6 +93,7 @@ var methodNames = map[uint16]string{
 	MethodListChunks: "list_chunks", MethodMarkStoreComplete: "mark_store_complete",
 	MethodRevokeCapabilities: "revoke_capabilities", MethodSyncStore: "sync_store",
 	MethodUndoWrite: "undo_write", MethodReleaseUndo: "release_undo",
+	MethodLockStripe: "lock_stripe", MethodUnlockStripe: "unlock_stripe",
 
 	MethodLeaseAcquire: "lease_acquire", MethodLeaseRelease: "lease_release",
 	MethodLeaseRecall: "lease_recall", MethodLeaseStatus: "lease_status", MethodLocate: "locate",

@@ -454,6 +454,217 @@ func (x *ReleaseUndo) GetCapability() []byte {
 	return nil
 }
 
+// LockStripeRequest takes, or renews, the write lock of an erasure-coded
+// stripe. The lock lives on the store of the stripe's first parity unit
+// (chunk: that unit), which every write of the stripe needs anyway. A
+// writer holds it while it reads the stripe's other units and writes its
+// data and parity, or for a parity cache frame's life, so that no writer
+// codes parity from bytes another client is changing. owner names the
+// writing client (a random id); a request of the holder renews. seq names
+// this grant or renewal: an UnlockStripe frees the lock only if it names
+// the latest (requests may be handled out of order). The store
+// waits up to wait_ms for another holder's release and then answers
+// errs.Busy; a lock not renewed lapses after term_ms (at most 30 s).
+type LockStripeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunk         *ChunkID               `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Owner         uint64                 `protobuf:"varint,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	TermMs        int64                  `protobuf:"varint,3,opt,name=term_ms,json=termMs,proto3" json:"term_ms,omitempty"`
+	WaitMs        int64                  `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	Capability    []byte                 `protobuf:"bytes,5,opt,name=capability,proto3" json:"capability,omitempty"` // write right on the chunk
+	Seq           uint64                 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockStripeRequest) Reset() {
+	*x = LockStripeRequest{}
+	mi := &file_store_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockStripeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockStripeRequest) ProtoMessage() {}
+
+func (x *LockStripeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockStripeRequest.ProtoReflect.Descriptor instead.
+func (*LockStripeRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *LockStripeRequest) GetChunk() *ChunkID {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *LockStripeRequest) GetOwner() uint64 {
+	if x != nil {
+		return x.Owner
+	}
+	return 0
+}
+
+func (x *LockStripeRequest) GetTermMs() int64 {
+	if x != nil {
+		return x.TermMs
+	}
+	return 0
+}
+
+func (x *LockStripeRequest) GetWaitMs() int64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *LockStripeRequest) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
+}
+
+func (x *LockStripeRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type LockStripeReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// renewed: owner held the lock already; false: granted afresh (a lock
+	// the owner thought it held had lapsed, and another client may have
+	// written the stripe meanwhile).
+	Renewed       bool `protobuf:"varint,1,opt,name=renewed,proto3" json:"renewed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockStripeReply) Reset() {
+	*x = LockStripeReply{}
+	mi := &file_store_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockStripeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockStripeReply) ProtoMessage() {}
+
+func (x *LockStripeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockStripeReply.ProtoReflect.Descriptor instead.
+func (*LockStripeReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LockStripeReply) GetRenewed() bool {
+	if x != nil {
+		return x.Renewed
+	}
+	return false
+}
+
+// UnlockStripe (one-way) releases a stripe's write lock held by owner.
+type UnlockStripe struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunk         *ChunkID               `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Owner         uint64                 `protobuf:"varint,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Capability    []byte                 `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
+	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnlockStripe) Reset() {
+	*x = UnlockStripe{}
+	mi := &file_store_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnlockStripe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnlockStripe) ProtoMessage() {}
+
+func (x *UnlockStripe) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnlockStripe.ProtoReflect.Descriptor instead.
+func (*UnlockStripe) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *UnlockStripe) GetChunk() *ChunkID {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *UnlockStripe) GetOwner() uint64 {
+	if x != nil {
+		return x.Owner
+	}
+	return 0
+}
+
+func (x *UnlockStripe) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
+}
+
+func (x *UnlockStripe) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // ReadChunkRequest reads up to length bytes at offset. The reply says
 // whether the store holds the chunk at all (found) and the chunk's size as
 // recorded when it was written, so that a reader tells a hole (no replica
@@ -476,7 +687,7 @@ type ReadChunkRequest struct {
 
 func (x *ReadChunkRequest) Reset() {
 	*x = ReadChunkRequest{}
-	mi := &file_store_proto_msgTypes[6]
+	mi := &file_store_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +699,7 @@ func (x *ReadChunkRequest) String() string {
 func (*ReadChunkRequest) ProtoMessage() {}
 
 func (x *ReadChunkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[6]
+	mi := &file_store_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +712,7 @@ func (x *ReadChunkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadChunkRequest.ProtoReflect.Descriptor instead.
 func (*ReadChunkRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{6}
+	return file_store_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReadChunkRequest) GetChunk() *ChunkID {
@@ -551,7 +762,7 @@ type ReadChunkReply struct {
 
 func (x *ReadChunkReply) Reset() {
 	*x = ReadChunkReply{}
-	mi := &file_store_proto_msgTypes[7]
+	mi := &file_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +774,7 @@ func (x *ReadChunkReply) String() string {
 func (*ReadChunkReply) ProtoMessage() {}
 
 func (x *ReadChunkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[7]
+	mi := &file_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +787,7 @@ func (x *ReadChunkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadChunkReply.ProtoReflect.Descriptor instead.
 func (*ReadChunkReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{7}
+	return file_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReadChunkReply) GetData() []byte {
@@ -625,7 +836,7 @@ type TruncateChunkRequest struct {
 
 func (x *TruncateChunkRequest) Reset() {
 	*x = TruncateChunkRequest{}
-	mi := &file_store_proto_msgTypes[8]
+	mi := &file_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +848,7 @@ func (x *TruncateChunkRequest) String() string {
 func (*TruncateChunkRequest) ProtoMessage() {}
 
 func (x *TruncateChunkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[8]
+	mi := &file_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +861,7 @@ func (x *TruncateChunkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncateChunkRequest.ProtoReflect.Descriptor instead.
 func (*TruncateChunkRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{8}
+	return file_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TruncateChunkRequest) GetChunk() *ChunkID {
@@ -689,7 +900,7 @@ type TruncateChunkReply struct {
 
 func (x *TruncateChunkReply) Reset() {
 	*x = TruncateChunkReply{}
-	mi := &file_store_proto_msgTypes[9]
+	mi := &file_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +912,7 @@ func (x *TruncateChunkReply) String() string {
 func (*TruncateChunkReply) ProtoMessage() {}
 
 func (x *TruncateChunkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[9]
+	mi := &file_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +925,7 @@ func (x *TruncateChunkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncateChunkReply.ProtoReflect.Descriptor instead.
 func (*TruncateChunkReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{9}
+	return file_store_proto_rawDescGZIP(), []int{12}
 }
 
 // DeleteChunksRequest removes every chunk of ino with index >= from; with
@@ -735,7 +946,7 @@ type DeleteChunksRequest struct {
 
 func (x *DeleteChunksRequest) Reset() {
 	*x = DeleteChunksRequest{}
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +958,7 @@ func (x *DeleteChunksRequest) String() string {
 func (*DeleteChunksRequest) ProtoMessage() {}
 
 func (x *DeleteChunksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +971,7 @@ func (x *DeleteChunksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteChunksRequest.ProtoReflect.Descriptor instead.
 func (*DeleteChunksRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{10}
+	return file_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteChunksRequest) GetIno() uint64 {
@@ -800,7 +1011,7 @@ type DeleteChunksReply struct {
 
 func (x *DeleteChunksReply) Reset() {
 	*x = DeleteChunksReply{}
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +1023,7 @@ func (x *DeleteChunksReply) String() string {
 func (*DeleteChunksReply) ProtoMessage() {}
 
 func (x *DeleteChunksReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +1036,7 @@ func (x *DeleteChunksReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteChunksReply.ProtoReflect.Descriptor instead.
 func (*DeleteChunksReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{11}
+	return file_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteChunksReply) GetDeleted() uint64 {
@@ -846,7 +1057,7 @@ type SyncStoreRequest struct {
 
 func (x *SyncStoreRequest) Reset() {
 	*x = SyncStoreRequest{}
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +1069,7 @@ func (x *SyncStoreRequest) String() string {
 func (*SyncStoreRequest) ProtoMessage() {}
 
 func (x *SyncStoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1082,7 @@ func (x *SyncStoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncStoreRequest.ProtoReflect.Descriptor instead.
 func (*SyncStoreRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{12}
+	return file_store_proto_rawDescGZIP(), []int{15}
 }
 
 // SyncChunksRequest makes every chunk of ino durable on the backend.
@@ -888,7 +1099,7 @@ type SyncChunksRequest struct {
 
 func (x *SyncChunksRequest) Reset() {
 	*x = SyncChunksRequest{}
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1111,7 @@ func (x *SyncChunksRequest) String() string {
 func (*SyncChunksRequest) ProtoMessage() {}
 
 func (x *SyncChunksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1124,7 @@ func (x *SyncChunksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncChunksRequest.ProtoReflect.Descriptor instead.
 func (*SyncChunksRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{13}
+	return file_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SyncChunksRequest) GetIno() uint64 {
@@ -938,7 +1149,7 @@ type SyncChunksReply struct {
 
 func (x *SyncChunksReply) Reset() {
 	*x = SyncChunksReply{}
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1161,7 @@ func (x *SyncChunksReply) String() string {
 func (*SyncChunksReply) ProtoMessage() {}
 
 func (x *SyncChunksReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1174,7 @@ func (x *SyncChunksReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncChunksReply.ProtoReflect.Descriptor instead.
 func (*SyncChunksReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{14}
+	return file_store_proto_rawDescGZIP(), []int{17}
 }
 
 type StoreStatFSRequest struct {
@@ -977,7 +1188,7 @@ type StoreStatFSRequest struct {
 
 func (x *StoreStatFSRequest) Reset() {
 	*x = StoreStatFSRequest{}
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1200,7 @@ func (x *StoreStatFSRequest) String() string {
 func (*StoreStatFSRequest) ProtoMessage() {}
 
 func (x *StoreStatFSRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1213,7 @@ func (x *StoreStatFSRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatFSRequest.ProtoReflect.Descriptor instead.
 func (*StoreStatFSRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{15}
+	return file_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StoreStatFSRequest) GetWantStored() bool {
@@ -1030,7 +1241,7 @@ type StoreStatFSReply struct {
 
 func (x *StoreStatFSReply) Reset() {
 	*x = StoreStatFSReply{}
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1253,7 @@ func (x *StoreStatFSReply) String() string {
 func (*StoreStatFSReply) ProtoMessage() {}
 
 func (x *StoreStatFSReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1266,7 @@ func (x *StoreStatFSReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatFSReply.ProtoReflect.Descriptor instead.
 func (*StoreStatFSReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{16}
+	return file_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StoreStatFSReply) GetCapacity() uint64 {
@@ -1113,7 +1324,7 @@ type MarkStoreCompleteRequest struct {
 
 func (x *MarkStoreCompleteRequest) Reset() {
 	*x = MarkStoreCompleteRequest{}
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1336,7 @@ func (x *MarkStoreCompleteRequest) String() string {
 func (*MarkStoreCompleteRequest) ProtoMessage() {}
 
 func (x *MarkStoreCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1349,7 @@ func (x *MarkStoreCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkStoreCompleteRequest.ProtoReflect.Descriptor instead.
 func (*MarkStoreCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{17}
+	return file_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MarkStoreCompleteRequest) GetId() string {
@@ -1156,7 +1367,7 @@ type MarkStoreCompleteReply struct {
 
 func (x *MarkStoreCompleteReply) Reset() {
 	*x = MarkStoreCompleteReply{}
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1379,7 @@ func (x *MarkStoreCompleteReply) String() string {
 func (*MarkStoreCompleteReply) ProtoMessage() {}
 
 func (x *MarkStoreCompleteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1392,7 @@ func (x *MarkStoreCompleteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkStoreCompleteReply.ProtoReflect.Descriptor instead.
 func (*MarkStoreCompleteReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{18}
+	return file_store_proto_rawDescGZIP(), []int{21}
 }
 
 // LocalIORequest is a request on a store server's same-host socket (a unix
@@ -1209,7 +1420,7 @@ type LocalIORequest struct {
 
 func (x *LocalIORequest) Reset() {
 	*x = LocalIORequest{}
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1432,7 @@ func (x *LocalIORequest) String() string {
 func (*LocalIORequest) ProtoMessage() {}
 
 func (x *LocalIORequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1445,7 @@ func (x *LocalIORequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalIORequest.ProtoReflect.Descriptor instead.
 func (*LocalIORequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{19}
+	return file_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LocalIORequest) GetWrite() bool {
@@ -1311,7 +1522,7 @@ type LocalIOReply struct {
 
 func (x *LocalIOReply) Reset() {
 	*x = LocalIOReply{}
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1534,7 @@ func (x *LocalIOReply) String() string {
 func (*LocalIOReply) ProtoMessage() {}
 
 func (x *LocalIOReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1547,7 @@ func (x *LocalIOReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalIOReply.ProtoReflect.Descriptor instead.
 func (*LocalIOReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{20}
+	return file_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LocalIOReply) GetLength() int64 {
@@ -1396,7 +1607,7 @@ type ListChunksRequest struct {
 
 func (x *ListChunksRequest) Reset() {
 	*x = ListChunksRequest{}
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1619,7 @@ func (x *ListChunksRequest) String() string {
 func (*ListChunksRequest) ProtoMessage() {}
 
 func (x *ListChunksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1632,7 @@ func (x *ListChunksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChunksRequest.ProtoReflect.Descriptor instead.
 func (*ListChunksRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{21}
+	return file_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListChunksRequest) GetAfter() *ChunkID {
@@ -1459,7 +1670,7 @@ type ChunkInfo struct {
 
 func (x *ChunkInfo) Reset() {
 	*x = ChunkInfo{}
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1682,7 @@ func (x *ChunkInfo) String() string {
 func (*ChunkInfo) ProtoMessage() {}
 
 func (x *ChunkInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1695,7 @@ func (x *ChunkInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkInfo.ProtoReflect.Descriptor instead.
 func (*ChunkInfo) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{22}
+	return file_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ChunkInfo) GetChunk() *ChunkID {
@@ -1526,7 +1737,7 @@ type ListChunksReply struct {
 
 func (x *ListChunksReply) Reset() {
 	*x = ListChunksReply{}
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1749,7 @@ func (x *ListChunksReply) String() string {
 func (*ListChunksReply) ProtoMessage() {}
 
 func (x *ListChunksReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1762,7 @@ func (x *ListChunksReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChunksReply.ProtoReflect.Descriptor instead.
 func (*ListChunksReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{23}
+	return file_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListChunksReply) GetChunks() []*ChunkInfo {
@@ -1581,7 +1792,7 @@ type RevokeCapabilitiesRequest struct {
 
 func (x *RevokeCapabilitiesRequest) Reset() {
 	*x = RevokeCapabilitiesRequest{}
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1804,7 @@ func (x *RevokeCapabilitiesRequest) String() string {
 func (*RevokeCapabilitiesRequest) ProtoMessage() {}
 
 func (x *RevokeCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1817,7 @@ func (x *RevokeCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*RevokeCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{24}
+	return file_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RevokeCapabilitiesRequest) GetRevocations() []*Revocation {
@@ -1627,7 +1838,7 @@ type Revocation struct {
 
 func (x *Revocation) Reset() {
 	*x = Revocation{}
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1850,7 @@ func (x *Revocation) String() string {
 func (*Revocation) ProtoMessage() {}
 
 func (x *Revocation) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1863,7 @@ func (x *Revocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revocation.ProtoReflect.Descriptor instead.
 func (*Revocation) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{25}
+	return file_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Revocation) GetIno() uint64 {
@@ -1684,7 +1895,7 @@ type RevokeCapabilitiesReply struct {
 
 func (x *RevokeCapabilitiesReply) Reset() {
 	*x = RevokeCapabilitiesReply{}
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1907,7 @@ func (x *RevokeCapabilitiesReply) String() string {
 func (*RevokeCapabilitiesReply) ProtoMessage() {}
 
 func (x *RevokeCapabilitiesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1920,7 @@ func (x *RevokeCapabilitiesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCapabilitiesReply.ProtoReflect.Descriptor instead.
 func (*RevokeCapabilitiesReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{26}
+	return file_store_proto_rawDescGZIP(), []int{29}
 }
 
 var File_store_proto protoreflect.FileDescriptor
@@ -1751,7 +1962,25 @@ const file_store_proto_rawDesc = "" +
 	"\aundo_id\x18G \x01(\x04R\x06undoId\x12\x1e\n" +
 	"\n" +
 	"capability\x18H \x01(\fR\n" +
-	"capability\"\x8a\x01\n" +
+	"capability\"\xb5\x01\n" +
+	"\x11LockStripeRequest\x12&\n" +
+	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\x04R\x05owner\x12\x17\n" +
+	"\aterm_ms\x18\x03 \x01(\x03R\x06termMs\x12\x17\n" +
+	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x05 \x01(\fR\n" +
+	"capability\x12\x10\n" +
+	"\x03seq\x18\x06 \x01(\x04R\x03seq\"+\n" +
+	"\x0fLockStripeReply\x12\x18\n" +
+	"\arenewed\x18\x01 \x01(\bR\arenewed\"~\n" +
+	"\fUnlockStripe\x12&\n" +
+	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\x04R\x05owner\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x03 \x01(\fR\n" +
+	"capability\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\"\x8a\x01\n" +
 	"\x10ReadChunkRequest\x12&\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x10.weft.v1.ChunkIDR\x05chunk\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
@@ -1860,7 +2089,7 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_store_proto_goTypes = []any{
 	(*ChunkID)(nil),                   // 0: weft.v1.ChunkID
 	(*WriteChunkRequest)(nil),         // 1: weft.v1.WriteChunkRequest
@@ -1868,44 +2097,49 @@ var file_store_proto_goTypes = []any{
 	(*UndoWriteRequest)(nil),          // 3: weft.v1.UndoWriteRequest
 	(*UndoWriteReply)(nil),            // 4: weft.v1.UndoWriteReply
 	(*ReleaseUndo)(nil),               // 5: weft.v1.ReleaseUndo
-	(*ReadChunkRequest)(nil),          // 6: weft.v1.ReadChunkRequest
-	(*ReadChunkReply)(nil),            // 7: weft.v1.ReadChunkReply
-	(*TruncateChunkRequest)(nil),      // 8: weft.v1.TruncateChunkRequest
-	(*TruncateChunkReply)(nil),        // 9: weft.v1.TruncateChunkReply
-	(*DeleteChunksRequest)(nil),       // 10: weft.v1.DeleteChunksRequest
-	(*DeleteChunksReply)(nil),         // 11: weft.v1.DeleteChunksReply
-	(*SyncStoreRequest)(nil),          // 12: weft.v1.SyncStoreRequest
-	(*SyncChunksRequest)(nil),         // 13: weft.v1.SyncChunksRequest
-	(*SyncChunksReply)(nil),           // 14: weft.v1.SyncChunksReply
-	(*StoreStatFSRequest)(nil),        // 15: weft.v1.StoreStatFSRequest
-	(*StoreStatFSReply)(nil),          // 16: weft.v1.StoreStatFSReply
-	(*MarkStoreCompleteRequest)(nil),  // 17: weft.v1.MarkStoreCompleteRequest
-	(*MarkStoreCompleteReply)(nil),    // 18: weft.v1.MarkStoreCompleteReply
-	(*LocalIORequest)(nil),            // 19: weft.v1.LocalIORequest
-	(*LocalIOReply)(nil),              // 20: weft.v1.LocalIOReply
-	(*ListChunksRequest)(nil),         // 21: weft.v1.ListChunksRequest
-	(*ChunkInfo)(nil),                 // 22: weft.v1.ChunkInfo
-	(*ListChunksReply)(nil),           // 23: weft.v1.ListChunksReply
-	(*RevokeCapabilitiesRequest)(nil), // 24: weft.v1.RevokeCapabilitiesRequest
-	(*Revocation)(nil),                // 25: weft.v1.Revocation
-	(*RevokeCapabilitiesReply)(nil),   // 26: weft.v1.RevokeCapabilitiesReply
+	(*LockStripeRequest)(nil),         // 6: weft.v1.LockStripeRequest
+	(*LockStripeReply)(nil),           // 7: weft.v1.LockStripeReply
+	(*UnlockStripe)(nil),              // 8: weft.v1.UnlockStripe
+	(*ReadChunkRequest)(nil),          // 9: weft.v1.ReadChunkRequest
+	(*ReadChunkReply)(nil),            // 10: weft.v1.ReadChunkReply
+	(*TruncateChunkRequest)(nil),      // 11: weft.v1.TruncateChunkRequest
+	(*TruncateChunkReply)(nil),        // 12: weft.v1.TruncateChunkReply
+	(*DeleteChunksRequest)(nil),       // 13: weft.v1.DeleteChunksRequest
+	(*DeleteChunksReply)(nil),         // 14: weft.v1.DeleteChunksReply
+	(*SyncStoreRequest)(nil),          // 15: weft.v1.SyncStoreRequest
+	(*SyncChunksRequest)(nil),         // 16: weft.v1.SyncChunksRequest
+	(*SyncChunksReply)(nil),           // 17: weft.v1.SyncChunksReply
+	(*StoreStatFSRequest)(nil),        // 18: weft.v1.StoreStatFSRequest
+	(*StoreStatFSReply)(nil),          // 19: weft.v1.StoreStatFSReply
+	(*MarkStoreCompleteRequest)(nil),  // 20: weft.v1.MarkStoreCompleteRequest
+	(*MarkStoreCompleteReply)(nil),    // 21: weft.v1.MarkStoreCompleteReply
+	(*LocalIORequest)(nil),            // 22: weft.v1.LocalIORequest
+	(*LocalIOReply)(nil),              // 23: weft.v1.LocalIOReply
+	(*ListChunksRequest)(nil),         // 24: weft.v1.ListChunksRequest
+	(*ChunkInfo)(nil),                 // 25: weft.v1.ChunkInfo
+	(*ListChunksReply)(nil),           // 26: weft.v1.ListChunksReply
+	(*RevokeCapabilitiesRequest)(nil), // 27: weft.v1.RevokeCapabilitiesRequest
+	(*Revocation)(nil),                // 28: weft.v1.Revocation
+	(*RevokeCapabilitiesReply)(nil),   // 29: weft.v1.RevokeCapabilitiesReply
 }
 var file_store_proto_depIdxs = []int32{
 	0,  // 0: weft.v1.WriteChunkRequest.chunk:type_name -> weft.v1.ChunkID
 	0,  // 1: weft.v1.UndoWriteRequest.chunk:type_name -> weft.v1.ChunkID
 	0,  // 2: weft.v1.ReleaseUndo.chunk:type_name -> weft.v1.ChunkID
-	0,  // 3: weft.v1.ReadChunkRequest.chunk:type_name -> weft.v1.ChunkID
-	0,  // 4: weft.v1.TruncateChunkRequest.chunk:type_name -> weft.v1.ChunkID
-	0,  // 5: weft.v1.LocalIORequest.chunk:type_name -> weft.v1.ChunkID
-	0,  // 6: weft.v1.ListChunksRequest.after:type_name -> weft.v1.ChunkID
-	0,  // 7: weft.v1.ChunkInfo.chunk:type_name -> weft.v1.ChunkID
-	22, // 8: weft.v1.ListChunksReply.chunks:type_name -> weft.v1.ChunkInfo
-	25, // 9: weft.v1.RevokeCapabilitiesRequest.revocations:type_name -> weft.v1.Revocation
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	0,  // 3: weft.v1.LockStripeRequest.chunk:type_name -> weft.v1.ChunkID
+	0,  // 4: weft.v1.UnlockStripe.chunk:type_name -> weft.v1.ChunkID
+	0,  // 5: weft.v1.ReadChunkRequest.chunk:type_name -> weft.v1.ChunkID
+	0,  // 6: weft.v1.TruncateChunkRequest.chunk:type_name -> weft.v1.ChunkID
+	0,  // 7: weft.v1.LocalIORequest.chunk:type_name -> weft.v1.ChunkID
+	0,  // 8: weft.v1.ListChunksRequest.after:type_name -> weft.v1.ChunkID
+	0,  // 9: weft.v1.ChunkInfo.chunk:type_name -> weft.v1.ChunkID
+	25, // 10: weft.v1.ListChunksReply.chunks:type_name -> weft.v1.ChunkInfo
+	28, // 11: weft.v1.RevokeCapabilitiesRequest.revocations:type_name -> weft.v1.Revocation
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -1919,7 +2153,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
