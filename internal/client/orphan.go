@@ -68,7 +68,22 @@ func (c *Client) dropped(ino core.Ino, gone bool, parent core.Ino, name string, 
 	case c.orphan(ino):
 	case slices.Contains(sent, uint64(ino)):
 		c.releaseReclaim(ino)
+	default:
+		c.forgetFrames(ino)
 	}
+}
+
+// forgetFrames drops, unwritten, the parity cache's frames of a file that
+// is gone (no link left, no handle open here): its chunks are reclaimed,
+// and a frame's flush after the reclaim would leave parity units of a freed
+// inode on the stores. The frames' stripe locks go with them.
+func (c *Client) forgetFrames(ino core.Ino) {
+	if c.ec == nil || c.ec.cache == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.life, c.cfg.StoreTimeout)
+	defer cancel()
+	c.discardFrames(ctx, ino, 0)
 }
 
 // openAt lists the inodes open here that (parent, name) may name: those
@@ -98,6 +113,7 @@ func (c *Client) releaseReclaim(ino core.Ino) {
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
+		c.forgetFrames(ino) // before the reclaim it holds goes ahead
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		// A written-back unlink of the file must reach the servers

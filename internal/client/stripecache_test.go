@@ -13,6 +13,7 @@ import (
 	"github.com/weftfs/weft/internal/core"
 	"github.com/weftfs/weft/internal/errs"
 	"github.com/weftfs/weft/internal/repair"
+	"github.com/weftfs/weft/internal/waitfor"
 )
 
 // writeFile creates path with data, written whole and closed.
@@ -487,4 +488,62 @@ func wantSame(t *testing.T, what string, got, want []byte) {
 		}
 	}
 	t.Fatalf("%s: %d bytes, want %d", what, len(got), len(want))
+}
+
+// TestParityCacheUnlinkDropsFrames: the frames of a file that is gone are
+// dropped unwritten (a flush after the reclaim would leave parity units of
+// a freed inode), at the unlink of a file not open here, and at the last
+// close of one unlinked while open.
+func TestParityCacheUnlinkDropsFrames(t *testing.T) {
+	ec := newECCluster(t, "ec:4+1", 5)
+	c := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = time.Hour })
+	ctx := context.Background()
+	dirty := func(path string) *client.File {
+		t.Helper()
+		writeFile(t, c, path, bytes.Repeat([]byte("old!"), 4*ecChunk/4))
+		f, err := c.Open(ctx, path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 { // two writes of a stripe admit a frame
+			if _, err := f.WriteAt([]byte("new"), int64(i)*4096); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := c.ParityCacheStats(); st.Frames != 1 {
+			t.Fatalf("%s: want one dirty frame: %+v", path, st)
+		}
+		return f
+	}
+	f := dirty("/f")
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	flushes := c.ParityCacheStats().Flushes
+	if err := c.Unlink(ctx, "/f"); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.ParityCacheStats(); st.Frames != 0 || st.Flushes != flushes {
+		t.Fatalf("after the unlink of a closed file: %+v, want no frame and no flush", st)
+	}
+
+	g := dirty("/g")
+	if err := c.Unlink(ctx, "/g"); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.ParityCacheStats(); st.Frames != 1 {
+		t.Fatalf("a file unlinked while open lost its frame: %+v", st)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 5*time.Second, "the last close of an unlinked file to drop its frame", func() bool {
+		return c.ParityCacheStats().Frames == 0
+	})
+	if st := c.ParityCacheStats(); st.Flushes != flushes {
+		t.Fatalf("the frame of a file gone was flushed: %+v", st)
+	}
 }
