@@ -303,7 +303,7 @@ func (c *Client) discardFrames(ctx context.Context, ino core.Ino, from uint64) [
 			continue
 		}
 		dropped = append(dropped, k.stripe)
-		if unlock, err := c.lockStripeToRead(ctx, k.ino, k.stripe); err == nil {
+		if unlock, err := c.lockStripe(ctx, k.ino, k.stripe, forRead); err == nil {
 			c.ec.cache.drop(k)
 			unlock()
 		} else {
@@ -357,7 +357,7 @@ func (c *Client) flushFrames(stripes []stripeKey) {
 		// Another client holding the stripe's lock means this frame's
 		// lapsed: it stays (marked) until the lock is had, and its flush
 		// then codes the parity afresh.
-		if unlock, ok := c.lockStripeToFlush(ctx, k.ino, k.stripe); ok {
+		if unlock, err := c.lockStripe(ctx, k.ino, k.stripe, forFlush); err == nil {
 			c.flushFrameLocked(ctx, k)
 			unlock()
 		}

@@ -60,7 +60,7 @@ func (n *openInode) uploadFullLocked(idx uint64, d *dirtyRange) {
 // and their parity, all at once, and returns the stores written.
 func (c *Client) writeFullStripe(ctx context.Context, ino core.Ino, stripe uint64, data [][]byte, durable bool) ([]int, error) {
 	sc := c.ec.scheme
-	unlock, err := c.lockStripe(ctx, ino, stripe)
+	unlock, err := c.lockStripe(ctx, ino, stripe, forWrite)
 	if err != nil {
 		return nil, err
 	}

@@ -55,46 +55,59 @@ type stripeHold struct {
 	trusted time.Time // monotonic: until when the client relies on it
 }
 
-// lockStripe takes stripe's lock in this client and at its store, waiting
-// as long as ctx lasts. unlock releases both, but keeps the store's while
-// the stripe has a parity cache frame.
-func (c *Client) lockStripe(ctx context.Context, ino core.Ino, stripe uint64) (unlock func(), err error) {
-	local, err := c.ec.lock(ctx, ino, stripe)
-	if err != nil {
-		return nil, err
-	}
-	k := stripeKey{ino, stripe}
-	if _, err := c.holdStripe(ctx, k); err != nil {
-		local()
-		return nil, err
-	}
-	return func() {
-		c.letGoStripe(k)
-		local()
-	}, nil
-}
+// Why a stripe's lock is taken: what waits for it and what goes on
+// without the store's part of it.
+type stripeLockUse int
 
-// lockStripeToRead is lockStripe for a rebuild, which waits for another
-// client's write at most 2 × ParityFrameAge (a frame's life, as the wait
-// for stale marks): a holder that keeps the lock longer is dead or stalled
-// (its lock lapses within stripeLockTerm), and the rebuild goes on with
-// this client's lock alone, the stale marks still guarding it against a
-// frame's lagging parity. So it does when the lock's store is down or
-// failed lately (then nobody can write the stripe).
-func (c *Client) lockStripeToRead(ctx context.Context, ino core.Ino, stripe uint64) (unlock func(), err error) {
+const (
+	// forWrite waits as long as the caller's context lasts, and fails
+	// when the store's lock cannot be had.
+	forWrite stripeLockUse = iota
+	// forRead (a rebuild) waits for another client's write at most
+	// 2 × ParityFrameAge (a frame's life, as the wait for stale marks): a
+	// holder that keeps the lock longer is dead or stalled (its lock
+	// lapses within stripeLockTerm), and the rebuild goes on with this
+	// client's lock alone, the stale marks still guarding it against a
+	// frame's lagging parity. So it does when the lock's store is down or
+	// failed lately (then nobody can write the stripe).
+	forRead
+	// forFlush (a frame's flush) fails when another client holds the
+	// lock (this frame's lapsed): the frame waits for it, and the flush is
+	// tried again later. It goes on with this client's lock alone when the
+	// lock's store cannot be reached: its writes fail there too, as they
+	// did before there were locks.
+	forFlush
+)
+
+// lockStripe takes stripe's lock in this client and at its store, for
+// use. unlock releases both, but keeps the store's while the stripe has a
+// parity cache frame.
+func (c *Client) lockStripe(ctx context.Context, ino core.Ino, stripe uint64, use stripeLockUse) (unlock func(), err error) {
 	local, err := c.ec.lock(ctx, ino, stripe)
 	if err != nil {
 		return nil, err
 	}
 	k := stripeKey{ino, stripe}
-	if _, s := c.stripeLockUnit(k); c.suspects.suspect(s) {
-		return local, nil
+	hctx := ctx
+	if use == forRead {
+		if _, s := c.stripeLockUnit(k); c.suspects.suspect(s) {
+			return local, nil
+		}
+		var cancel context.CancelFunc
+		hctx, cancel = context.WithTimeout(ctx, min(c.cfg.StoreTimeout, 2*c.cfg.ParityFrameAge))
+		defer cancel()
 	}
-	lctx, cancel := context.WithTimeout(ctx, min(c.cfg.StoreTimeout, 2*c.cfg.ParityFrameAge))
-	_, err = c.holdStripe(lctx, k)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil || errs.Is(err, errs.Permission) {
+	if _, err := c.holdStripe(hctx, k); err != nil {
+		fatal := ctx.Err() != nil
+		switch use {
+		case forWrite:
+			fatal = true
+		case forRead:
+			fatal = fatal || errs.Is(err, errs.Permission)
+		case forFlush:
+			fatal = fatal || errs.Is(err, errs.Busy)
+		}
+		if fatal {
 			local()
 			return nil, err
 		}
@@ -104,30 +117,6 @@ func (c *Client) lockStripeToRead(ctx context.Context, ino core.Ino, stripe uint
 		c.letGoStripe(k)
 		local()
 	}, nil
-}
-
-// lockStripeToFlush is lockStripe for a frame's flush. ok false: another
-// client holds the stripe's lock (this frame's lapsed), and the frame
-// waits for it; the flush is tried again later. The flush goes on with
-// this client's lock alone when the lock's store cannot be reached: its
-// writes fail there too, as they did before there were locks.
-func (c *Client) lockStripeToFlush(ctx context.Context, ino core.Ino, stripe uint64) (unlock func(), ok bool) {
-	local, err := c.ec.lock(ctx, ino, stripe)
-	if err != nil {
-		return nil, false
-	}
-	k := stripeKey{ino, stripe}
-	if _, err := c.holdStripe(ctx, k); err != nil {
-		if errs.Is(err, errs.Busy) || ctx.Err() != nil {
-			local()
-			return nil, false
-		}
-		return local, true
-	}
-	return func() {
-		c.letGoStripe(k)
-		local()
-	}, true
 }
 
 // holdStripe makes sure this client holds k's lock at its store for at

@@ -113,7 +113,7 @@ func (c *Client) rebuildRange(ctx context.Context, ino core.Ino, index uint64, o
 	sc := c.ec.scheme
 	stripe, _ := sc.Unit(index)
 	if !locked {
-		unlock, err := c.lockStripeToRead(ctx, ino, stripe)
+		unlock, err := c.lockStripe(ctx, ino, stripe, forRead)
 		if err != nil {
 			return nil, err
 		}

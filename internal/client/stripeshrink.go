@@ -117,7 +117,7 @@ func (c *Client) truncateUnit(ctx context.Context, ino core.Ino, index uint64, s
 // up to the file size size, and writes them whole.
 func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size uint64) error {
 	sc, cs := c.ec.scheme, c.cfg.ChunkSize
-	unlock, err := c.lockStripe(ctx, ino, stripe)
+	unlock, err := c.lockStripe(ctx, ino, stripe, forWrite)
 	if err != nil {
 		return err
 	}

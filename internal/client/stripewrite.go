@@ -47,7 +47,7 @@ func (c *Client) ErasureStats() ErasureStats {
 func (c *Client) writeStripeUnit(ctx context.Context, ino core.Ino, index uint64, off int64, data []byte, durable bool) ([]int, error) {
 	sc := c.ec.scheme
 	stripe, pos := sc.Stripe(index)
-	unlock, err := c.lockStripe(ctx, ino, stripe)
+	unlock, err := c.lockStripe(ctx, ino, stripe, forWrite)
 	if err != nil {
 		return nil, err
 	}
