@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// BenchmarkLatfsLib is one latfs sample (100 files of 16 KiB created, then
-// deleted) on the RAM-parity variant with async metadata, for profiles.
+// BenchmarkLatfsLib is one latfs sample (100 files created, then deleted)
+// of 0 and 16 KiB on the RAM-parity rows with async metadata, with and
+// without creates sent at close, for profiles.
 func BenchmarkLatfsLib(b *testing.B) {
 	for _, name := range []string{weftParity + ", metadata async", weftParity + ", metadata async, create at close"} {
 		i := slices.IndexFunc(latfsVariants, func(v libVariant) bool { return v.name == name })
