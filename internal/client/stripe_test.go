@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,6 +158,7 @@ func (ec *ecCluster) runRepair(t testing.TB, cfg repair.Config) *repair.Report {
 		cfg.Stores = append(cfg.Stores, p)
 	}
 	cfg.Replication, cfg.Erasure, cfg.Only = 1, ec.cfg.Erasure(), -1
+	cfg.Logger = slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rep, err := repair.Run(ctx, cfg)
@@ -163,6 +166,16 @@ func (ec *ecCluster) runRepair(t testing.TB, cfg repair.Config) *repair.Report {
 		t.Fatalf("repair: %v", err)
 	}
 	return rep
+}
+
+// testLogWriter writes a logger's lines to the test's log, where a
+// failure shows them.
+type testLogWriter struct{ t testing.TB }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }
 
 const ecChunk = 64 << 10

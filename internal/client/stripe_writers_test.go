@@ -10,6 +10,8 @@ import (
 
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/config"
+	"github.com/weftfs/weft/internal/rpc"
+	pb "github.com/weftfs/weft/proto/weftpb"
 )
 
 // TestErasureTwoWriters: two clients write different data units of one
@@ -87,5 +89,56 @@ func TestErasureTwoWriters(t *testing.T) {
 				wantSame(t, fmt.Sprintf("unit %d's store down", index), got, model)
 			}
 		})
+	}
+}
+
+// TestErasureHedgedReadLeavesNoLock: a read of a unit whose store is
+// suspect (it failed lately) is hedged at once by a rebuild, which takes
+// the stripe's lock at its store first. When the unit's own store answers
+// first, the rebuild is canceled, sometimes just after its lock request
+// was granted and before the grant came back. The lock must not stay
+// behind: another client, or weft repair, would wait for its term (5 s;
+// a repair pass gives up after 2 s and leaves the stripe, which is how
+// TestErasureModelNoCache's second repair came out raced).
+func TestErasureHedgedReadLeavesNoLock(t *testing.T) {
+	const stripes = 8
+	ec := newECCluster(t, "ec:3+2", 5)
+	c := ec.client(ecChunk)
+	ctx := context.Background()
+	data := make([]byte, stripes*3*ecChunk)
+	for i := range data {
+		data[i] = byte(i*7 + 1)
+	}
+	writeFile(t, c, "/f", data)
+	f, err := c.Open(ctx, "/f", os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := ec.cfg.Erasure()
+	peers := make([]*rpc.Peer, len(ec.cfg.Store))
+	for i, s := range ec.cfg.Store {
+		peers[i] = rpc.NewPeer(s.Addr, rpc.DialOptions{})
+		defer peers[i].Close()
+	}
+	buf := make([]byte, 4096)
+	for i := range 200 {
+		st := uint64(i % stripes)
+		stores := sc.Stores(f.Ino(), st, len(peers))
+		c.MarkStoreSuspect(stores[0])
+		if _, err := f.ReadAt(buf, int64(st)*3*ecChunk); err != nil {
+			t.Fatal(err)
+		}
+		// Another owner asks for the lock, waiting a little for a holder
+		// still busy with the read to let go; a lock left behind lasts
+		// seconds.
+		lock := &pb.ChunkID{Ino: uint64(f.Ino()), Index: sc.ParityIndex(st, 0)}
+		req := &pb.LockStripeRequest{Chunk: lock, Owner: 1, Seq: uint64(i + 1), TermMs: 1000, WaitMs: 500}
+		if err := peers[stores[sc.K]].Call(ctx, pb.MethodLockStripe, req, &pb.LockStripeReply{}); err != nil {
+			t.Fatalf("read %d (stripe %d) hedged by a rebuild: the stripe's lock is still held afterwards: %v", i, st, err)
+		}
+		if err := peers[stores[sc.K]].Send(ctx, pb.MethodUnlockStripe, &pb.UnlockStripe{Chunk: lock, Owner: 1, Seq: uint64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -153,6 +153,15 @@ func (c *Client) renewStripe(ctx context.Context, k stripeKey, minLeft time.Dura
 			f.lapsed = true
 		}
 	}
+	if ctx.Err() != nil {
+		// Granted after the caller gave up (acquireStripe lets the
+		// request finish): a new hold goes back at once; one this
+		// client had stays with whoever holds it (a frame).
+		if !had {
+			c.letGoStripe(k)
+		}
+		return lapsed, ctxError("lock stripe", ctx)
+	}
 	return lapsed, nil
 }
 
@@ -166,19 +175,34 @@ func (c *Client) stillHeld(ctx context.Context, k stripeKey) (bool, error) {
 
 // acquireStripe asks k's lock store for the lock, again while another
 // client holds it, as long as ctx lasts. renewed: this client held it.
+//
+// A request sent is waited for even when ctx ends meanwhile (each is
+// bounded by StoreTimeout, and waits at the store at most stripeLockWait):
+// a caller that gave up on a request the store had just granted would
+// leave the lock held there for its term, with nobody to release it, and
+// every other client's writes of the stripe and weft repair's pass (which
+// gives up after 2 s: raced) waiting for it. A rebuild hedging a read is
+// canceled so, as soon as the unit's own store answers
+// (TestErasureHedgedReadLeavesNoLock). So a success may come back after
+// ctx ended: the caller releases what it did not hold before.
 func (c *Client) acquireStripe(ctx context.Context, k stripeKey, seq uint64) (renewed bool, _ error) {
 	idx, s := c.stripeLockUnit(k)
 	for {
+		if ctx.Err() != nil {
+			return false, ctxError("lock stripe", ctx)
+		}
 		c.ec.locks.Add(1)
 		var r pb.LockStripeReply
-		err := c.withCapability(ctx, k.ino, auth.Write, func(tok []byte) error {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.StoreTimeout)
+		err := c.withCapability(cctx, k.ino, auth.Write, func(tok []byte) error {
 			req := &pb.LockStripeRequest{
 				Chunk: &pb.ChunkID{Ino: uint64(k.ino), Index: idx}, Owner: c.ec.owner, Seq: seq,
 				TermMs: stripeLockTerm.Milliseconds(), WaitMs: stripeLockWait.Milliseconds(), Capability: tok,
 			}
-			return call(ctx, c.stores[s], pb.MethodLockStripe, req, &r)
+			return call(cctx, c.stores[s], pb.MethodLockStripe, req, &r)
 		})
-		if !errs.Is(err, errs.Busy) || ctx.Err() != nil {
+		cancel()
+		if !errs.Is(err, errs.Busy) {
 			return r.GetRenewed(), err
 		}
 	}
