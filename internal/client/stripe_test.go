@@ -205,6 +205,26 @@ func TestErasureModelBusyCache(t *testing.T) {
 	testErasureModel(t, func(cc *client.Config) { cc.ParityFrames, cc.ParityFrameAge = 2, 5*time.Millisecond })
 }
 
+// TestErasureModelHedged is TestErasureModelBusyCache with every unit read
+// hedged at once by a rebuild from the rest of its stripe (as a read of a
+// slow or suspect store is), inside writes too: the rebuild or the unit's
+// own read, whichever loses, is canceled as the other answers. Before
+// their fixes it failed every run: a hedge canceled just after its stripe
+// lock was granted left the lock to lapse (repair raced), and a call
+// canceled as its frame was written cut the store's connection, failing
+// the other calls on it (docs/design.md).
+func TestErasureModelHedged(t *testing.T) {
+	testErasureModel(t, func(cc *client.Config) {
+		cc.ParityFrames, cc.ParityFrameAge, cc.ReplicaTimeout = 2, 5*time.Millisecond, time.Microsecond
+	})
+}
+
+// TestErasureModelHedgedNoCache is TestErasureModelHedged without the
+// parity cache.
+func TestErasureModelHedgedNoCache(t *testing.T) {
+	testErasureModel(t, func(cc *client.Config) { cc.ParityFrames, cc.ReplicaTimeout = -1, time.Microsecond })
+}
+
 // TestErasureModelNoCache is TestErasureModel without the parity cache:
 // every partial-stripe write is a reconstruct-write whose data unit's
 // store keeps the replaced bytes (keep_old; the mem backend's kept blocks).

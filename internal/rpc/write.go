@@ -13,6 +13,14 @@ const (
 	// writeBufSize is the write buffer of a connection: frames that fit
 	// wait there for the last writer of a burst to flush them.
 	writeBufSize = 32 << 10
+	// cutGrace is how long a write goes on after its caller's context
+	// ended before it is cut. Cutting closes the connection, which every
+	// caller of the peer shares, so only a write that is stuck (the peer
+	// stopped reading) is worth it: one merely under way when its caller
+	// gave up (the loser of a hedged read, canceled as the winner
+	// answers; the frame often not yet begun) ends within microseconds
+	// (TestEndedContextKeepsAFlowingWrite).
+	cutGrace = 100 * time.Millisecond
 )
 
 // lockWriter takes the write lock, giving up when ctx ends (Background
@@ -43,9 +51,11 @@ func (c *Conn) unlockWriter() { <-c.w.sem }
 // ctx (Background for frames that no caller waits on: responses, cancels,
 // pings) bounds the write. If it ends while the frame waits for the write
 // lock, the frame is not sent; if it ends during a system call that
-// writes, that write is cut and the connection closed, since the peer may
-// have half a frame. Either way writeFrame returns the context's error
-// (errs.Canceled or errs.Timeout).
+// writes and that write is still going cutGrace later, the write is cut
+// and the connection closed, since the peer may have half a frame. Either
+// way writeFrame returns the context's error (errs.Canceled or
+// errs.Timeout); a write that ended within the grace returns its own
+// result.
 func (c *Conn) writeFrame(ctx context.Context, h *header, msg, data []byte) error {
 	h.bodyLen = bodyLen(msg, data)
 	if len(data) > 0 {
@@ -69,12 +79,13 @@ func (c *Conn) writeFrame(ctx context.Context, h *header, msg, data []byte) erro
 		return ctxError(ctx, "rpc write to "+c.nc.RemoteAddr().String())
 	}
 	// While this writer holds the lock, the end of its context cuts the
-	// system call that writes (its own frame, or a flush of others').
+	// system call that writes (its own frame, or a flush of others'), if
+	// it is still going cutGrace later.
 	stop, fired := func() bool { return true }, (chan struct{})(nil)
 	if ctx.Done() != nil {
 		fired = make(chan struct{})
 		stop = context.AfterFunc(ctx, func() {
-			c.nc.SetWriteDeadline(time.Unix(1, 0))
+			c.nc.SetWriteDeadline(time.Now().Add(cutGrace))
 			close(fired)
 		})
 	}
