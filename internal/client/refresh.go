@@ -157,3 +157,15 @@ func (n *openInode) refreshIfStale(ctx context.Context) {
 	n.takeVersionLocked(r.Attr)
 	n.dropCacheLocked()
 }
+
+// SetReadStepHook makes every read call fn after each step that took
+// bytes from one view of the file (ReadAtLeased), before it may refresh
+// that view and read on; nil removes it. For tests (fusefs): a change
+// landing between two steps of one read.
+func (c *Client) SetReadStepHook(fn func()) {
+	if fn == nil {
+		c.hooks.readStep.Store(nil)
+		return
+	}
+	c.hooks.readStep.Store(&fn)
+}

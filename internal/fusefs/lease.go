@@ -151,6 +151,9 @@ func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 			}
 		}
 	}
+	if h := fsys.hooks.recalled.Load(); h != nil {
+		(*h)()
+	}
 	fsys.waitOpens(keys)
 }
 

@@ -1181,3 +1181,85 @@ func TestOpenRetryOfFileRemovedBeforeItsOpen(t *testing.T) {
 		t.Errorf("the file the name holds: %q, %v; want \"other\"", got, err)
 	}
 }
+
+// TestReadOfViewNoLeaseCovered: a READ whose bytes came from a view of the
+// file that no lease covered drops its pages after the reply, even if the
+// open state is fresh again by then. The read's first step refreshed the
+// open state while the mount owed the release of the lease a writer's
+// commit recalled (the server refused the lease: the old content, legal
+// then), and a second step, at the end of the file, refreshed it again
+// under a lease granted once the commit had landed: the mount saw the
+// state fresh, kept the old bytes in the kernel's pages, and no recall
+// would drop them (make linz run 1 of the twelfth session: reread ->
+// "C022" from the pages 1.7 ms after another mount's write "B027" and
+// close returned; the eleventh session's run 5). A read now reports the
+// views its steps took (client.File.ReadAtLeased) and ends at the end of
+// file of the view its bytes came from.
+func TestReadOfViewNoLeaseCovered(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	mr := mount(t, tc.client(t), Options{})
+	r := mr.Dir()
+	w := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(w+"/f", []byte("old1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(r + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := mr.fsys.index.get(core.Ino(st.Sys().(*syscall.Stat_t).Ino))
+	if len(nodes) == 0 {
+		t.Fatal("the reading mount has no node for the file")
+	}
+	node := nodes[len(nodes)-1]
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4253}, Cancel: make(chan struct{})}
+	fh, _, errno := node.Open(ctx, syscall.O_RDONLY)
+	if errno != 0 {
+		t.Fatalf("open: errno %v", errno)
+	}
+	h := fh.(*handle)
+	defer h.Release(ctx)
+	type reply struct {
+		res   fuse.ReadResult
+		errno syscall.Errno
+	}
+	var (
+		firstStep, landed  = make(chan struct{}), make(chan struct{})
+		stepOnce, readOnce sync.Once
+		got                = make(chan reply, 1)
+	)
+	mr.fsys.c.SetReadStepHook(func() { stepOnce.Do(func() { close(firstStep); <-landed }) })
+	defer mr.fsys.c.SetReadStepHook(nil)
+	// The writer's commit recalls the reader's lease; before the reader
+	// releases it, a READ takes its first step.
+	hookRecalled := func() {
+		readOnce.Do(func() {
+			go func() {
+				res, errno := h.Read(ctx, make([]byte, 4096), 0)
+				got <- reply{res, errno}
+			}()
+			<-firstStep
+		})
+	}
+	mr.fsys.hooks.recalled.Store(&hookRecalled)
+	wf, err := os.OpenFile(w+"/f", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wf.WriteAt([]byte("new2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := wf.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(landed)
+	rep := <-got
+	if rep.errno != 0 {
+		t.Fatalf("read: errno %v", rep.errno)
+	}
+	data, _ := rep.res.Bytes(make([]byte, 4096))
+	if _, dropped := rep.res.(*dropAfterReply); !dropped {
+		t.Errorf("a read that returned %q, read without a lease before the writer's close returned, leaves its pages in the kernel's cache: a reread would return them", data)
+	}
+}
