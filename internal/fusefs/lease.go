@@ -150,6 +150,20 @@ func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 				n.invalidate(0)
 			}
 		}
+		// A file this mount's rename in flight moves into the
+		// directory is addressed by its old name until the rename
+		// returns (the client re-points its open state then, and
+		// go-fuse moves the node), so neither of the above finds it;
+		// the change recalled for may concern it under its new name
+		// already (TestRecallDuringOwnRenameOfOpenFile).
+		for _, n := range fsys.index.movingInto(k.Ino) {
+			off := int64(-1) // attributes only
+			if n.isOpen() {
+				off = 0
+				fsys.c.MarkStale(n.ino())
+			}
+			n.invalidate(off)
+		}
 	}
 	if h := fsys.hooks.recalled.Load(); h != nil {
 		(*h)()
