@@ -303,12 +303,12 @@ func (n *Node) forget() {
 					if cn.isOpen() {
 						off = 0
 					}
-					_ = cn.NotifyContent(off, 0)
+					_ = cn.notifyContent(off, 0)
 				}
 			}
 		}
 		for _, p := range missed {
-			_ = p.n.NotifyContent(p.off, 0)
+			_ = p.n.notifyContent(p.off, 0)
 		}
 	}
 	// A recall answered before the names go leaves the kernel names
@@ -404,7 +404,7 @@ func (n *Node) invalidate(off int64) syscall.Errno {
 		}
 		t.Stop()
 	}
-	return n.NotifyContent(off, 0)
+	return n.notifyContent(off, 0)
 }
 
 func (n *Node) isOpen() bool {

@@ -146,7 +146,7 @@ func (n *Node) openFlags(h *handle, existing bool) uint32 {
 	if existing && !seen {
 		// Attributes only (offset -1): takes no lock the kernel holds
 		// while it waits for this OPEN (package doc).
-		_ = n.NotifyContent(-1, 0)
+		_ = n.notifyContent(-1, 0)
 	}
 	return 0
 }
@@ -184,7 +184,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 			// go-fuse writes an empty reply without calling Done. The
 			// pages are in the cache already (locked until the reply
 			// is taken): the invalidation waits for them.
-			go func() { _ = h.node.NotifyContent(off, 0) }()
+			go func() { _ = h.node.notifyContent(off, 0) }()
 			return fuse.ReadResultData(nil), 0
 		}
 		return &dropAfterReply{data: dest[:k], node: h.node, off: off}, 0
@@ -216,7 +216,7 @@ func (r *dropAfterReply) Slices() ([][]byte, fuse.Status) { return [][]byte{r.da
 
 // Done runs after the reply was written. The invalidation may wait for the
 // reader to unlock the pages: not on go-fuse's goroutine.
-func (r *dropAfterReply) Done() { go func() { _ = r.node.NotifyContent(r.off, 0) }() }
+func (r *dropAfterReply) Done() { go func() { _ = r.node.notifyContent(r.off, 0) }() }
 
 // Write buffers data at off (at the client's end of file for O_APPEND).
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
@@ -260,7 +260,7 @@ func (n *Node) privilegesDropped(ctx context.Context) {
 	}
 	a, _ = n.fsys.c.OpenAttr(a)
 	n.setAttr(a)
-	_ = n.NotifyContent(-1, 0)
+	_ = n.notifyContent(-1, 0)
 }
 
 // Flush is close(2) of one descriptor: writes become visible to other
