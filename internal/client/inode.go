@@ -71,6 +71,12 @@ type openInode struct {
 		overflow  bool         // more runs written than a record keeps: the next commit says so
 		freed     bool         // no link left: nothing to commit; chunks go at the last release (orphan.go)
 		stale     bool         // another client may have changed the file: the next read asks (refresh.go)
+		// lease is the read lease the state was last read under (its
+		// open, a refresh), if leased: once it is no longer trusted, a
+		// change may land with no recall, and the state is stale too
+		// (staleLocked).
+		lease  Lease
+		leased bool
 		// cacheVer is the file's version as the server last said (open,
 		// refresh), taken at change count cacheVerGen: what the chunk
 		// cache is used under (chunkcache.go).

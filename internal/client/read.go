@@ -37,7 +37,7 @@ const streamReadAhead = 4
 func (n *openInode) read(ctx context.Context, p []byte, off int64, sequential bool) (k int, unleased bool, err error) {
 	n.refreshIfStale(ctx)
 	n.mu.Lock()
-	unleased = n.mu.stale
+	unleased = n.staleLocked()
 	k, err = n.readLocked(ctx, p, off, sequential)
 	return k, unleased, err
 }

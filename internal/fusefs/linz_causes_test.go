@@ -14,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/weftfs/weft/internal/client"
+	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
 )
 
@@ -1383,5 +1384,65 @@ func TestRereadAfterOvertakenLookup(t *testing.T) {
 	n, _ := held.ReadAt(buf, 0)
 	if got := string(buf[:n]); got != "data" {
 		t.Errorf("reread through the descriptor: %q, want \"data\"", got)
+	}
+}
+
+// TestReadAfterLeaseRanOut: a read through a descriptor whose open state
+// was read under a lease that has since run out, with no recall, asks the
+// server again. Nobody changed the file while the lease lasted, so nothing
+// recalled it; a change after that lands with no recall, and the read
+// answered from the open state (make linz run 18 of the twelfth session:
+// reread -> "" 8.7 ms after another mount's write "C254" and close
+// returned; the reading mount had opened the file 2 s before, across a
+// stall of every mount, and its GETATTR of the reread took a new lease and
+// said size 4 while the READ answered 0 bytes).
+func TestReadAfterLeaseRanOut(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	mr := mount(t, tc.client(t), Options{})
+	r := mr.Dir()
+	w := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(w+"/f", []byte("old1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(r + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := mr.fsys.index.get(core.Ino(st.Sys().(*syscall.Stat_t).Ino))
+	if len(nodes) == 0 {
+		t.Fatal("the reading mount has no node for the file")
+	}
+	node := nodes[len(nodes)-1]
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4256}, Cancel: make(chan struct{})}
+	fh, _, errno := node.Open(ctx, syscall.O_RDONLY)
+	if errno != 0 {
+		t.Fatalf("open: errno %v", errno)
+	}
+	h := fh.(*handle)
+	defer h.Release(ctx)
+	if h.f.Stale() {
+		t.Fatal("the open was not covered by a lease")
+	}
+	// The lease's term (config.DefaultLeaseTerm) runs out; nothing
+	// recalls it.
+	time.Sleep(config.DefaultLeaseTerm + 100*time.Millisecond)
+	wf, err := os.OpenFile(w+"/f", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wf.WriteAt([]byte("new2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := wf.Close(); err != nil {
+		t.Fatal(err)
+	}
+	res, errno := h.Read(ctx, make([]byte, 16), 0)
+	if errno != 0 {
+		t.Fatalf("read: errno %v", errno)
+	}
+	data, _ := res.Bytes(make([]byte, 16))
+	if string(data) != "new2" {
+		t.Errorf("read through the descriptor after another mount's write and close: %q, want \"new2\"", data)
 	}
 }
