@@ -1446,3 +1446,58 @@ func TestReadAfterLeaseRanOut(t *testing.T) {
 		t.Errorf("read through the descriptor after another mount's write and close: %q, want \"new2\"", data)
 	}
 }
+
+// TestRevalidationOfNameThatMovedHere: when a thread's lookup finds under
+// x the file its previous lookup found under z, and the kernel held a
+// dentry x for another file (the lookup revalidates it), the ESTALE it is
+// answered does not reach the call: the kernel drops the dentry and looks
+// x up afresh. That lookup is answered ESTALE too, once, so that the call
+// fails with ESTALE and the kernel's retry walks the path again. It found
+// the file, and a rename of z to x, z's dentry still from its own lookup,
+// saw one inode under both names and returned success without a RENAME,
+// another mount having renamed z to x in between: two renames of one file
+// both returned ok (make linz run 29 of the twelfth session). The
+// kernel's retry starts with the path's directories, which clear the mark
+// (TestLookupsOfOneFileUnderTwoNames has the case without a dentry: one
+// ESTALE, then the retry's lookup is answered).
+func TestRevalidationOfNameThatMovedHere(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for name, content := range map[string]string{"z": "moved", "x": "replaced"} {
+		if err := os.WriteFile(a+"/"+name, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := ma.fsys.index.root
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4257}, Cancel: make(chan struct{})}
+	var out fuse.EntryOut
+	// The kernel holds a dentry x for the file x holds now (the open
+	// keeps it in go-fuse's tree through the other mount's rename; the
+	// reading mount held no lease in the run, and nothing recalled it).
+	held, err := os.Open(a + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	// The rename's lookup of z; its lookup of x revalidates the dentry.
+	if _, errno := root.Lookup(ctx, "z", &out); errno != 0 {
+		t.Fatalf("lookup z: errno %v", errno)
+	}
+	ino := out.Ino
+	if err := os.Rename(b+"/z", b+"/x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, errno := root.Lookup(ctx, "x", &out); errno != syscall.ESTALE {
+		t.Fatalf("the revalidation of x, which now holds the file found as z: errno %v ino %d, want ESTALE", errno, out.Ino)
+	}
+	if _, errno := root.Lookup(ctx, "x", &out); errno != syscall.ESTALE {
+		t.Errorf("the kernel's fresh lookup of x after the revalidation failed: errno %v ino %d, want ESTALE (the rename would see one inode under z and x)", errno, out.Ino)
+	}
+	// The kernel's retry, from the path's start.
+	if _, errno := root.Lookup(ctx, "x", &out); errno != 0 || out.Ino != ino {
+		t.Errorf("the retry's lookup of x: errno %v ino %d, want 0 and ino %d", errno, out.Ino, ino)
+	}
+}
