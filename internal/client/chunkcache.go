@@ -172,7 +172,7 @@ func (c *Client) ChunkCacheStats() ChunkCacheStats {
 // have no chunks.
 func (n *openInode) cacheVersionLocked() (cacheVersion, bool) {
 	ok := n.c.chunks != nil && n.mu.cacheVerOK && n.mu.cacheVerGen == n.mu.gen &&
-		!n.mu.stale && !n.mu.modified && n.mu.buffered == 0 && !n.mu.inline && !n.mu.freed
+		!n.staleLocked() && !n.mu.modified && n.mu.buffered == 0 && !n.mu.inline && !n.mu.freed
 	return n.mu.cacheVer, ok
 }
 

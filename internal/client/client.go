@@ -206,6 +206,11 @@ type Client struct {
 	// and its write-back flusher stand still, as a process stopped past
 	// its leases' term would.
 	stalled atomic.Bool
+	// hooks let a test of another package hold the client between two
+	// steps (SetReadStepHook); nil outside tests.
+	hooks struct {
+		readStep atomic.Pointer[func()] // a read took one view's bytes; it may ask again
+	}
 
 	mu struct {
 		sync.Mutex

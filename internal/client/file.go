@@ -126,28 +126,52 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 // ReadAtContext is ReadAt bounded by ctx: it returns when ctx ends, with
 // errs.Canceled or errs.Timeout.
 func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	k, _, err := f.ReadAtLeased(ctx, p, off)
+	return k, err
+}
+
+// ReadAtLeased is ReadAtContext that also reports whether what it read
+// (the bytes, or where the file ended) came from a view of the file that
+// no lease covered (the server refused the refresh its lease: a change
+// waited for this client's release of the one it recalled). No recall
+// will say when that change lands, so a caller that caches what it read
+// must drop it. Asking Stale afterwards is no substitute: a refresh under
+// a lease granted once the change landed (the same file read by another
+// handle) clears the mark, and the bytes read before it were the old ones
+// (linz: a reread from the kernel's pages after another mount's write and
+// close returned).
+func (f *File) ReadAtLeased(ctx context.Context, p []byte, off int64) (int, bool, error) {
 	if off < 0 {
-		return 0, errs.New(errs.Invalid, "read", "negative offset")
+		return 0, false, errs.New(errs.Invalid, "read", "negative offset")
 	}
 	f.mu.Lock()
 	if err := f.check("read", false); err != nil {
 		f.mu.Unlock()
-		return 0, err
+		return 0, false, err
 	}
 	seq := f.noteReadLocked(off, len(p))
 	f.mu.Unlock()
-	total := 0
+	total, unleased := 0, false
 	for total < len(p) {
-		k, err := f.n.read(ctx, p[total:], off+int64(total), seq)
+		want := len(p) - total
+		k, u, err := f.n.read(ctx, p[total:], off+int64(total), seq)
 		total += k
+		unleased = unleased || u
 		if err != nil {
-			return total, err
+			return total, unleased, err
 		}
-		if k == 0 {
-			return total, io.EOF
+		if h := f.c.hooks.readStep.Load(); h != nil {
+			(*h)()
+		}
+		if k < want {
+			// The end of the file as this view has it. Asking again
+			// would refresh a stale view a second time, and a
+			// change landing in between would make the bytes
+			// already read the old content of a newer view.
+			return total, unleased, io.EOF
 		}
 	}
-	return total, nil
+	return total, unleased, nil
 }
 
 // noteReadLocked tracks whether reads follow each other and reports a stream
@@ -177,7 +201,7 @@ func (f *File) ReadContext(ctx context.Context, p []byte) (int, error) {
 	off := f.mu.pos
 	seq := f.noteReadLocked(off, len(p))
 	f.mu.Unlock()
-	k, err := f.n.read(ctx, p, off, seq)
+	k, _, err := f.n.read(ctx, p, off, seq)
 	f.mu.Lock()
 	f.mu.pos = off + int64(k)
 	f.mu.Unlock()

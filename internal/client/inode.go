@@ -71,6 +71,12 @@ type openInode struct {
 		overflow  bool         // more runs written than a record keeps: the next commit says so
 		freed     bool         // no link left: nothing to commit; chunks go at the last release (orphan.go)
 		stale     bool         // another client may have changed the file: the next read asks (refresh.go)
+		// lease is the read lease the state was last read under (its
+		// open, a refresh), if leased: once it is no longer trusted, a
+		// change may land with no recall, and the state is stale too
+		// (staleLocked).
+		lease  Lease
+		leased bool
 		// cacheVer is the file's version as the server last said (open,
 		// refresh), taken at change count cacheVerGen: what the chunk
 		// cache is used under (chunkcache.go).
@@ -105,13 +111,7 @@ func (c *Client) acquireOpen(ref Ref, r *pb.OpenReply, creds core.Creds) *openIn
 	defer c.mu.Unlock()
 	n := c.mu.open[ref.Ino]
 	if n == nil {
-		n = &openInode{c: c, ino: ref.Ino, flushTurn: make(chan struct{}, 1)}
-		n.mu.drained.L = &n.mu.Mutex
-		n.mu.dirty = make(map[uint64]*dirtyRange)
-		n.mu.inflight = make(map[uint64]chan struct{})
-		n.mu.written = make(map[int]bool)
-		n.mu.cache = make(map[uint64]*fetch)
-		c.mu.open[ref.Ino] = n
+		n = c.newOpenLocked(ref.Ino)
 	}
 	n.setCapability(r.Capability)
 	n.mu.Lock()
@@ -131,6 +131,19 @@ func (c *Client) acquireOpen(ref Ref, r *pb.OpenReply, creds core.Creds) *openIn
 		n.takeVersionLocked(r.Attr)
 		n.dropCacheLocked()
 	}
+	return n
+}
+
+// newOpenLocked makes the open state of ino, with no handle yet; c.mu is
+// held.
+func (c *Client) newOpenLocked(ino core.Ino) *openInode {
+	n := &openInode{c: c, ino: ino, flushTurn: make(chan struct{}, 1)}
+	n.mu.drained.L = &n.mu.Mutex
+	n.mu.dirty = make(map[uint64]*dirtyRange)
+	n.mu.inflight = make(map[uint64]chan struct{})
+	n.mu.written = make(map[int]bool)
+	n.mu.cache = make(map[uint64]*fetch)
+	c.mu.open[ino] = n
 	return n
 }
 

@@ -30,10 +30,20 @@ type fetch struct {
 const streamReadAhead = 4
 
 // read fills p from off; sequential says the handle is streaming, so whole
-// chunks are fetched and the next ones prefetched.
-func (n *openInode) read(ctx context.Context, p []byte, off int64, sequential bool) (int, error) {
+// chunks are fetched and the next ones prefetched. unleased says what it
+// read (the bytes, or the end of file) came from a view of the file that no
+// lease covered: the open state was still stale after its refresh (the
+// server refused the lease, so a change may land without a recall).
+func (n *openInode) read(ctx context.Context, p []byte, off int64, sequential bool) (k int, unleased bool, err error) {
 	n.refreshIfStale(ctx)
 	n.mu.Lock()
+	unleased = n.staleLocked()
+	k, err = n.readLocked(ctx, p, off, sequential)
+	return k, unleased, err
+}
+
+// readLocked is read after the refresh, with n.mu held; it unlocks it.
+func (n *openInode) readLocked(ctx context.Context, p []byte, off int64, sequential bool) (int, error) {
 	size := int64(n.mu.size)
 	if off >= size {
 		n.mu.Unlock()

@@ -150,6 +150,23 @@ func (fsys *fileSystem) recalled(keys []client.LeaseKey) {
 				n.invalidate(0)
 			}
 		}
+		// A file this mount's rename in flight moves into the
+		// directory is addressed by its old name until the rename
+		// returns (the client re-points its open state then, and
+		// go-fuse moves the node), so neither of the above finds it;
+		// the change recalled for may concern it under its new name
+		// already (TestRecallDuringOwnRenameOfOpenFile).
+		for _, n := range fsys.index.movingInto(k.Ino) {
+			off := int64(-1) // attributes only
+			if n.isOpen() {
+				off = 0
+				fsys.c.MarkStale(n.ino())
+			}
+			n.invalidate(off)
+		}
+	}
+	if h := fsys.hooks.recalled.Load(); h != nil {
+		(*h)()
 	}
 	fsys.waitOpens(keys)
 }
@@ -286,12 +303,12 @@ func (n *Node) forget() {
 					if cn.isOpen() {
 						off = 0
 					}
-					_ = cn.NotifyContent(off, 0)
+					_ = cn.notifyContent(off, 0)
 				}
 			}
 		}
 		for _, p := range missed {
-			_ = p.n.NotifyContent(p.off, 0)
+			_ = p.n.notifyContent(p.off, 0)
 		}
 	}
 	// A recall answered before the names go leaves the kernel names
@@ -387,7 +404,7 @@ func (n *Node) invalidate(off int64) syscall.Errno {
 		}
 		t.Stop()
 	}
-	return n.NotifyContent(off, 0)
+	return n.notifyContent(off, 0)
 }
 
 func (n *Node) isOpen() bool {

@@ -124,6 +124,7 @@ type fileSystem struct {
 		deferredNames atomic.Pointer[func()] // before the names of a deferred recall go
 		getattr       atomic.Pointer[func()] // a Getattr through a handle read the server
 		heldRecall    atomic.Pointer[func()] // a recall waits for a retried open (retry.go)
+		recalled      atomic.Pointer[func()] // a recall's invalidations are done; its lease is not yet released
 	}
 }
 

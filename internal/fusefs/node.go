@@ -38,6 +38,12 @@ type Node struct {
 		staleNames   int
 		staleMarks   uint64
 		staleChecked uint64
+		// invals counts the invalidations of n sent to the kernel
+		// (notifyContent); sizeKnownAt is invals when a store last set
+		// the kernel's size (growth.go). Between them, the kernel may
+		// have dropped a reply that the mount took for told.
+		invals      uint64
+		sizeKnownAt uint64
 	}
 }
 
@@ -180,9 +186,7 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 			return syscall.ESTALE
 		}
 	}
-	n.mu.Lock()
-	told := n.mu.attr.Size
-	n.mu.Unlock()
+	told, invals := n.told()
 	a, l, err := n.getattr(ctx, fh == nil, walk, retry)
 	if err != nil {
 		errno := n.fsys.fail("getattr", err)
@@ -197,8 +201,8 @@ func (n *Node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if h := n.fsys.hooks.getattr.Load(); h != nil && fh != nil {
 		(*h)()
 	}
-	if h, ok := fh.(*handle); ok && n.fsys.leases && a.Size > told {
-		n.fsys.storeGrowth(ctx, h, int64(told), a)
+	if h, ok := fh.(*handle); ok && n.fsys.leases && int64(a.Size) > told {
+		n.fsys.storeGrowth(ctx, h, told, invals, a)
 	}
 	fillAttr(&out.Attr, a)
 	out.SetTimeout(n.fsys.cacheFor(l, n.attrTimeout()))
@@ -421,7 +425,7 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 // the reply's attributes. Attributes only: no lock the kernel holds.
 func (n *Node) changedOther(ino core.Ino) {
 	for _, o := range n.fsys.index.get(ino) {
-		_ = o.NotifyContent(-1, 0)
+		_ = o.notifyContent(-1, 0)
 	}
-	_ = n.NotifyContent(-1, 0)
+	_ = n.notifyContent(-1, 0)
 }

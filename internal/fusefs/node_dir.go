@@ -39,9 +39,13 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	if !inlineAttrs(a) {
 		n.fsys.lastLookups.other(ctx)
-	} else if n.fsys.lastLookups.found(ctx, a.Ino, n.ino(), name) && !n.fsys.retries.pending(ctx) {
+	} else if moved, again := n.fsys.lastLookups.found(ctx, a.Ino, n.ino(), name); again || moved && !n.fsys.retries.pending(ctx) {
 		// twonames.go. The kernel's retry may GETATTR and OPEN the
 		// node its walk finds: a retry like one of a GETATTR's.
+		if moved {
+			ch := n.GetChild(name)
+			n.fsys.lastLookups.answeredStale(ctx, ch != nil && ch.StableAttr().Ino != uint64(a.Ino))
+		}
 		n.fsys.retries.estale(ctx, "getattr")
 		return nil, syscall.ESTALE
 	}

@@ -59,9 +59,13 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// opened wherever another mount moved it since, as a local open
 		// opens the inode its walk found (a second ESTALE would reach
 		// the caller). A file removed by then fails with ENOENT if its
-		// name is gone too, else ESTALE reaches the caller: the name
-		// held a file throughout.
-		f, err = n.fsys.c.OpenMoved(cctx, ref, int(flags))
+		// name is gone too; if the name holds another file, it is
+		// opened as removed: the open took effect at the lookup, and
+		// the removal came after it (TestOpenRetryOfFileRemovedBeforeItsOpen).
+		n.mu.Lock()
+		found := n.mu.attr
+		n.mu.Unlock()
+		f, err = n.fsys.c.OpenMoved(cctx, ref, found, int(flags))
 	} else {
 		f, err = n.fsys.c.OpenRef(cctx, ref, int(flags))
 	}
@@ -142,7 +146,7 @@ func (n *Node) openFlags(h *handle, existing bool) uint32 {
 	if existing && !seen {
 		// Attributes only (offset -1): takes no lock the kernel holds
 		// while it waits for this OPEN (package doc).
-		_ = n.NotifyContent(-1, 0)
+		_ = n.notifyContent(-1, 0)
 	}
 	return 0
 }
@@ -163,20 +167,24 @@ func (n *Node) repoint() {
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	cctx, cancel := h.node.fsys.callCtx(ctx)
 	defer cancel()
-	k, err := h.f.ReadAtContext(cctx, dest, off)
+	k, unleased, err := h.f.ReadAtLeased(cctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, h.node.fsys.fail("read", err)
 	}
-	if h.node.fsys.leases && h.f.Stale() {
+	if h.node.fsys.leases && unleased {
 		// Served without a lease (the server refused it: a change
 		// waits for this mount's release of the one it recalled), so
 		// no recall will tell this mount when the change lands: the
 		// pages this reply fills must not stay in the kernel's cache.
+		// What this read took, not the open state afterwards: a
+		// refresh under a lease granted once the change landed
+		// clears the mark, and the bytes read before it were the
+		// old ones (TestReadOfViewNoLeaseCovered).
 		if k == 0 {
 			// go-fuse writes an empty reply without calling Done. The
 			// pages are in the cache already (locked until the reply
 			// is taken): the invalidation waits for them.
-			go func() { _ = h.node.NotifyContent(off, 0) }()
+			go func() { _ = h.node.notifyContent(off, 0) }()
 			return fuse.ReadResultData(nil), 0
 		}
 		return &dropAfterReply{data: dest[:k], node: h.node, off: off}, 0
@@ -208,7 +216,7 @@ func (r *dropAfterReply) Slices() ([][]byte, fuse.Status) { return [][]byte{r.da
 
 // Done runs after the reply was written. The invalidation may wait for the
 // reader to unlock the pages: not on go-fuse's goroutine.
-func (r *dropAfterReply) Done() { go func() { _ = r.node.NotifyContent(r.off, 0) }() }
+func (r *dropAfterReply) Done() { go func() { _ = r.node.notifyContent(r.off, 0) }() }
 
 // Write buffers data at off (at the client's end of file for O_APPEND).
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
@@ -252,7 +260,7 @@ func (n *Node) privilegesDropped(ctx context.Context) {
 	}
 	a, _ = n.fsys.c.OpenAttr(a)
 	n.setAttr(a)
-	_ = n.NotifyContent(-1, 0)
+	_ = n.notifyContent(-1, 0)
 }
 
 // Flush is close(2) of one descriptor: writes become visible to other

@@ -135,7 +135,7 @@ func (n *Node) revalidate(ctx context.Context, h *handle) {
 		return
 	}
 	if changed {
-		_ = n.NotifyContent(0, 0)
+		_ = n.notifyContent(0, 0)
 	}
 }
 

@@ -24,11 +24,29 @@ import (
 // old by the same thread costs one retry. A thread already in the kernel's
 // retry of a request answered ESTALE (retry.go) is not answered ESTALE
 // again: that would reach the caller.
+//
+// Unless the ESTALE went to the kernel's revalidation of a dentry it
+// holds: the kernel then drops the dentry and looks the name up afresh,
+// in the same call, and that lookup found the file under the new name with
+// no ESTALE (the thread was in a retry by then): a rename of z to x saw both
+// names holding one inode, z's dentry still from its own lookup, and
+// returned success without a RENAME, another mount having renamed z to x
+// in between (make linz run 29 of the twelfth session: rename(a/z a/x) ->
+// ok on two mounts, the log: LOOKUP z, LOOKUP x ESTALE, LOOKUP x OK, no
+// RENAME). So when the name held another file in go-fuse's tree (the
+// kernel's dentry, being revalidated), the thread's next lookup, if it is
+// of the same name and finds the same file, is answered ESTALE too, once:
+// the call fails with ESTALE, and the kernel's retry walks the path from
+// its start (a directory's lookup comes first and clears the mark) and
+// finds z gone (TestRevalidationOfNameThatMovedHere).
 
 // threadLookup is what a thread's last lookup found: a file with one link.
 type threadLookup struct {
 	ino, parent core.Ino
 	name        string
+	// again: answered ESTALE as a revalidation; the fresh lookup that
+	// follows, of the same name and file, is answered ESTALE too.
+	again bool
 }
 
 // lastLookups are the threads' last lookups, by pid (the kernel's task
@@ -40,11 +58,12 @@ type lastLookups struct {
 
 // found notes that the thread of ctx found file ino (one link) as name in
 // parent, and reports whether its previous lookup found the same file
-// under another name.
-func (l *lastLookups) found(ctx context.Context, ino, parent core.Ino, name string) (moved bool) {
+// under another name (moved), or was this lookup's, answered ESTALE as a
+// revalidation (again).
+func (l *lastLookups) found(ctx context.Context, ino, parent core.Ino, name string) (moved, again bool) {
 	pid, ok := callerPid(ctx)
 	if !ok {
-		return false
+		return false, false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -53,7 +72,29 @@ func (l *lastLookups) found(ctx context.Context, ino, parent core.Ino, name stri
 	}
 	prev, had := l.m[pid]
 	l.m[pid] = threadLookup{ino: ino, parent: parent, name: name}
-	return had && prev.ino == ino && (prev.parent != parent || prev.name != name)
+	if !had || prev.ino != ino {
+		return false, false
+	}
+	if prev.parent != parent || prev.name != name {
+		return true, false
+	}
+	return false, prev.again
+}
+
+// answeredStale notes that the thread's last lookup (found: moved) was
+// answered ESTALE; revalidation says the kernel held a dentry of that
+// name for another file, which that lookup was revalidating.
+func (l *lastLookups) answeredStale(ctx context.Context, revalidation bool) {
+	pid, ok := callerPid(ctx)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r, ok := l.m[pid]; ok {
+		r.again = revalidation
+		l.m[pid] = r
+	}
 }
 
 // other notes that the thread of ctx looked up something else: a
