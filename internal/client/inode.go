@@ -111,7 +111,13 @@ func (c *Client) acquireOpen(ref Ref, r *pb.OpenReply, creds core.Creds) *openIn
 	defer c.mu.Unlock()
 	n := c.mu.open[ref.Ino]
 	if n == nil {
-		n = c.newOpenLocked(ref.Ino)
+		n = &openInode{c: c, ino: ref.Ino, flushTurn: make(chan struct{}, 1)}
+		n.mu.drained.L = &n.mu.Mutex
+		n.mu.dirty = make(map[uint64]*dirtyRange)
+		n.mu.inflight = make(map[uint64]chan struct{})
+		n.mu.written = make(map[int]bool)
+		n.mu.cache = make(map[uint64]*fetch)
+		c.mu.open[ref.Ino] = n
 	}
 	n.setCapability(r.Capability)
 	n.mu.Lock()
@@ -131,19 +137,6 @@ func (c *Client) acquireOpen(ref Ref, r *pb.OpenReply, creds core.Creds) *openIn
 		n.takeVersionLocked(r.Attr)
 		n.dropCacheLocked()
 	}
-	return n
-}
-
-// newOpenLocked makes the open state of ino, with no handle yet; c.mu is
-// held.
-func (c *Client) newOpenLocked(ino core.Ino) *openInode {
-	n := &openInode{c: c, ino: ino, flushTurn: make(chan struct{}, 1)}
-	n.mu.drained.L = &n.mu.Mutex
-	n.mu.dirty = make(map[uint64]*dirtyRange)
-	n.mu.inflight = make(map[uint64]chan struct{})
-	n.mu.written = make(map[int]bool)
-	n.mu.cache = make(map[uint64]*fetch)
-	c.mu.open[ino] = n
 	return n
 }
 

@@ -127,40 +127,6 @@ func (c *Client) releaseReclaim(ino core.Ino) {
 	}()
 }
 
-// OpenRemoved opens file ino, which another client removed after the
-// caller found it as found says (a lookup within the call it serves:
-// OpenMoved). A local open of an inode unlinked right after its path walk
-// gives a handle on a file with no name; so does this. The servers kept
-// nothing of the file, so unless it is open here already (then its handles
-// share what this client has) it reads as empty. No name holds it: nothing
-// written through it is committed (as for a file this client unlinked
-// while open), and no other file's content changes.
-func (c *Client) OpenRemoved(ctx context.Context, ino core.Ino, found core.Attr, flags int) *File {
-	creds := c.creds(ctx)
-	c.mu.Lock()
-	n := c.mu.open[ino]
-	fresh := n == nil
-	if fresh {
-		n = c.newOpenLocked(ino)
-	}
-	n.mu.Lock()
-	if n.mu.refs == 0 {
-		n.mu.creds = creds
-	}
-	n.mu.refs++
-	n.mu.freed = true
-	if fresh {
-		n.mu.ref = Ref{Ino: ino}
-		n.mu.mode = found.Mode
-		n.mu.mtime = found.Mtime
-		n.mu.inline = true
-	}
-	n.mu.Unlock()
-	c.mu.Unlock()
-	c.log.Debug("opened a file removed since it was found", "ino", ino, "open here", !fresh)
-	return &File{c: c, n: n, flags: flags, opened: context.WithoutCancel(ctx)}
-}
-
 // orphan marks ino's open state freed, and reports whether the file is
 // open here.
 func (c *Client) orphan(ino core.Ino) bool {

@@ -89,38 +89,27 @@ func (c *Client) relocateOpen(ctx context.Context, ref Ref) (Ref, relocation) {
 // leave it on two for a moment: any answer is tried, and the server checks
 // it again.
 func (c *Client) locate(ctx context.Context, ino core.Ino) (Ref, bool) {
-	ref, found, _ := c.locateAll(ctx, ino)
-	return ref, found
-}
-
-// locateAll is locate that also says whether every server answered: only
-// then does "not found" mean that no server holds an entry for ino.
-func (c *Client) locateAll(ctx context.Context, ino core.Ino) (ref Ref, found, answered bool) {
 	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		at     *pb.NodeRef
-		failed bool
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		found *pb.NodeRef
 	)
 	for _, m := range c.metas {
 		wg.Go(func() {
 			var r pb.LocateReply
-			err := c.callIdempotent(ctx, m, pb.MethodLocate, &pb.LocateRequest{Ino: uint64(ino)}, &r)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				failed = true
-			case r.Found && r.Node != nil:
-				at = r.Node
+			if err := c.callIdempotent(ctx, m, pb.MethodLocate, &pb.LocateRequest{Ino: uint64(ino)}, &r); err != nil || !r.Found || r.Node == nil {
+				return
 			}
+			mu.Lock()
+			found = r.Node
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	if at == nil || at.Parent == 0 || at.Name == "" {
-		return Ref{}, false, !failed
+	if found == nil || found.Parent == 0 || found.Name == "" {
+		return Ref{}, false
 	}
-	return Ref{Ino: ino, Parent: core.Ino(at.Parent), Name: at.Name}, true, true
+	return Ref{Ino: ino, Parent: core.Ino(found.Parent), Name: found.Name}, true
 }
 
 // OpenIn returns the inodes open here whose open state addresses them
@@ -168,28 +157,19 @@ func (c *Client) OpenPlace(ino core.Ino) (Ref, bool) {
 // mount answered ESTALE, fusefs retry.go), as a local open opens the inode
 // its path walk found even if the name changes before the open. Unlike
 // OpenRef, a name that no longer holds the file (NotExist, Stale) is not
-// the answer: the file's entry is located and opened there.
-//
-// A file no server holds an entry for (every server said so) was removed
-// after the caller found it. Where its name is gone too, NotExist stands:
-// the name was absent during the call. Where the name holds another file,
-// the open takes effect when the caller found the file, as a local open
-// does, and another client removed the file after it: the file is opened
-// as removed (OpenRemoved). It used to fail with Stale, which reached
-// open(2) as ESTALE (linz, twelfth session): the caller cannot open the
-// other file through this file's node, and ENOENT would say the name was
-// absent, which it never was.
-func (c *Client) OpenMoved(ctx context.Context, ref Ref, found core.Attr, flags int) (*File, error) {
+// the answer: the file's entry is located and opened there. A file no
+// server holds an entry for was removed: the name's error stands (NotExist
+// if the name is gone too; Stale if it holds another file, which the
+// caller cannot open through this file's handle, and an ENOENT would say
+// the name was absent, which it never was).
+func (c *Client) OpenMoved(ctx context.Context, ref Ref, flags int) (*File, error) {
 	f, err := c.OpenRef(ctx, ref, flags)
 	for range maxRelocations {
 		if !relocatable(err) || ref.Ino == 0 {
 			return f, err
 		}
-		to, ok, answered := c.locateAll(ctx, ref.Ino)
-		if !ok {
-			if answered && errs.Is(err, errs.Stale) && found.Ino == ref.Ino {
-				return c.OpenRemoved(ctx, ref.Ino, found, flags), nil
-			}
+		to, found := c.locate(ctx, ref.Ino)
+		if !found {
 			return nil, err
 		}
 		ref = to

@@ -59,13 +59,9 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// opened wherever another mount moved it since, as a local open
 		// opens the inode its walk found (a second ESTALE would reach
 		// the caller). A file removed by then fails with ENOENT if its
-		// name is gone too; if the name holds another file, it is
-		// opened as removed: the open took effect at the lookup, and
-		// the removal came after it (TestOpenRetryOfFileRemovedBeforeItsOpen).
-		n.mu.Lock()
-		found := n.mu.attr
-		n.mu.Unlock()
-		f, err = n.fsys.c.OpenMoved(cctx, ref, found, int(flags))
+		// name is gone too, else ESTALE reaches the caller: the name
+		// held a file throughout.
+		f, err = n.fsys.c.OpenMoved(cctx, ref, int(flags))
 	} else {
 		f, err = n.fsys.c.OpenRef(cctx, ref, int(flags))
 	}

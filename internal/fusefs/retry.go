@@ -29,9 +29,8 @@ import (
 //   - open of a file another mount moved by then opens it where it is
 //     (client.OpenMoved: the inode the walk found, as a local open); of a
 //     file removed by then fails with ENOENT if the name is gone too (it
-//     was removed during the call), else opens the removed file
-//     (client.OpenRemoved): the name held a file throughout the call, so
-//     ENOENT would be a wrong answer, and ESTALE reached the caller.
+//     was removed during the call), else ESTALE: the name held a file
+//     throughout the call, so ENOENT would be a wrong answer.
 // The thread is the caller's pid in the request (the kernel's task id):
 // the retry comes from the thread of the call, with its lookups first.
 //
@@ -223,15 +222,12 @@ func (r *retries) retry(ctx context.Context, n *Node, op string) (retryWalk, boo
 // The retry of an open and other mounts' changes. The retried OPEN opens
 // the file the retry's lookup found, wherever it is by then; if another
 // mount removed it in between and the name holds another file, the OPEN
-// cannot open what the name holds through this node: ESTALE reached the
-// caller a second time (TestOpenRetryHoldsTheName). A local open pins the
-// inode its walk found. Here the lookup took a read lease on the name's
-// directory, so the change that would remove the file recalls it first:
-// the recall waits, at most retryOpenHold, for the retried OPEN whose
-// lookup went through the directory, and the change lands after it. Where
-// the lookup had no lease (refused while the mount owed a release) or the
-// wait ran out, the OPEN opens the removed file (client.OpenRemoved,
-// TestOpenRetryOfFileRemovedBeforeItsOpen).
+// can only fail, and ESTALE reached the caller a second time
+// (TestOpenRetryHoldsTheName). A local open pins the inode its walk found.
+// Here the lookup took a read lease on the name's directory, so the change
+// that would remove the file recalls it first: the recall waits, at most
+// retryOpenHold, for the retried OPEN whose lookup went through the
+// directory, and the change lands after it.
 
 // retryOpenHold bounds how long a recall waits for a retried open: the
 // kernel sends the OPEN right after the lookup (and a GETATTR), within a
