@@ -14,13 +14,19 @@ import (
 // verifies or rewrites the stripe, so that no client's write is between
 // its data and its parity while the pass reads the stripe. A stripe whose
 // lock a client holds past repairLockWait is left to the next pass
-// (Raced). When the lock's store cannot be asked (it is down, or it is
+// (Raced): longer than a client's lock term, so that a lock its holder
+// forgot (a client that died, a release lost with its connection) has
+// lapsed by then, and a parity cache frame (about a second) has been
+// flushed. When the lock's store cannot be asked (it is down, or it is
 // the store being rebuilt and predates the lock), the pass goes on without:
 // nobody can write the stripe then.
 
 const (
 	repairLockTerm = 15 * time.Second
-	repairLockWait = 2 * time.Second
+	repairLockWait = 6 * time.Second
+	// lockRequestWait is how long one request waits at the store (which
+	// waits at most 2 s).
+	lockRequestWait = 2 * time.Second
 )
 
 // lockStripe takes stripe st's lock at lockStore, the store of its first
@@ -34,11 +40,17 @@ func (p *pass) lockStripe(ctx context.Context, ino, index uint64, lockStore int)
 	seq := p.lockSeq
 	id := &weftpb.ChunkID{Ino: ino, Index: index}
 	peer := p.cfg.Stores[lockStore]
-	err := p.call(ctx, func(ctx context.Context) error {
-		req := &weftpb.LockStripeRequest{Chunk: id, Owner: p.owner, Seq: seq, TermMs: repairLockTerm.Milliseconds(),
-			WaitMs: repairLockWait.Milliseconds(), Capability: p.capability(ino)}
-		return peer.Call(ctx, weftpb.MethodLockStripe, req, &weftpb.LockStripeReply{})
-	})
+	var err error
+	for start := time.Now(); ; {
+		err = p.call(ctx, func(ctx context.Context) error {
+			req := &weftpb.LockStripeRequest{Chunk: id, Owner: p.owner, Seq: seq, TermMs: repairLockTerm.Milliseconds(),
+				WaitMs: lockRequestWait.Milliseconds(), Capability: p.capability(ino)}
+			return peer.Call(ctx, weftpb.MethodLockStripe, req, &weftpb.LockStripeReply{})
+		})
+		if !errs.Is(err, errs.Busy) || time.Since(start) >= repairLockWait || ctx.Err() != nil {
+			break
+		}
+	}
 	switch {
 	case errs.Is(err, errs.Busy):
 		return nil, false

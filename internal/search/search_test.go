@@ -15,14 +15,15 @@ import (
 
 // TestGlobMatchesPathMatch: on names without '/', Glob agrees with Go's
 // path.Match wherever path.Match accepts the pattern (both are fnmatch
-// without flags there); character classes are tested below.
+// without flags there), except for classes opened by "[!", a negation in
+// fnmatch and a literal '!' in Go; character classes are tested below.
 func TestGlobMatchesPathMatch(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		pat := rapid.StringOfN(rapid.SampledFrom([]rune("ab.*?[]!^-\\")), 0, 8, -1).Draw(t, "pattern")
 		name := rapid.StringOfN(rapid.SampledFrom([]rune("ab.-]![^\\")), 0, 8, -1).Draw(t, "name")
 		want, err := path.Match(pat, name)
-		if err != nil {
-			return
+		if err != nil || strings.Contains(pat, "[!") {
+			return // "[!" negates a class in fnmatch (find's), not in Go
 		}
 		if got := (Glob{Pattern: pat}).Match(name); got != want {
 			t.Fatalf("Glob(%q).Match(%q) = %v, path.Match says %v", pat, name, got, want)
