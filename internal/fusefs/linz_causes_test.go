@@ -16,6 +16,7 @@ import (
 	"github.com/weftfs/weft/internal/client"
 	"github.com/weftfs/weft/internal/config"
 	"github.com/weftfs/weft/internal/core"
+	"github.com/weftfs/weft/internal/waitfor"
 )
 
 // The causes of the violations the random three-mount history
@@ -1325,8 +1326,8 @@ func TestReadAfterLeaseRanOut(t *testing.T) {
 		t.Fatal("the open was not covered by a lease")
 	}
 	// The lease's term (config.DefaultLeaseTerm) runs out; nothing
-	// recalls it.
-	time.Sleep(config.DefaultLeaseTerm + 100*time.Millisecond)
+	// recalls it. The open state must count as stale from then on.
+	waitfor.Until(t, 2*config.DefaultLeaseTerm, "the open state to be stale once its lease ran out", h.f.Stale)
 	wf, err := os.OpenFile(w+"/f", os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
