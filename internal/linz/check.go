@@ -136,6 +136,8 @@ func MinimalIllegal(ops []porcupine.Operation) string {
 				(oi.Slot/len(Names) == in.Slot || oi.Op == OpRename && oi.To/len(Names) == in.Slot)
 		case in.Op == OpWrite || in.Op == OpReread:
 			return oi.Ino == in.Ino || oo.Ino == in.Ino || oi.Op == OpRename || oi.Op == OpUnlink
+		case in.Op == OpAttr && (oi.Ino == in.Ino || oo.Ino == in.Ino):
+			return true
 		}
 		return slots[in.Slot] || in.Op == OpRename && slots[in.To] || oi.Op == OpRename && (oi.To == in.Slot || oi.Slot == in.Slot)
 	}
@@ -190,25 +192,40 @@ func saveOpsIn(dir string, ops []porcupine.Operation) (string, error) {
 	return f.Name(), f.Close()
 }
 
-// LoadOps reads a file SaveOps wrote.
+// LoadOps reads a file SaveOps wrote. A history saved before stats and
+// chmods were split into their steps (it has no lookup) is split as
+// History.Add would have.
 func LoadOps(name string) ([]porcupine.Operation, error) {
 	data, err := os.ReadFile(name)
 	if err != nil {
 		return nil, err
 	}
 	var ops []porcupine.Operation
+	split := false
 	dec := json.NewDecoder(bytes.NewReader(data))
 	for dec.More() {
 		var r record
 		if err := dec.Decode(&r); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		if r.Slot < 0 || r.Slot >= Slots || r.To < 0 || r.To >= Slots || Op(r.Op) > OpReread || Result(r.Res) > ResUnknown {
+		if r.Client < 0 || r.Client >= MaxClients || r.Slot < 0 || r.Slot >= Slots || r.To < 0 || r.To >= Slots ||
+			Op(r.Op) > OpSetMode || Result(r.Res) > ResUnknown {
 			return nil, fmt.Errorf("%s: not a history of this model: %+v", name, r)
 		}
+		split = split || Op(r.Op) >= OpLookup
 		ops = append(ops, porcupine.Operation{ClientId: r.Client, Call: r.Call, Return: r.Ret,
-			Input:  Input{Op: Op(r.Op), Slot: r.Slot, To: r.To, Mode: r.Mode, Ino: r.Ino, Data: r.Data},
+			Input:  Input{Op: Op(r.Op), Client: r.Client, Slot: r.Slot, To: r.To, Mode: r.Mode, Ino: r.Ino, Data: r.Data},
 			Output: Output{Res: Result(r.Res), Ino: r.OutIno, Mode: r.OutMode, Size: r.Size, Data: r.OutData, Names: r.Names}})
 	}
-	return ops, nil
+	if split {
+		return ops, nil
+	}
+	var steps []porcupine.Operation
+	for _, o := range ops {
+		for _, s := range Split(o.Input.(Input), o.Output.(Output)) {
+			s.Call, s.Return = o.Call, o.Return
+			steps = append(steps, s)
+		}
+	}
+	return steps, nil
 }

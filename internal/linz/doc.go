@@ -20,7 +20,10 @@
 //
 // What the model checks and what it excuses (model.go has the detail):
 // names and the inode each holds, mode bits, the content of small files
-// written whole at offset 0 and committed at close; an operation whose
+// written whole at offset 0 and committed at close; a stat or chmod that
+// finds its file is a lookup and then a read or change of the inode found,
+// two steps a rename may come between, as on any POSIX file system (a
+// local directory's history showed it); an operation whose
 // outcome is unknown (an unexpected error) may or may not have happened;
 // a reread through a descriptor of a file no name holds any more says
 // nothing. One worker per client: within one FUSE mount, data is coherent

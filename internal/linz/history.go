@@ -32,17 +32,23 @@ func (h *History) Start() time.Time { return h.start }
 // Now is the history's clock: call it right before an operation.
 func (h *History) Now() int64 { return int64(time.Since(h.start)) }
 
-// Add records an operation of client that was called at call (Now before
-// it); it returned now. An operation whose outcome is unknown never
-// returned, as far as the checker knows.
+// Add records an operation of client (< MaxClients) that was called at
+// call (Now before it); it returned now. An operation whose outcome is
+// unknown never returned, as far as the checker knows. A stat or chmod that
+// found its file is recorded as its two steps (Split).
 func (h *History) Add(client int, in Input, call int64, out Output) {
 	ret := h.Now()
 	if out.Res == ResUnknown {
 		ret = neverReturned
 	}
+	in.Client = client
+	ops := Split(in, out)
+	for i := range ops {
+		ops[i].Call, ops[i].Return = call, ret
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.mu.ops = append(h.mu.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+	h.mu.ops = append(h.mu.ops, ops...)
 }
 
 // Ops returns the operations recorded so far, in call order.
@@ -52,8 +58,9 @@ func (h *History) Ops() []porcupine.Operation {
 	return SortOps(append([]porcupine.Operation(nil), h.mu.ops...))
 }
 
-// SortOps sorts ops by call time, in place, and returns them.
+// SortOps sorts ops by call time, in place (the steps of one call stay in
+// their order), and returns them.
 func SortOps(ops []porcupine.Operation) []porcupine.Operation {
-	sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
 	return ops
 }

@@ -36,6 +36,9 @@ type Run struct {
 // test fails before it does.
 func NewRun(tb testing.TB, fss []FS, seed uint64) *Run {
 	tb.Helper()
+	if len(fss) > MaxClients {
+		tb.Fatalf("%d clients: a history has at most %d", len(fss), MaxClients)
+	}
 	for _, d := range Dirs {
 		if err := fss[0].MkdirAll(d); err != nil {
 			tb.Fatal(err)
