@@ -9,8 +9,9 @@ import (
 	"testing"
 )
 
-// TestLatfsSideBySide: each file is created on every fs in turn, then
-// deleted on every fs in turn; every file has the size asked for; an fs
+// TestLatfsSideBySide: each block of files is created on every fs in turn
+// (the first fs moving on by one each block), then deleted the same way;
+// every file has the size asked for; an fs
 // that fails gets its error while the other is still measured; nothing is
 // left behind but the directories.
 func TestLatfsSideBySide(t *testing.T) {
@@ -22,7 +23,7 @@ func TestLatfsSideBySide(t *testing.T) {
 			mkdir: base.mkdir,
 			create: func(dir, name string, data []byte) error {
 				order = append(order, "c "+tag+name)
-				if fail && name == "lat00001" {
+				if fail && name == "lat00003" {
 					return os.ErrPermission
 				}
 				if len(data) != 3<<10 {
@@ -38,9 +39,9 @@ func TestLatfsSideBySide(t *testing.T) {
 	}
 	a, aroot := logged("a/", false)
 	b, _ := logged("b/", true)
-	create, del, errs := latfsSideBySide(context.Background(), []latfsOps{a, b}, "d", 3, 3<<10)
-	want := []string{"c a/lat00000", "c b/lat00000", "c a/lat00001", "c b/lat00001", "c a/lat00002",
-		"d a/lat00000", "d a/lat00001", "d a/lat00002"}
+	create, del, errs := latfsSideBySide(context.Background(), []latfsOps{a, b}, "d", 5, 3<<10, 2)
+	want := []string{"c a/lat00000", "c a/lat00001", "c b/lat00000", "c b/lat00001", "c b/lat00002", "c b/lat00003",
+		"c a/lat00002", "c a/lat00003", "c a/lat00004", "d a/lat00000", "d a/lat00001", "d a/lat00002", "d a/lat00003", "d a/lat00004"}
 	if !slices.Equal(order, want) {
 		t.Fatalf("operations ran in the order %v, want %v", order, want)
 	}
