@@ -42,24 +42,46 @@ func (p *pass) lockStripe(ctx context.Context, ino, index uint64, lockStore int)
 	peer := p.cfg.Stores[lockStore]
 	var err error
 	for start := time.Now(); ; {
-		err = p.call(ctx, func(ctx context.Context) error {
-			req := &weftpb.LockStripeRequest{Chunk: id, Owner: p.owner, Seq: seq, TermMs: repairLockTerm.Milliseconds(),
-				WaitMs: lockRequestWait.Milliseconds(), Capability: p.capability(ino)}
-			return peer.Call(ctx, weftpb.MethodLockStripe, req, &weftpb.LockStripeReply{})
-		})
+		req := &weftpb.LockStripeRequest{Chunk: id, Owner: p.owner, Seq: seq, TermMs: repairLockTerm.Milliseconds(),
+			WaitMs: lockRequestWait.Milliseconds(), Capability: p.capability(ino)}
+		err = p.askLock(ctx, peer, req)
 		if !errs.Is(err, errs.Busy) || time.Since(start) >= repairLockWait || ctx.Err() != nil {
 			break
 		}
 	}
+	release = func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.CallTimeout)
+		defer cancel()
+		_ = peer.Send(ctx, weftpb.MethodUnlockStripe, &weftpb.UnlockStripe{Chunk: id, Owner: p.owner, Seq: seq, Capability: p.capability(ino)})
+	}
 	switch {
+	case ctx.Err() != nil:
+		// The pass was stopped, maybe after the store granted the
+		// request it gave up on: released, or it would hold the stripe
+		// for repairLockTerm (a release naming a grant the store never
+		// made frees nothing).
+		release()
+		return nil, false
 	case errs.Is(err, errs.Busy):
 		return nil, false
 	case err != nil:
 		return func() {}, true
 	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.CallTimeout)
-		defer cancel()
-		_ = peer.Send(ctx, weftpb.MethodUnlockStripe, &weftpb.UnlockStripe{Chunk: id, Owner: p.owner, Seq: seq, Capability: p.capability(ino)})
-	}, true
+	return release, true
+}
+
+// askLock sends one lock request and waits for its answer even when ctx
+// ends meanwhile, at most lockRequestWait and a second more (the store
+// answers within lockRequestWait): a request the pass gave up on could
+// still be granted at the store, and only a release sent after the answer
+// frees it (TestCanceledRepairLeavesNoLock).
+func (p *pass) askLock(ctx context.Context, peer Store, req *weftpb.LockStripeRequest) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.CallTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(lockRequestWait+time.Second, cancel) })
+	defer stop()
+	return peer.Call(cctx, weftpb.MethodLockStripe, req, &weftpb.LockStripeReply{})
 }
