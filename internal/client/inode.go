@@ -593,7 +593,7 @@ func (n *openInode) truncate(ctx context.Context, size uint64, byHandle bool) er
 	}
 	ref := n.mu.ref
 	sz := size
-	a, err := n.c.setAttr(ctx, ref, SetAttr{Size: &sz}, byHandle)
+	a, err := n.c.setAttrFrom(ctx, ref, SetAttr{Size: &sz}, byHandle, n.mu.size)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 
 	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
@@ -10,20 +11,217 @@ import (
 	pb "github.com/weftfs/weft/proto/weftpb"
 )
 
+// A shrink to a size inside a stripe changes that stripe in two steps:
+// the meta server cuts its data units (its reclaim, before it answers the
+// truncate, or later when a store did not answer) and the client rewrites
+// its parity for the new end. A rebuild between the two (a degraded read,
+// here or in another client) would decode from data and parity that do
+// not match, and return wrong bytes below the new size, where no one
+// changed anything. So the stripe is guarded from before the meta
+// server's truncate to the end of the rewrite (shrinkGuard):
+//
+//   - its lock is held, here and at its store (stripelock.go): writers
+//     and this client's rebuilds wait, and so do other clients' rebuilds
+//     for up to 2 × ParityFrameAge;
+//   - its parity units are marked stale, so that a rebuild that stopped
+//     waiting (or whose lock store is suspect) never decodes from them:
+//     with M = 1 it is EIO, never wrong bytes;
+//   - the parity for the new end is coded before the cut, from the data
+//     below the new size as the stripe holds it then (a data unit whose
+//     store is down is rebuilt from the stripe, still whole);
+//   - after the meta server's answer the client cuts the stripe's data
+//     units itself, under the lock, so that the stripe holds what the
+//     parity was coded for even when the meta server's cut is late; the
+//     late cut then finds nothing left to do. Only then is the parity
+//     written and its marks cleared.
+//
+// Anything that fails after the cut leaves the marks: the stripe's
+// parity is unused (degraded reads of it are EIO) until weft repair
+// rewrites it from the data.
+
+// shrinkGuard is a shrink's hold of the stripe that will hold the new
+// end, taken before the meta server's truncate (guardShrink).
+type shrinkGuard struct {
+	k      stripeKey
+	size   uint64   // the new size
+	n      int64    // the parity's length: the longest data unit left
+	parity [][]byte // the stripe's parity for the new end
+	unlock func()
+}
+
+// guardShrink guards the stripe of ino that a truncate to size leaves
+// partly written, before the meta server is asked (see above). before is
+// the file's size as this client knows it (sizeUnknown when it does
+// not): a truncate that does not shrink needs no guard. nil: no stripe to
+// guard (a shrink to a stripe boundary, or to 0: the stripes past the new
+// end are dropped whole, and every unit of the file with 0).
+func (c *Client) guardShrink(ctx context.Context, ino core.Ino, size, before uint64) (*shrinkGuard, error) {
+	if !c.needsShrinkGuard(ino, size, before) {
+		return nil, nil
+	}
+	sc, cs := c.ec.scheme, c.cfg.ChunkSize
+	sh := sc.ShrinkTo(size, cs)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel()
+	k := stripeKey{ino, sh.Stripe}
+	unlock, err := c.lockStripe(ctx, ino, sh.Stripe, forWrite)
+	if refusedAccess(err) {
+		return nil, nil // see below
+	}
+	if err != nil {
+		return nil, errs.Wrap(errs.IO, "truncate", "locking the stripe holding the new end", err)
+	}
+	if c.ec.cache != nil {
+		// A frame of the stripe that FlushParity could not write
+		// (another client held the lock) goes out now.
+		c.flushFrameLocked(ctx, k)
+	}
+	g := &shrinkGuard{k: k, size: size, unlock: unlock}
+	start := sh.Stripe * uint64(sc.K) * uint64(cs)
+	g.n = int64(min(uint64(cs), size-start))
+	shards := make([][]byte, sc.K)
+	defer func() {
+		for _, d := range shards {
+			rpc.PutBuffer(d)
+		}
+	}()
+	err = c.onStores(allStores(sc.K), func(q int) error {
+		ustart := start + uint64(q)*uint64(cs)
+		if ustart >= size {
+			return nil // to be cut: zeros
+		}
+		// The stripe is whole and locked: a unit whose store is down is
+		// rebuilt from the others.
+		d, err := c.readDataRange(ctx, ino, sc.DataIndex(sh.Stripe, q), 0, min(g.n, int64(size-ustart)), true)
+		shards[q] = d
+		return err
+	})
+	if err == nil {
+		g.parity, err = c.ec.codec.ParityRange(shards, int(g.n))
+	}
+	if err == nil {
+		err = c.setShrinkMarks(ctx, k)
+	}
+	if err != nil {
+		g.abandon(ctx, c)
+		if refusedAccess(err) {
+			// The stores refuse this client the file (no capability for
+			// it: not open here): whether the truncate may be done is the
+			// meta server's to say, and the shrink goes on unguarded,
+			// as it did before there was a guard.
+			return nil, nil
+		}
+		return nil, errs.Wrap(errs.IO, "truncate", "guarding the stripe holding the new end", err)
+	}
+	return g, nil
+}
+
+// refusedAccess reports whether err is a store's refusal of the caller's
+// rights.
+func refusedAccess(err error) bool {
+	k := errs.KindOf(err)
+	return err != nil && (k == errs.CapabilityRefused || k == errs.Permission || k == errs.NotPermitted)
+}
+
+// unknownOutcome are the kinds of a meta server's error that leave
+// unknown whether the truncate was done.
+var unknownOutcome = []errs.Kind{errs.Other, errs.IO, errs.Unavailable, errs.Timeout, errs.Canceled, errs.Protocol}
+
+// needsShrinkGuard reports whether a truncate of ino to size, whose size
+// is before, needs guardShrink: it shrinks the file into the middle of a
+// stripe.
+func (c *Client) needsShrinkGuard(ino core.Ino, size, before uint64) bool {
+	return ino != 0 && size < before && c.ec.scheme.ShrinkTo(size, c.cfg.ChunkSize).Rewrite
+}
+
+// sizeBefore asks the meta server the size of the file ref names, before
+// a truncate of it that this client does not know the file's size for:
+// a truncate that does not shrink a chunked file needs no guard, which
+// costs K unit reads and 2M mark writes. An inline file has no stripes
+// (0). sizeUnknown when the server cannot say. Another client may change
+// the size before the truncate lands: a shrink not guarded for that
+// reason is the case the guard does not cover (rewriteParity).
+func (c *Client) sizeBefore(ctx context.Context, ref Ref) uint64 {
+	var r pb.GetAttrReply
+	req := &pb.GetAttrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb()}
+	if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodGetAttr, req, &r, true); err != nil {
+		return sizeUnknown
+	}
+	if r.Attr.GetInline() {
+		return 0
+	}
+	return r.Attr.GetSize()
+}
+
+// sizeUnknown is guardShrink's before when the client does not know the
+// file's size.
+const sizeUnknown = ^uint64(0)
+
+// setShrinkMarks sets the stale marks of stripe k's parity units. Every
+// one must be set: a parity store down now may come back holding the old
+// parity unmarked.
+func (c *Client) setShrinkMarks(ctx context.Context, k stripeKey) error {
+	sc := c.ec.scheme
+	stores := sc.Stores(k.ino, k.stripe, len(c.stores))
+	return c.onStores(allStores(sc.M), func(j int) error {
+		c.ec.writes.Add(1)
+		return c.writeUnitOn(ctx, k.ino, sc.MarkIndex(k.stripe, j), stores[sc.K+j], 0, []byte{1}, false)
+	})
+}
+
+// abandon lets the guard go when nothing was cut (the truncate failed, or
+// it did not shrink the file): the parity is still right, its marks go.
+// A mark that cannot be cleared stays until repair clears it.
+func (g *shrinkGuard) abandon(ctx context.Context, c *Client) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.StoreTimeout)
+	defer cancel()
+	sc := c.ec.scheme
+	if err := c.onStores(allStores(sc.M), func(j int) error {
+		return c.truncateUnit(ctx, g.k.ino, sc.MarkIndex(g.k.stripe, j), 0)
+	}); err != nil {
+		c.log.Warn("a truncate's stale marks could not be cleared: the stripe's parity is unused until weft repair clears them",
+			"ino", g.k.ino, "stripe", g.k.stripe, "err", err)
+	}
+	g.unlock()
+}
+
+// release lets the guard go after a truncate whose outcome is unknown
+// (the meta server did not answer): the marks stay, since the data may
+// have been cut, and weft repair rewrites the stripe's parity from its
+// data and clears them.
+func (g *shrinkGuard) release() { g.unlock() }
+
+// endGuard ends g after the meta server's answer to its truncate, unless
+// the truncate shrank the file to g's size (the file after it is a, and
+// inline; oldSize its size before): then shrinkParity takes g on, and
+// endGuard returns it. err is the truncate's error.
+func (c *Client) endGuard(ctx context.Context, g *shrinkGuard, err error, a core.Attr, inline bool, oldSize uint64) *shrinkGuard {
+	switch {
+	case g == nil:
+		return nil
+	case err == nil && a.Ino == g.k.ino && a.Size == g.size && a.Size < oldSize && !inline:
+		return g
+	case err == nil || !slices.Contains(unknownOutcome, errs.KindOf(err)):
+		g.abandon(ctx, c) // refused, or not a shrink: nothing was cut
+	default:
+		g.release()
+	}
+	return nil
+}
+
 // shrinkParity brings the parity of ino in line with a shrink from oldSize
-// to size: the parity of the stripe holding the new end is recomputed from
-// its data cut at size (the meta server's reclaim cuts the data itself,
-// maybe later: bytes past size are read as zeros here whatever the stores
-// still hold), and the parity units of the stripes past it, up to the old
-// end, are removed (a truncate to 0, which needs only the write right the
-// file's capability carries), so that a file growing into them again never
-// meets parity of its old bytes. A shrink to 0 leaves it all to the meta
-// server's reclaim, which drops every unit of the file.
+// to size: the parity of the stripe holding the new end is rewritten for
+// the data cut at size (g's, when guardShrink guarded it), and the parity
+// units of the stripes past it, up to the old end, are removed (a
+// truncate to 0, which needs only the write right the file's capability
+// carries), so that a file growing into them again never meets parity of
+// its old bytes. A shrink to 0 leaves it all to the meta server's
+// reclaim, which drops every unit of the file.
 //
 // A shrink whose parity fix fails (a store down) has still happened: the
 // error says that the stripe's parity may be stale, which `weft repair`
 // finds and rewrites (internal/repair, erasure pass).
-func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize uint64) error {
+func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize uint64, g *shrinkGuard) error {
 	sc, cs := c.ec.scheme, c.cfg.ChunkSize
 	if size >= oldSize {
 		return nil
@@ -34,9 +232,10 @@ func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize u
 	defer cancel()
 	sh := sc.ShrinkTo(size, cs)
 	// Frames of the stripes the cut reached (made by uploads that raced
-	// the truncate) know bytes that are gone: dropped, never written.
+	// the truncate) know bytes that are gone: dropped, never written. The
+	// guarded stripe has none: its lock was held all along.
 	firstCut, _ := sc.Unit(sh.DropFrom)
-	if sh.Rewrite {
+	if sh.Rewrite && g == nil {
 		firstCut = sh.Stripe
 	}
 	c.discardFrames(ctx, ino, firstCut)
@@ -44,7 +243,7 @@ func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize u
 		return nil
 	}
 	if sh.Rewrite {
-		if err := c.rewriteParity(ctx, ino, sh.Stripe, size); err != nil {
+		if err := c.rewriteParity(ctx, ino, sh.Stripe, size, g); err != nil {
 			return err
 		}
 	}
@@ -113,24 +312,101 @@ func (c *Client) truncateUnit(ctx context.Context, ino core.Ino, index uint64, s
 	})
 }
 
-// rewriteParity recomputes stripe's parity units from its data units, read
-// up to the file size size, and writes them whole.
-func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size uint64) error {
+// rewriteParity makes the parity units of stripe, which holds the new
+// end size of ino, those of its data cut at size: it cuts the stripe's
+// data units on their stores itself (the meta server's cut may come
+// later), then writes the parity whole and clears the stripe's marks.
+// With g (the stripe guarded since before the meta server's truncate)
+// the parity is g's; without, it is coded now from the data units, each
+// read from its own store.
+func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size uint64, g *shrinkGuard) error {
 	sc, cs := c.ec.scheme, c.cfg.ChunkSize
-	unlock, err := c.lockStripe(ctx, ino, stripe, forWrite)
-	if err != nil {
-		return err
-	}
-	defer unlock()
 	start := stripe * uint64(sc.K) * uint64(cs)
 	n := int64(min(uint64(cs), size-start)) // the longest data unit left
+	var parity [][]byte
+	if g != nil {
+		defer g.unlock()
+		if err := c.cutShrunkStripe(ctx, g); err != nil {
+			return err
+		}
+		parity = g.parity
+	} else {
+		// Not guarded (the client did not know the truncate shrinks the
+		// file): degraded reads racing it are not covered (see above).
+		unlock, err := c.lockStripe(ctx, ino, stripe, forWrite)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		if parity, err = c.codeShrunkParity(ctx, ino, stripe, size, n); err != nil {
+			return err
+		}
+	}
+	stores := sc.Stores(ino, stripe, len(c.stores))
+	err := c.onStores(allStores(sc.M), func(j int) error {
+		idx, s := sc.ParityIndex(stripe, j), stores[sc.K+j]
+		c.ec.writes.Add(1)
+		if err := c.writeUnitOn(ctx, ino, idx, s, 0, parity[j], false); err != nil {
+			return err
+		}
+		// Parity bytes past n belonged to data that is gone.
+		if err := c.truncateUnit(ctx, ino, idx, n); err != nil {
+			return err
+		}
+		// The parity is whole again: the stale mark (the guard's, or a
+		// frame's the shrink discarded) goes.
+		return c.truncateUnit(ctx, ino, sc.MarkIndex(stripe, j), 0)
+	})
+	if err != nil {
+		return errs.Wrap(errs.IO, "truncate", "rewriting the parity of the stripe holding the new end", err)
+	}
+	return nil
+}
+
+// cutShrunkStripe cuts g's stripe at g's size on the stores, under g's
+// lock: the data unit holding the new end is cut there, the ones after it
+// go. The meta server does the same (its reclaim), maybe later; what it
+// cut already is not touched again (a store creates no unit it does not
+// hold). Only under a lock held since before the truncate: one taken
+// after it could cut bytes another client wrote past the new end since.
+func (c *Client) cutShrunkStripe(ctx context.Context, g *shrinkGuard) error {
+	sc, cs := c.ec.scheme, uint64(c.cfg.ChunkSize)
+	held, err := c.stillHeld(ctx, g.k)
+	if err == nil && !held {
+		err = errs.New(errs.IO, "truncate", "the lock of stripe %d lapsed during the truncate", g.k.stripe)
+	}
+	if err == nil {
+		start := g.k.stripe * uint64(sc.K) * cs
+		err = c.onStores(allStores(sc.K), func(q int) error {
+			ustart := start + uint64(q)*cs
+			if ustart+cs <= g.size {
+				return nil
+			}
+			return c.truncateUnit(ctx, g.k.ino, sc.DataIndex(g.k.stripe, q), int64(max(g.size, ustart)-ustart))
+		})
+	}
+	if err != nil {
+		// The stripe's marks stay: its parity is unused until repair
+		// rewrites it from the data (another client may have written it
+		// once the lock lapsed).
+		return errs.Wrap(errs.IO, "truncate", "cutting the stripe holding the new end", err)
+	}
+	return nil
+}
+
+// codeShrunkParity codes the n bytes of stripe's parity for its data cut
+// at size, the data units read from their own stores. The caller holds
+// the stripe's lock.
+func (c *Client) codeShrunkParity(ctx context.Context, ino core.Ino, stripe, size uint64, n int64) ([][]byte, error) {
+	sc, cs := c.ec.scheme, c.cfg.ChunkSize
+	start := stripe * uint64(sc.K) * uint64(cs)
 	shards := make([][]byte, sc.K)
 	defer func() {
 		for _, d := range shards {
 			rpc.PutBuffer(d)
 		}
 	}()
-	err = c.onStores(allStores(sc.K), func(q int) error {
+	err := c.onStores(allStores(sc.K), func(q int) error {
 		ustart := start + uint64(q)*uint64(cs)
 		if ustart >= size {
 			return nil // dropped: zeros
@@ -150,31 +426,9 @@ func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size u
 		return err
 	})
 	if err != nil {
-		return errs.Wrap(errs.IO, "truncate", "reading the stripe holding the new end", err)
+		return nil, errs.Wrap(errs.IO, "truncate", "reading the stripe holding the new end", err)
 	}
-	parity, err := c.ec.codec.ParityRange(shards, int(n))
-	if err != nil {
-		return err
-	}
-	stores := sc.Stores(ino, stripe, len(c.stores))
-	err = c.onStores(allStores(sc.M), func(j int) error {
-		idx, s := sc.ParityIndex(stripe, j), stores[sc.K+j]
-		c.ec.writes.Add(1)
-		if err := c.writeUnitOn(ctx, ino, idx, s, 0, parity[j], false); err != nil {
-			return err
-		}
-		// Parity bytes past n belonged to data that is gone.
-		if err := c.truncateUnit(ctx, ino, idx, n); err != nil {
-			return err
-		}
-		// The parity is whole again: a stale mark (a frame the shrink
-		// discarded) goes.
-		return c.truncateUnit(ctx, ino, sc.MarkIndex(stripe, j), 0)
-	})
-	if err != nil {
-		return errs.Wrap(errs.IO, "truncate", "rewriting the parity of the stripe holding the new end", err)
-	}
-	return nil
+	return c.ec.codec.ParityRange(shards, int(n))
 }
 
 // shrinkStripes is shrinkChunks under erasure coding (a file with no name
@@ -182,20 +436,27 @@ func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size u
 // its store, and the parity follows (shrinkParity).
 func (c *Client) shrinkStripes(ctx context.Context, ino core.Ino, size, oldSize uint64, tok []byte) error {
 	c.FlushParity(ino) // before the cut: frames know the bytes it removes
-	cs := uint64(c.cfg.ChunkSize)
-	from := core.ChunkCount(size, c.cfg.ChunkSize)
-	err := c.onStores(allStores(len(c.stores)), func(s int) error {
-		return call(ctx, c.stores[s], pb.MethodDeleteChunks, &pb.DeleteChunksRequest{Ino: uint64(ino), From: from, Capability: tok}, &pb.DeleteChunksReply{})
-	})
+	// The stripe holding the new end is guarded across the cut, as for a
+	// named file's truncate across the meta server's.
+	g, err := c.guardShrink(ctx, ino, size, oldSize)
 	if err != nil {
 		return err
 	}
-	if size%cs != 0 {
+	cs := uint64(c.cfg.ChunkSize)
+	from := core.ChunkCount(size, c.cfg.ChunkSize)
+	err = c.onStores(allStores(len(c.stores)), func(s int) error {
+		return call(ctx, c.stores[s], pb.MethodDeleteChunks, &pb.DeleteChunksRequest{Ino: uint64(ino), From: from, Capability: tok}, &pb.DeleteChunksReply{})
+	})
+	if err == nil && size%cs != 0 {
 		idx := size / cs
 		req := &pb.TruncateChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: idx}, Size: int64(size % cs), Capability: tok}
-		if err := call(ctx, c.stores[c.unitStore(ino, idx)], pb.MethodTruncateChunk, req, &pb.TruncateChunkReply{}); err != nil {
-			return err
-		}
+		err = call(ctx, c.stores[c.unitStore(ino, idx)], pb.MethodTruncateChunk, req, &pb.TruncateChunkReply{})
 	}
-	return c.shrinkParity(ctx, ino, size, oldSize)
+	if err != nil {
+		if g != nil {
+			g.release() // cut in part: the marks stay for repair
+		}
+		return err
+	}
+	return c.shrinkParity(ctx, ino, size, oldSize, g)
 }
