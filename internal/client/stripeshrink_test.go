@@ -212,3 +212,25 @@ func testShrinkUnitDown(t *testing.T, kind shrinkReaderKind) {
 	}
 	readAfterShrink(t, r, rf, want)
 }
+
+// TestErasureShrinkRefused: a truncate the meta server refuses (the
+// caller may not write the file) has its stripe guarded all the same, since
+// the client asks first; the guard's marks go again, and a degraded read
+// of the stripe afterwards rebuilds every byte instead of finding its
+// parity marked (EIO).
+func TestErasureShrinkRefused(t *testing.T) {
+	ec := newECCluster(t, "ec:4+1", 5)
+	c := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = 100 * time.Millisecond })
+	model := shrinkModel()
+	writeFile(t, c, "/f", model)
+	other := client.WithCreds(context.Background(), core.Creds{UID: 1000, GID: 1000})
+	if err := c.Truncate(other, "/f", shrinkSize); !errs.Is(err, errs.Permission) {
+		t.Fatalf("truncate by another user: %v, want a permission error", err)
+	}
+	ec.stopStore(ec.storeOf(t, c, "/f", 0))
+	got, err := readAll(t, c, "/f")
+	if err != nil {
+		t.Fatalf("degraded read after the refused truncate: %v", err)
+	}
+	wantSame(t, "degraded read after the refused truncate", got, model)
+}
