@@ -458,5 +458,8 @@ func (c *Client) shrinkStripes(ctx context.Context, ino core.Ino, size, oldSize 
 		}
 		return err
 	}
+	if c.afterTruncateReply != nil {
+		c.afterTruncateReply(ino)
+	}
 	return c.shrinkParity(ctx, ino, size, oldSize, g)
 }

@@ -234,3 +234,65 @@ func TestErasureShrinkRefused(t *testing.T) {
 	}
 	wantSame(t, "degraded read after the refused truncate", got, model)
 }
+
+// TestErasureShrinkUnlinked: a file with no name left, still open, is
+// cut by the client itself (shrinkStripes), with the same guard. The
+// truncate is held after the cut while data unit 0's store is stopped and
+// the stripe read through another handle, then read again once done.
+func TestErasureShrinkUnlinked(t *testing.T) {
+	ec := newECCluster(t, "ec:4+1", 5)
+	c := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrameAge = 200 * time.Millisecond })
+	ctx := context.Background()
+	writeFile(t, c, "/f", shrinkModel())
+	want := shrinkModel()[:shrinkSize]
+	u0 := ec.storeOf(t, c, "/f", 0)
+	f, err := c.Open(ctx, "/f", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := c.Unlink(ctx, "/f"); err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.SetAfterTruncateReply(func(core.Ino) {
+		once.Do(func() { close(held) })
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	truncated := make(chan error, 1)
+	go func() { truncated <- f.Truncate(shrinkSize) }()
+	waitClosed(t, held, "the truncate's cut")
+	ec.stopStore(u0)
+	racing := make([]byte, shrinkSize)
+	read := make(chan error, 1)
+	go func() {
+		_, err := f.ReadAt(racing, 0)
+		read <- err
+	}()
+	var rerr error
+	select {
+	case rerr = <-read:
+		close(release)
+	case <-time.After(500 * time.Millisecond): // it waits for the truncate, as it may
+		close(release)
+		rerr = <-read
+	}
+	switch {
+	case rerr == nil:
+		wantSame(t, "degraded read racing the truncate", racing, want)
+	case !errs.Is(rerr, errs.IO):
+		t.Fatalf("degraded read racing the truncate: %v", rerr)
+	}
+	if err := <-truncated; err != nil {
+		t.Errorf("truncate: %v", err) // the data was cut all the same: read on
+	}
+	buf := make([]byte, shrinkSize)
+	if _, err := f.ReadAt(buf, 0); err != nil {
+		t.Fatalf("degraded read after the truncate: %v", err)
+	}
+	wantSame(t, "degraded read after the truncate", buf, want)
+}
