@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/weftfs/weft/internal/auth"
 	"github.com/weftfs/weft/internal/core"
@@ -47,6 +49,46 @@ type shrinkGuard struct {
 	n      int64    // the parity's length: the longest data unit left
 	parity [][]byte // the stripe's parity for the new end
 	unlock func()
+	// stopRenewing stops the renewal of the store's lock across the meta
+	// server's call (keepHeld) and reports whether a renewal found it
+	// lapsed. Idempotent.
+	stopRenewing func() (lapsed bool)
+}
+
+// keepHeld renews g's lock at its store until stopRenewing: a truncate
+// whose meta server waits for a store that hangs (ReclaimTimeout, 5 s per
+// call) would outlast the lock's trust (4.5 s), and the guard would then
+// have to leave the stripe marked (degraded reads EIO) until repair.
+func (c *Client) keepHeld(g *shrinkGuard) {
+	ctx, cancel := context.WithCancel(c.life)
+	done := make(chan bool, 1)
+	go func() {
+		lapsed := false
+		t := time.NewTicker(stripeLockTerm / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				done <- lapsed
+				return
+			case <-t.C:
+				l, err := c.renewStripe(ctx, g.k, stripeLockTerm/2)
+				lapsed = lapsed || l
+				if err != nil && ctx.Err() == nil {
+					c.log.Warn("a truncate could not renew its stripe's lock", "ino", g.k.ino, "stripe", g.k.stripe, "err", err)
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	var lapsed bool
+	g.stopRenewing = func() bool {
+		once.Do(func() {
+			cancel()
+			lapsed = <-done
+		})
+		return lapsed
+	}
 }
 
 // guardShrink guards the stripe of ino that a truncate to size leaves
@@ -102,6 +144,7 @@ func (c *Client) guardShrink(ctx context.Context, ino core.Ino, size, before uin
 	if err == nil {
 		err = c.setShrinkMarks(ctx, k)
 	}
+	c.keepHeld(g)
 	if err != nil {
 		g.abandon(ctx, c)
 		if refusedAccess(err) {
@@ -182,14 +225,19 @@ func (g *shrinkGuard) abandon(ctx context.Context, c *Client) {
 		c.log.Warn("a truncate's stale marks could not be cleared: the stripe's parity is unused until weft repair clears them",
 			"ino", g.k.ino, "stripe", g.k.stripe, "err", err)
 	}
+	g.stopRenewing()
 	g.unlock()
 }
 
-// release lets the guard go after a truncate whose outcome is unknown
-// (the meta server did not answer): the marks stay, since the data may
-// have been cut, and weft repair rewrites the stripe's parity from its
-// data and clears them.
-func (g *shrinkGuard) release() { g.unlock() }
+// release lets the guard go with the marks as they are: cleared by the
+// parity's rewrite, or left after a truncate whose outcome is unknown (the
+// meta server did not answer) or whose cut or rewrite failed, since the
+// data may have been cut: weft repair rewrites the stripe's parity from
+// its data and clears them.
+func (g *shrinkGuard) release() {
+	g.stopRenewing()
+	g.unlock()
+}
 
 // endGuard ends g after the meta server's answer to its truncate, unless
 // the truncate shrank the file to g's size (the file after it is a, and
@@ -325,7 +373,7 @@ func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size u
 	n := int64(min(uint64(cs), size-start)) // the longest data unit left
 	var parity [][]byte
 	if g != nil {
-		defer g.unlock()
+		defer g.release()
 		if err := c.cutShrunkStripe(ctx, g); err != nil {
 			return err
 		}
@@ -371,8 +419,9 @@ func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size u
 // after it could cut bytes another client wrote past the new end since.
 func (c *Client) cutShrunkStripe(ctx context.Context, g *shrinkGuard) error {
 	sc, cs := c.ec.scheme, uint64(c.cfg.ChunkSize)
+	lapsed := g.stopRenewing()
 	held, err := c.stillHeld(ctx, g.k)
-	if err == nil && !held {
+	if err == nil && (lapsed || !held) {
 		err = errs.New(errs.IO, "truncate", "the lock of stripe %d lapsed during the truncate", g.k.stripe)
 	}
 	if err == nil {

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"slices"
@@ -295,4 +296,68 @@ func TestErasureShrinkUnlinked(t *testing.T) {
 		t.Fatalf("degraded read after the truncate: %v", err)
 	}
 	wantSame(t, "degraded read after the truncate", buf, want)
+}
+
+// TestErasureShrinkKeepsLock: a truncate whose meta server takes longer
+// than the stripe lock's term (held here after the answer, where the
+// guard's renewal still runs) keeps the stripe locked: another client's
+// write of the stripe waits for it, instead of writing beside it once
+// the lock lapsed (which would leave the truncate's stripe marked stale
+// until repair, and fail the truncate).
+func TestErasureShrinkKeepsLock(t *testing.T) {
+	const term = 5 * time.Second // the lock's term (client/stripelock.go)
+	ec := newECCluster(t, "ec:4+1", 5)
+	c := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrames = -1 })
+	other := ec.clientWith(ecChunk, func(cc *client.Config) {
+		cc.ParityFrames = -1
+		cc.StoreTimeout = 4 * term // its write waits for the lock this long
+	})
+	ctx := context.Background()
+	writeFile(t, c, "/f", shrinkModel())
+	want := shrinkModel()[:shrinkSize]
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.SetAfterTruncateReply(func(core.Ino) {
+		once.Do(func() { close(held) })
+		select {
+		case <-release:
+		case <-time.After(4 * term):
+		}
+	})
+	truncated := make(chan error, 1)
+	go func() { truncated <- c.Truncate(ctx, "/f", shrinkSize) }()
+	waitClosed(t, held, "the meta server's answer to the truncate")
+
+	p := bytes.Repeat([]byte{0x5a}, 1000)
+	copy(want[100:], p)
+	wrote := make(chan error, 1)
+	go func() {
+		f, err := other.Open(ctx, "/f", os.O_RDWR, 0)
+		if err == nil {
+			_, err = f.WriteAt(p, 100)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		close(release)
+		t.Fatalf("another client wrote the stripe while the truncate held it (err %v)", err)
+	case <-time.After(term + time.Second): // past the term: a lapsed lock would have let it in
+		close(release)
+	}
+	if err := <-truncated; err != nil {
+		t.Fatalf("truncate: %v", err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("the other client's write: %v", err)
+	}
+	ec.stopStore(ec.storeOf(t, c, "/f", 0))
+	got, err := readAll(t, c, "/f")
+	if err != nil {
+		t.Fatalf("degraded read: %v", err)
+	}
+	wantSame(t, "degraded read", got, want)
 }
