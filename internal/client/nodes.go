@@ -181,11 +181,12 @@ func (c *Client) setAttrFrom(ctx context.Context, ref Ref, s SetAttr, byHandle b
 		c.FlushParity(ref.Ino)
 		// The stripe that will hold the new end is locked and its parity
 		// marked until its parity is rewritten (stripeshrink.go).
-		if before == sizeUnknown && c.needsShrinkGuard(ref.Ino, *s.Size, before) {
-			before = c.sizeBefore(ctx, ref)
+		ino := ref.Ino
+		if before == sizeUnknown && c.needsShrinkGuard(max(ino, 1), *s.Size, before) {
+			ino, before = c.sizeBefore(ctx, ref)
 		}
 		var err error
-		if guard, err = c.guardShrink(ctx, ref.Ino, *s.Size, before); err != nil {
+		if guard, err = c.guardShrink(ctx, ino, *s.Size, before); err != nil {
 			return core.Attr{}, err
 		}
 	}

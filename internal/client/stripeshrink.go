@@ -177,23 +177,25 @@ func (c *Client) needsShrinkGuard(ino core.Ino, size, before uint64) bool {
 	return ino != 0 && size < before && c.ec.scheme.ShrinkTo(size, c.cfg.ChunkSize).Rewrite
 }
 
-// sizeBefore asks the meta server the size of the file ref names, before
-// a truncate of it that this client does not know the file's size for:
-// a truncate that does not shrink a chunked file needs no guard, which
-// costs K unit reads and 2M mark writes. An inline file has no stripes
-// (0). sizeUnknown when the server cannot say. Another client may change
-// the size before the truncate lands: a shrink not guarded for that
-// reason is the case the guard does not cover (rewriteParity).
-func (c *Client) sizeBefore(ctx context.Context, ref Ref) uint64 {
+// sizeBefore asks the meta server the inode and size of the file ref
+// names, before a truncate of it for which this client does not know the
+// file's size (or, with ref by name, its inode): a truncate that does not
+// shrink a chunked file needs no guard, which costs K unit reads and 2M
+// mark writes. An inline file has no stripes (size 0). Size sizeUnknown
+// when the server cannot say. The file may change between the two calls
+// (another client grows it, a rename puts another file under the name):
+// a shrink left unguarded so, and one of a file other than the guarded
+// one (endGuard), is the case the guard does not cover (rewriteParity).
+func (c *Client) sizeBefore(ctx context.Context, ref Ref) (core.Ino, uint64) {
 	var r pb.GetAttrReply
 	req := &pb.GetAttrRequest{Creds: credsPB(c.creds(ctx)), Node: ref.pb()}
 	if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodGetAttr, req, &r, true); err != nil {
-		return sizeUnknown
+		return ref.Ino, sizeUnknown
 	}
 	if r.Attr.GetInline() {
-		return 0
+		return core.Ino(r.Attr.GetIno()), 0
 	}
-	return r.Attr.GetSize()
+	return core.Ino(r.Attr.GetIno()), r.Attr.GetSize()
 }
 
 // sizeUnknown is guardShrink's before when the client does not know the

@@ -23,10 +23,13 @@ import (
 // are below the new size, and no one changed them.
 func TestErasureShrinkDegradedRead(t *testing.T) {
 	for _, r := range []shrinkReaderKind{readerHere, readerThere, readerThereOpenBefore} {
-		t.Run("cut first, "+r.String(), func(t *testing.T) { testShrinkCutFirst(t, r) })
+		t.Run("cut first, "+r.String(), func(t *testing.T) { testShrinkCutFirst(t, r, false) })
 		t.Run("parity first, "+r.String(), func(t *testing.T) { testShrinkParityFirst(t, r) })
 		t.Run("unit's store down across it, "+r.String(), func(t *testing.T) { testShrinkUnitDown(t, r) })
 	}
+	// A truncate naming the file by its directory and name only: the
+	// client learns its inode when it asks its size.
+	t.Run("cut first, by name, "+readerHere.String(), func(t *testing.T) { testShrinkCutFirst(t, readerHere, true) })
 }
 
 // shrinkReaderKind is who reads the stripe degraded.
@@ -95,7 +98,7 @@ func shrinkClients(t *testing.T, ec *ecCluster, kind shrinkReaderKind) (w, r *cl
 // testShrinkCutFirst holds a truncate once the meta server has cut the
 // data, stops the store of data unit 0 (below the new end) and reads the
 // stripe degraded: the parity is still that of the old bytes.
-func testShrinkCutFirst(t *testing.T, kind shrinkReaderKind) {
+func testShrinkCutFirst(t *testing.T, kind shrinkReaderKind, byName bool) {
 	ec := newECCluster(t, "ec:4+1", 5)
 	w, r, rf := shrinkClients(t, ec, kind)
 	want := shrinkModel()[:shrinkSize]
@@ -111,7 +114,15 @@ func testShrinkCutFirst(t *testing.T, kind shrinkReaderKind) {
 		}
 	})
 	truncated := make(chan error, 1)
-	go func() { truncated <- w.Truncate(context.Background(), "/f", shrinkSize) }()
+	go func() {
+		if !byName {
+			truncated <- w.Truncate(context.Background(), "/f", shrinkSize)
+			return
+		}
+		size := uint64(shrinkSize)
+		_, err := w.SetAttr(context.Background(), client.Ref{Parent: core.RootIno, Name: "f"}, client.SetAttr{Size: &size})
+		truncated <- err
+	}()
 	waitClosed(t, held, "the meta server's answer to the truncate")
 	ec.stopStore(u0)
 
