@@ -595,7 +595,7 @@ func (n *openInode) truncate(ctx context.Context, size uint64, byHandle bool) er
 	sz := size
 	// The size this client knows, unless another client may have changed
 	// it since: whether the truncate shrinks the file decides whether its
-	// parity needs a guard (stripeshrink.go).
+	// parity needs a guard (stripeguard.go).
 	before := n.mu.size
 	if n.staleLocked() {
 		before = sizeUnknown

@@ -180,7 +180,7 @@ func (c *Client) setAttrFrom(ctx context.Context, ref Ref, s SetAttr, byHandle b
 		// was computed from (stripecache.go); Ino 0 (a name): every file's.
 		c.FlushParity(ref.Ino)
 		// The stripe that will hold the new end is locked and its parity
-		// marked until its parity is rewritten (stripeshrink.go).
+		// marked until its parity is rewritten (stripeguard.go).
 		ino := ref.Ino
 		if before == sizeUnknown && c.needsShrinkGuard(max(ino, 1), *s.Size, before) {
 			ino, before = c.sizeBefore(ctx, ref)

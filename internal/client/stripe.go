@@ -51,7 +51,7 @@ import (
 // the new end locked, with its parity marked stale, from before the meta
 // server cuts the data until the client has cut that stripe itself and
 // rewritten its parity; it then drops the parity units of the stripes
-// past it (stripeshrink.go).
+// past it (stripeguard.go, stripeshrink.go).
 
 // stripes is the client's erasure state: the scheme, its codec, and the
 // lock of each stripe being written, so that two uploads of one stripe

@@ -26,7 +26,7 @@ import (
 //     length, and release it (one-way) at the end;
 //   - a shrink holds the lock of the stripe holding the new end from
 //     before the meta server's truncate to its parity rewrite
-//     (stripeshrink.go);
+//     (stripeguard.go);
 //   - a parity cache frame holds it for its life, renewing it as it is
 //     written, and releases it once flushed: another client's write of the
 //     stripe waits for the flush (at most about ParityFrameAge);
