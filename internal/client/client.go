@@ -202,6 +202,11 @@ type Client struct {
 	// was refused and before the client asks where the file went (a
 	// rename by another client racing the relocation).
 	beforeLocate func(core.Ino)
+	// afterTruncateReply, set by tests only, runs between the cut of a
+	// truncate (the meta server's answer; the client's own for a file with
+	// no name left) and the client's rewrite of the parity of the stripe
+	// holding the new end.
+	afterTruncateReply func(core.Ino)
 	// stalled, set by tests only, makes the client ignore lease recalls
 	// and its write-back flusher stand still, as a process stopped past
 	// its leases' term would.

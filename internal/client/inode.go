@@ -593,7 +593,14 @@ func (n *openInode) truncate(ctx context.Context, size uint64, byHandle bool) er
 	}
 	ref := n.mu.ref
 	sz := size
-	a, err := n.c.setAttr(ctx, ref, SetAttr{Size: &sz}, byHandle)
+	// The size this client knows, unless another client may have changed
+	// it since: whether the truncate shrinks the file decides whether its
+	// parity needs a guard (stripeguard.go).
+	before := n.mu.size
+	if n.staleLocked() {
+		before = sizeUnknown
+	}
+	a, err := n.c.setAttrFrom(ctx, ref, SetAttr{Size: &sz}, byHandle, before)
 	if err != nil {
 		return err
 	}

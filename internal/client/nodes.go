@@ -162,24 +162,47 @@ func (n *openInode) setMtime(ctx context.Context, ref Ref, s SetAttr) (core.Attr
 }
 
 func (c *Client) setAttr(ctx context.Context, ref Ref, s SetAttr, byHandle bool) (core.Attr, error) {
+	return c.setAttrFrom(ctx, ref, s, byHandle, sizeUnknown)
+}
+
+// setAttrFrom is setAttr for a file whose size this client knows is
+// before (sizeUnknown: it does not): a truncate that does not shrink it
+// needs no guard of its parity (guardShrink).
+func (c *Client) setAttrFrom(ctx context.Context, ref Ref, s SetAttr, byHandle bool, before uint64) (core.Attr, error) {
 	req := s.pb()
 	req.Creds = credsPB(c.creds(ctx))
 	req.Node = ref.pb()
 	req.ByHandle = byHandle
 	req.ChunkSize, req.Replication = c.cfg.ChunkSize, c.layoutReplication()
+	var guard *shrinkGuard
 	if c.ec != nil && s.Size != nil {
 		// Cached parity goes out before the truncate cuts the data it
 		// was computed from (stripecache.go); Ino 0 (a name): every file's.
 		c.FlushParity(ref.Ino)
+		// The stripe that will hold the new end is locked and its parity
+		// marked until its parity is rewritten (stripeguard.go).
+		ino := ref.Ino
+		if before == sizeUnknown && c.needsShrinkGuard(max(ino, 1), *s.Size, before) {
+			ino, before = c.sizeBefore(ctx, ref)
+		}
+		var err error
+		if guard, err = c.guardShrink(ctx, ino, *s.Size, before); err != nil {
+			return core.Attr{}, err
+		}
 	}
 	var r pb.SetAttrReply
-	if err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodSetAttr, req, &r, false); err != nil {
+	err := c.callRef(ctx, req.Node, req.Node.ToOwner, pb.MethodSetAttr, req, &r, false)
+	a := attrFromPB(r.Attr)
+	guard = c.endGuard(ctx, guard, err, a, r.Attr.GetInline(), r.OldSize)
+	if err != nil {
 		return core.Attr{}, err
 	}
 	c.noteEdgeHeld(r.Queued)
-	a := attrFromPB(r.Attr)
+	if c.ec != nil && s.Size != nil && c.afterTruncateReply != nil {
+		c.afterTruncateReply(a.Ino)
+	}
 	if c.ec != nil && s.Size != nil && !r.Attr.GetInline() {
-		if err := c.shrinkParity(ctx, a.Ino, a.Size, r.OldSize); err != nil {
+		if err := c.shrinkParity(ctx, a.Ino, a.Size, r.OldSize, guard); err != nil {
 			return a, err
 		}
 	}

@@ -47,9 +47,11 @@ import (
 // mark is set (a parity cache's frame in flight, stripecache.go) counts as
 // unreadable; a rebuild left short by marks waits a little for them.
 //
-// Shrinks. After a truncate to a smaller size the client recomputes the
-// parity of the stripe holding the new end (the meta server cuts the data)
-// and drops the parity units of the stripes past it (stripeshrink.go).
+// Shrinks. A truncate to a smaller size holds the stripe that will hold
+// the new end locked, with its parity marked stale, from before the meta
+// server cuts the data until the client has cut that stripe itself and
+// rewritten its parity; it then drops the parity units of the stripes
+// past it (stripeguard.go, stripeshrink.go).
 
 // stripes is the client's erasure state: the scheme, its codec, and the
 // lock of each stripe being written, so that two uploads of one stripe

@@ -138,3 +138,84 @@ func BenchmarkSmallFlushedWrite(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkShrinkTruncate times a truncate of an ec:4+1 file of one
+// stripe (four 64 KiB data units, mem stores) into its second data unit,
+// through the open file and by path (a client that does not know the
+// file's size), and a truncate by path that grows the file. Between two
+// shrinks the file is written whole again, untimed. It reports the store
+// transfers each truncate costs.
+func BenchmarkShrinkTruncate(b *testing.B) {
+	for _, mode := range []string{"shrink open", "shrink path", "grow path"} {
+		b.Run(mode, func(b *testing.B) {
+			ec := newECCluster(b, "ec:4+1", 5)
+			c := ec.clientWith(ecChunk, func(cc *client.Config) { cc.ParityFrames = -1 })
+			ctx := context.Background()
+			whole := make([]byte, 4*ecChunk)
+			for i := range whole {
+				whole[i] = byte(i * 7)
+			}
+			f, err := c.Open(ctx, "/f", os.O_CREATE|os.O_RDWR, 0o644)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteAt(whole, 0); err != nil {
+				b.Fatal(err)
+			}
+			if err := f.Flush(); err != nil {
+				b.Fatal(err)
+			}
+			if mode != "shrink open" {
+				f.Close()
+			}
+			var st client.ErasureStats
+			b.ResetTimer()
+			for i := range b.N {
+				size := int64(shrinkSize)
+				if mode == "grow path" {
+					size = int64(len(whole)) + int64(i+1)
+				}
+				before := c.ErasureStats()
+				b.StartTimer()
+				if mode == "shrink open" {
+					err = f.Truncate(size)
+				} else {
+					err = c.Truncate(ctx, "/f", size)
+				}
+				b.StopTimer()
+				if err != nil {
+					b.Fatal(err)
+				}
+				after := c.ErasureStats()
+				st.Reads += after.Reads - before.Reads
+				st.Writes += after.Writes - before.Writes
+				st.Locks += after.Locks - before.Locks
+				if mode == "grow path" {
+					continue
+				}
+				if mode == "shrink open" {
+					_, err = f.WriteAt(whole[shrinkSize:], shrinkSize)
+					if err == nil {
+						err = f.Flush()
+					}
+				} else {
+					var g *client.File
+					if g, err = c.Open(ctx, "/f", os.O_RDWR, 0); err == nil {
+						_, err = g.WriteAt(whole[shrinkSize:], shrinkSize)
+						if cerr := g.Close(); err == nil {
+							err = cerr
+						}
+					}
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			n := float64(b.N)
+			b.ReportMetric(float64(st.Reads)/n, "reads/op")
+			b.ReportMetric(float64(st.Writes)/n, "writes/op")
+			b.ReportMetric(float64(st.Locks)/n, "locks/op")
+		})
+	}
+}

@@ -22,9 +22,11 @@ import (
 // (store/stripelock.go), which every write of the stripe needs anyway, on
 // top of this client's own lock (stripes.lock):
 //
-//   - a reconstruct-write, a full-stripe write and a shrink's parity
-//     rewrite hold it for their own length, and release it (one-way) at
-//     the end;
+//   - a reconstruct-write and a full-stripe write hold it for their own
+//     length, and release it (one-way) at the end;
+//   - a shrink holds the lock of the stripe holding the new end from
+//     before the meta server's truncate to its parity rewrite
+//     (stripeguard.go);
 //   - a parity cache frame holds it for its life, renewing it as it is
 //     written, and releases it once flushed: another client's write of the
 //     stripe waits for the flush (at most about ParityFrameAge);

@@ -11,19 +11,18 @@ import (
 )
 
 // shrinkParity brings the parity of ino in line with a shrink from oldSize
-// to size: the parity of the stripe holding the new end is recomputed from
-// its data cut at size (the meta server's reclaim cuts the data itself,
-// maybe later: bytes past size are read as zeros here whatever the stores
-// still hold), and the parity units of the stripes past it, up to the old
-// end, are removed (a truncate to 0, which needs only the write right the
-// file's capability carries), so that a file growing into them again never
-// meets parity of its old bytes. A shrink to 0 leaves it all to the meta
-// server's reclaim, which drops every unit of the file.
+// to size: the parity of the stripe holding the new end is rewritten for
+// the data cut at size (g's, when guardShrink guarded it), and the parity
+// units of the stripes past it, up to the old end, are removed (a
+// truncate to 0, which needs only the write right the file's capability
+// carries), so that a file growing into them again never meets parity of
+// its old bytes. A shrink to 0 leaves it all to the meta server's
+// reclaim, which drops every unit of the file.
 //
 // A shrink whose parity fix fails (a store down) has still happened: the
 // error says that the stripe's parity may be stale, which `weft repair`
 // finds and rewrites (internal/repair, erasure pass).
-func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize uint64) error {
+func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize uint64, g *shrinkGuard) error {
 	sc, cs := c.ec.scheme, c.cfg.ChunkSize
 	if size >= oldSize {
 		return nil
@@ -34,9 +33,10 @@ func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize u
 	defer cancel()
 	sh := sc.ShrinkTo(size, cs)
 	// Frames of the stripes the cut reached (made by uploads that raced
-	// the truncate) know bytes that are gone: dropped, never written.
+	// the truncate) know bytes that are gone: dropped, never written. The
+	// guarded stripe has none: its lock was held all along.
 	firstCut, _ := sc.Unit(sh.DropFrom)
-	if sh.Rewrite {
+	if sh.Rewrite && g == nil {
 		firstCut = sh.Stripe
 	}
 	c.discardFrames(ctx, ino, firstCut)
@@ -44,7 +44,7 @@ func (c *Client) shrinkParity(ctx context.Context, ino core.Ino, size, oldSize u
 		return nil
 	}
 	if sh.Rewrite {
-		if err := c.rewriteParity(ctx, ino, sh.Stripe, size); err != nil {
+		if err := c.rewriteParity(ctx, ino, sh.Stripe, size, g); err != nil {
 			return err
 		}
 	}
@@ -113,24 +113,70 @@ func (c *Client) truncateUnit(ctx context.Context, ino core.Ino, index uint64, s
 	})
 }
 
-// rewriteParity recomputes stripe's parity units from its data units, read
-// up to the file size size, and writes them whole.
-func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size uint64) error {
+// rewriteParity makes the parity units of stripe, which holds the new
+// end size of ino, those of its data cut at size: it cuts the stripe's
+// data units on their stores itself (the meta server's cut may come
+// later), then writes the parity whole and clears the stripe's marks.
+// With g (the stripe guarded since before the meta server's truncate)
+// the parity is g's; without, it is coded now from the data units, each
+// read from its own store.
+func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size uint64, g *shrinkGuard) error {
 	sc, cs := c.ec.scheme, c.cfg.ChunkSize
-	unlock, err := c.lockStripe(ctx, ino, stripe, forWrite)
-	if err != nil {
-		return err
-	}
-	defer unlock()
 	start := stripe * uint64(sc.K) * uint64(cs)
 	n := int64(min(uint64(cs), size-start)) // the longest data unit left
+	var parity [][]byte
+	if g != nil {
+		defer g.release()
+		if err := c.cutShrunkStripe(ctx, g); err != nil {
+			return err
+		}
+		parity = g.parity
+	} else {
+		// Not guarded (the client did not know the truncate shrinks the
+		// file): degraded reads racing it are not covered (stripeguard.go).
+		unlock, err := c.lockStripe(ctx, ino, stripe, forWrite)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		if parity, err = c.codeShrunkParity(ctx, ino, stripe, size, n); err != nil {
+			return err
+		}
+	}
+	stores := sc.Stores(ino, stripe, len(c.stores))
+	err := c.onStores(allStores(sc.M), func(j int) error {
+		idx, s := sc.ParityIndex(stripe, j), stores[sc.K+j]
+		c.ec.writes.Add(1)
+		if err := c.writeUnitOn(ctx, ino, idx, s, 0, parity[j], false); err != nil {
+			return err
+		}
+		// Parity bytes past n belonged to data that is gone.
+		if err := c.truncateUnit(ctx, ino, idx, n); err != nil {
+			return err
+		}
+		// The parity is whole again: the stale mark (the guard's, or a
+		// frame's the shrink discarded) goes.
+		return c.truncateUnit(ctx, ino, sc.MarkIndex(stripe, j), 0)
+	})
+	if err != nil {
+		return errs.Wrap(errs.IO, "truncate", "rewriting the parity of the stripe holding the new end", err)
+	}
+	return nil
+}
+
+// codeShrunkParity codes the n bytes of stripe's parity for its data cut
+// at size, the data units read from their own stores. The caller holds
+// the stripe's lock.
+func (c *Client) codeShrunkParity(ctx context.Context, ino core.Ino, stripe, size uint64, n int64) ([][]byte, error) {
+	sc, cs := c.ec.scheme, c.cfg.ChunkSize
+	start := stripe * uint64(sc.K) * uint64(cs)
 	shards := make([][]byte, sc.K)
 	defer func() {
 		for _, d := range shards {
 			rpc.PutBuffer(d)
 		}
 	}()
-	err = c.onStores(allStores(sc.K), func(q int) error {
+	err := c.onStores(allStores(sc.K), func(q int) error {
 		ustart := start + uint64(q)*uint64(cs)
 		if ustart >= size {
 			return nil // dropped: zeros
@@ -150,31 +196,9 @@ func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size u
 		return err
 	})
 	if err != nil {
-		return errs.Wrap(errs.IO, "truncate", "reading the stripe holding the new end", err)
+		return nil, errs.Wrap(errs.IO, "truncate", "reading the stripe holding the new end", err)
 	}
-	parity, err := c.ec.codec.ParityRange(shards, int(n))
-	if err != nil {
-		return err
-	}
-	stores := sc.Stores(ino, stripe, len(c.stores))
-	err = c.onStores(allStores(sc.M), func(j int) error {
-		idx, s := sc.ParityIndex(stripe, j), stores[sc.K+j]
-		c.ec.writes.Add(1)
-		if err := c.writeUnitOn(ctx, ino, idx, s, 0, parity[j], false); err != nil {
-			return err
-		}
-		// Parity bytes past n belonged to data that is gone.
-		if err := c.truncateUnit(ctx, ino, idx, n); err != nil {
-			return err
-		}
-		// The parity is whole again: a stale mark (a frame the shrink
-		// discarded) goes.
-		return c.truncateUnit(ctx, ino, sc.MarkIndex(stripe, j), 0)
-	})
-	if err != nil {
-		return errs.Wrap(errs.IO, "truncate", "rewriting the parity of the stripe holding the new end", err)
-	}
-	return nil
+	return c.ec.codec.ParityRange(shards, int(n))
 }
 
 // shrinkStripes is shrinkChunks under erasure coding (a file with no name
@@ -182,20 +206,30 @@ func (c *Client) rewriteParity(ctx context.Context, ino core.Ino, stripe, size u
 // its store, and the parity follows (shrinkParity).
 func (c *Client) shrinkStripes(ctx context.Context, ino core.Ino, size, oldSize uint64, tok []byte) error {
 	c.FlushParity(ino) // before the cut: frames know the bytes it removes
-	cs := uint64(c.cfg.ChunkSize)
-	from := core.ChunkCount(size, c.cfg.ChunkSize)
-	err := c.onStores(allStores(len(c.stores)), func(s int) error {
-		return call(ctx, c.stores[s], pb.MethodDeleteChunks, &pb.DeleteChunksRequest{Ino: uint64(ino), From: from, Capability: tok}, &pb.DeleteChunksReply{})
-	})
+	// The stripe holding the new end is guarded across the cut, as for a
+	// named file's truncate across the meta server's.
+	g, err := c.guardShrink(ctx, ino, size, oldSize)
 	if err != nil {
 		return err
 	}
-	if size%cs != 0 {
+	cs := uint64(c.cfg.ChunkSize)
+	from := core.ChunkCount(size, c.cfg.ChunkSize)
+	err = c.onStores(allStores(len(c.stores)), func(s int) error {
+		return call(ctx, c.stores[s], pb.MethodDeleteChunks, &pb.DeleteChunksRequest{Ino: uint64(ino), From: from, Capability: tok}, &pb.DeleteChunksReply{})
+	})
+	if err == nil && size%cs != 0 {
 		idx := size / cs
 		req := &pb.TruncateChunkRequest{Chunk: &pb.ChunkID{Ino: uint64(ino), Index: idx}, Size: int64(size % cs), Capability: tok}
-		if err := call(ctx, c.stores[c.unitStore(ino, idx)], pb.MethodTruncateChunk, req, &pb.TruncateChunkReply{}); err != nil {
-			return err
-		}
+		err = call(ctx, c.stores[c.unitStore(ino, idx)], pb.MethodTruncateChunk, req, &pb.TruncateChunkReply{})
 	}
-	return c.shrinkParity(ctx, ino, size, oldSize)
+	if err != nil {
+		if g != nil {
+			g.release() // cut in part: the marks stay for repair
+		}
+		return err
+	}
+	if c.afterTruncateReply != nil {
+		c.afterTruncateReply(ino)
+	}
+	return c.shrinkParity(ctx, ino, size, oldSize, g)
 }
