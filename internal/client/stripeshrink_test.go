@@ -104,15 +104,7 @@ func testShrinkCutFirst(t *testing.T, kind shrinkReaderKind, byName bool) {
 	want := shrinkModel()[:shrinkSize]
 	u0 := ec.storeOf(t, w, "/f", 0)
 
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	w.SetAfterTruncateReply(func(core.Ino) {
-		once.Do(func() { close(held) })
-		select {
-		case <-release:
-		case <-time.After(10 * time.Second):
-		}
-	})
+	held, release := holdAfterTruncateReply(w)
 	truncated := make(chan error, 1)
 	go func() {
 		if !byName {
@@ -266,15 +258,7 @@ func TestErasureShrinkUnlinked(t *testing.T) {
 	if err := c.Unlink(ctx, "/f"); err != nil {
 		t.Fatal(err)
 	}
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	c.SetAfterTruncateReply(func(core.Ino) {
-		once.Do(func() { close(held) })
-		select {
-		case <-release:
-		case <-time.After(10 * time.Second):
-		}
-	})
+	held, release := holdAfterTruncateReply(c)
 	truncated := make(chan error, 1)
 	go func() { truncated <- f.Truncate(shrinkSize) }()
 	waitClosed(t, held, "the truncate's cut")
@@ -371,4 +355,20 @@ func TestErasureShrinkKeepsLock(t *testing.T) {
 		t.Fatalf("degraded read: %v", err)
 	}
 	wantSame(t, "degraded read", got, want)
+}
+
+// holdAfterTruncateReply holds c's next truncate between the meta server's
+// answer and the parity's rewrite: held is closed when it gets there, and
+// closing release lets it go on (it goes on by itself after 10 s).
+func holdAfterTruncateReply(c *client.Client) (held, release chan struct{}) {
+	held, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.SetAfterTruncateReply(func(core.Ino) {
+		once.Do(func() { close(held) })
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	return held, release
 }
