@@ -397,5 +397,6 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 func (c *Client) release(server int, session uint64, inos, seqs []uint64) {
 	ctx, cancel := context.WithTimeout(c.life, releaseTimeout)
 	defer cancel()
-	_ = c.metas[server].Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: session, Keys: inos, Seqs: seqs})
+	err := c.metas[server].Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: session, Keys: inos, Seqs: seqs})
+	c.log.Debug("lease released", "meta", server, "inos", inos, "seqs", seqs, "err", err)
 }
