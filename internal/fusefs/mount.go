@@ -125,6 +125,7 @@ type fileSystem struct {
 		getattr       atomic.Pointer[func()] // a Getattr through a handle read the server
 		heldRecall    atomic.Pointer[func()] // a recall waits for a retried open (retry.go)
 		recalled      atomic.Pointer[func()] // a recall's invalidations are done; its lease is not yet released
+		namesWait     atomic.Pointer[func()] // a recall of a directory found no change of this mount there; its names go next
 	}
 }
 
