@@ -1402,3 +1402,59 @@ func TestRevalidationOfNameThatMovedHere(t *testing.T) {
 		t.Errorf("the retry's lookup of x: errno %v ino %d, want 0 and ino %d", errno, out.Ino, ino)
 	}
 }
+
+// TestRecallOfOpenFileAfterOwnCloseRepointed: a close on this mount of a
+// file another mount renamed must not point the client's open state back
+// at the name go-fuse's tree still has for it. The FUSE layer re-pointed
+// the open state there before every flush, fsync and release (for a hard
+// link whose name this mount removed), over the place the client had
+// followed the file to; the recall of the file's real directory then
+// found no file open here in it (client.OpenIn), and the pages the kernel
+// held stayed (make linz, thirteenth session, run 4: reread(ino 458) ->
+// "A125", this mount's own write, from the kernel's pages 2.7 ms after
+// another mount's write "C113" and close returned; the recall of the
+// file's directory came during this mount's close, after its FLUSH had
+// re-pointed the open state to the old name).
+func TestRecallOfOpenFileAfterOwnCloseRepointed(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for _, d := range []string{a + "/d1", a + "/d2"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(a+"/d1/f", []byte("old1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/d1/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	reread := rereader(t, held)
+	reread("old1")
+	// A write descriptor of the same file on mount a.
+	w, err := os.OpenFile(a+"/d1/f", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// Mount b moves the file; mount a's reread follows it to d2 and reads
+	// it again under a lease on d2.
+	if err := os.Rename(b+"/d1/f", b+"/d2/f"); err != nil {
+		t.Fatal(err)
+	}
+	reread("old1")
+	// Mount a closes the write descriptor: FLUSH and RELEASE.
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Mount b changes the file where it is now: the recall of d2 must
+	// drop mount a's pages.
+	if err := os.WriteFile(b+"/d2/f", []byte("new2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("new2")
+}
