@@ -239,12 +239,18 @@ func (r *retries) openEnds(ctx context.Context) { r.forget(ctx) }
 
 // openingIn reports whether a retried open's lookup went through one of
 // dirs and its OPEN has not been answered, and a channel closed when that
-// may have changed.
+// may have changed. A walk after a GETATTR answered ESTALE may be an
+// open's (its permission check) until its GETATTR is answered: it is held
+// too (TestOpenRetryHoldsTheName/getattr). A stat's walk that sends no
+// GETATTR (its lookup's attributes still valid) holds a recall of the
+// directory until the thread's next lookup ends it, retryOpenHold at
+// most.
 func (r *retries) openingIn(dirs map[core.Ino]bool) (bool, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, w := range r.m {
-		if w.op == "open" && w.node != nil && dirs[w.parent] {
+		opening := w.op == "open" || w.op == "getattr" && !w.answered
+		if opening && w.node != nil && dirs[w.parent] {
 			if r.changed == nil {
 				r.changed = make(chan struct{})
 			}
