@@ -781,13 +781,26 @@ func TestLookupOfFileKnownByAnotherName(t *testing.T) {
 // OPEN's, and a second ESTALE reached open(2) (make linz, thirteenth
 // session, run 8: GETATTR ESTALE, the retry's LOOKUP a "y" under a lease,
 // the recall of a released at once, OPEN ESTALE).
+//
+// And the recall may come while the retry's lookup is in flight, after the
+// server answered it and before the walk noted the node it found: the
+// recall was released at once (make linz, thirteenth session, run 11:
+// LOOKUP b "z" granted a lease that was recalled as the reply went out,
+// OPEN ESTALE).
 func TestOpenRetryHoldsTheName(t *testing.T) {
-	for _, first := range []string{"open", "getattr"} {
-		t.Run(first, func(t *testing.T) { testOpenRetryHoldsTheName(t, first) })
+	for _, tc := range []struct {
+		name, first  string
+		duringLookup bool
+	}{
+		{"open", "open", false},
+		{"getattr", "getattr", false},
+		{"during-lookup", "open", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testOpenRetryHoldsTheName(t, tc.first, tc.duringLookup) })
 	}
 }
 
-func testOpenRetryHoldsTheName(t *testing.T, first string) {
+func testOpenRetryHoldsTheName(t *testing.T, first string, duringLookup bool) {
 	requireFUSE(t)
 	tc := startCluster(t)
 	ma := mount(t, tc.client(t), Options{})
@@ -807,21 +820,36 @@ func testOpenRetryHoldsTheName(t *testing.T, first string) {
 	// permission check) ESTALE; the kernel looks the name up again.
 	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4247}, Cancel: make(chan struct{})}
 	ma.fsys.retries.estale(ctx, first)
+	// Another mount replaces the name before the retried OPEN: after the
+	// retry's lookup, or while it is in flight, once the server answered.
+	errc := make(chan error, 1)
+	var replaced error
+	replace := func() {
+		go func() { errc <- os.Rename(b+"/w", b+"/f") }()
+		select {
+		case <-held:
+		case err := <-errc:
+			errc <- err
+		case <-time.After(time.Minute):
+			replaced = errors.New("the rename on mount b neither returned nor recalled within a minute")
+		}
+	}
+	if duringLookup {
+		var once sync.Once
+		hook := func() { once.Do(replace) }
+		ma.fsys.hooks.lookupAnswered.Store(&hook)
+	}
 	var entry fuse.EntryOut
 	ch, errno := ma.fsys.index.root.Lookup(ctx, "f", &entry)
 	if errno != 0 {
 		t.Fatalf("the retry's lookup of f: errno %v", errno)
 	}
 	node := ch.Operations().(*Node)
-	// Another mount replaces the name before the retried OPEN.
-	errc := make(chan error, 1)
-	go func() { errc <- os.Rename(b+"/w", b+"/f") }()
-	select {
-	case <-held:
-	case err := <-errc:
-		errc <- err
-	case <-time.After(time.Minute):
-		t.Fatal("the rename on mount b neither returned nor recalled within a minute")
+	if !duringLookup {
+		replace()
+	}
+	if replaced != nil {
+		t.Fatal(replaced)
 	}
 	fh, _, errno := node.Open(ctx, syscall.O_RDONLY)
 	if errno != 0 {

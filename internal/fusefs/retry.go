@@ -53,6 +53,9 @@ type retryWalk struct {
 	answered bool
 	parent   core.Ino
 	name     string
+	// lookingIn is the directory a lookup of the thread is in (0:
+	// none): the walk's node there is not known yet.
+	lookingIn core.Ino
 }
 
 // retries are the threads the mount answered ESTALE, by pid.
@@ -184,6 +187,34 @@ func (r *retries) lookedUp(ctx context.Context, parent core.Ino, name string, no
 	}
 }
 
+// looking notes that the thread of ctx, if it is retrying, looks a name
+// up in dir until the returned function is called. A recall of dir that
+// comes between the server's answer and the walk noting the node it found
+// waits for the retried OPEN too (openingIn): it released at once, the
+// other mount's change replaced the name, and the OPEN got a second
+// ESTALE (TestOpenRetryHoldsTheName/during-lookup).
+func (r *retries) looking(ctx context.Context, dir core.Ino) (done func()) {
+	pid, ok := callerPid(ctx)
+	if !ok {
+		return func() {}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.m[pid]
+	if w == nil {
+		return func() {}
+	}
+	w.lookingIn = dir
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if w.lookingIn == dir {
+			w.lookingIn = 0
+			r.changedLocked()
+		}
+	}
+}
+
 // retry returns the walk of the thread of ctx if its request op about n
 // is the retry, through a fresh lookup of n, of one answered ESTALE. The
 // retry may make several requests about n (an open's GETATTR, then its
@@ -250,7 +281,7 @@ func (r *retries) openingIn(dirs map[core.Ino]bool) (bool, <-chan struct{}) {
 	defer r.mu.Unlock()
 	for _, w := range r.m {
 		opening := w.op == "open" || w.op == "getattr" && !w.answered
-		if opening && w.node != nil && dirs[w.parent] {
+		if opening && (w.node != nil && dirs[w.parent] || dirs[w.lookingIn]) {
 			if r.changed == nil {
 				r.changed = make(chan struct{})
 			}
