@@ -217,6 +217,13 @@ func (c *Client) ReadLease(ctx context.Context, keys ...LeaseKey) Lease {
 	if c.leases.onRecall.Load() == nil {
 		return Lease{}
 	}
+	if h := c.hooks.refuseLease.Load(); h != nil {
+		for _, k := range keys {
+			if (*h)(k) {
+				return Lease{denied: true}
+			}
+		}
+	}
 	var out Lease
 	need := map[int][]uint64{}
 	c.leases.mu.Lock()
@@ -244,6 +251,18 @@ func (c *Client) ReadLease(ctx context.Context, keys ...LeaseKey) Lease {
 		out.held = append(out.held, got...)
 	}
 	return out
+}
+
+// SetLeaseRefuseHook makes ReadLease refuse every lease for which fn
+// returns true, as a server refuses one to a client that owes a release
+// while a change of the key is in progress; nil removes it. For tests
+// (fusefs).
+func (c *Client) SetLeaseRefuseHook(fn func(LeaseKey) bool) {
+	if fn == nil {
+		c.hooks.refuseLease.Store(nil)
+		return
+	}
+	c.hooks.refuseLease.Store(&fn)
 }
 
 // acquire asks server for read leases on inos; nil if it granted none.

@@ -1499,3 +1499,79 @@ func TestRecallOfOpenFileAfterOwnCloseRepointed(t *testing.T) {
 	}
 	reread("new2")
 }
+
+// TestStatAfterOwnRenameWithoutLeaseOnTarget: after this mount renames a
+// file into a directory it holds no lease on, a stat of the new name must
+// not be served by the kernel's dentry once another mount has moved the
+// file away. The kernel moves the source's dentry to the new name with the
+// source's entry timeout (the lease on the old directory, up to 1.8 s);
+// with no lease on the new directory no recall reaches this mount when the
+// name changes there (make linz, thirteenth session, run 12: open(b/z) ->
+// the file 3 ms after another mount's rename of b/z to a/z returned; the
+// twelfth session's run 35 and the eleventh's run 13: stat). This mount's
+// leases on the new directory are refused here, as they were there (the
+// mount owed a release); and it finds the file under its newest name
+// too, so that go-fuse's tree has a valid name for the node, which a
+// request through the stale dentry is served by.
+func TestStatAfterOwnRenameWithoutLeaseOnTarget(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for _, d := range []string{a + "/a", a + "/b"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(a+"/a/y", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Mount a knows a/y under its lease on a.
+	if _, err := os.Stat(a + "/a/y"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(b + "/b") // on mount b: mount a takes no lease on b
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirB := core.Ino(st.Sys().(*syscall.Stat_t).Ino)
+	ma.fsys.c.SetLeaseRefuseHook(func(k client.LeaseKey) bool { return k.Ino == dirB })
+	dropped := make(chan struct{}, 1)
+	hook := func() {
+		select {
+		case dropped <- struct{}{}:
+		default:
+		}
+	}
+	ma.fsys.hooks.renamedNames.Store(&hook)
+	if err := os.Rename(a+"/a/y", a+"/b/z"); err != nil {
+		t.Fatal(err)
+	}
+	// The mount drops the new name once the kernel has moved the dentry;
+	// the other mount's rename comes after that. The wait is bounded well
+	// below the dentry's timeout (1.8 s), which would end the test's
+	// point.
+	select {
+	case <-dropped:
+	case <-time.After(300 * time.Millisecond):
+		t.Log("the new name was not dropped within 300 ms")
+	}
+	if err := os.Rename(b+"/b/z", b+"/a/w"); err != nil {
+		t.Fatal(err)
+	}
+	// Mount a finds the file under its new name: go-fuse's tree has the
+	// node there too, and a request about it by path may go there.
+	if _, err := os.Stat(a + "/a/w"); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := os.Open(a + "/b/z"); !errors.Is(err, fs.ErrNotExist) {
+		if err == nil {
+			f.Close()
+		}
+		t.Errorf("open b/z on mount a after mount b renamed it away: %v, want ENOENT", err)
+	}
+	if _, err := os.Stat(a + "/b/z"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("stat b/z on mount a after mount b renamed it away: %v, want ENOENT", err)
+	}
+}

@@ -127,6 +127,7 @@ type fileSystem struct {
 		recalled       atomic.Pointer[func()] // a recall's invalidations are done; its lease is not yet released
 		namesWait      atomic.Pointer[func()] // a recall of a directory found no change of this mount there; its names go next
 		lookupAnswered atomic.Pointer[func()] // a lookup's server answer is in; its node is not noted yet
+		renamedNames   atomic.Pointer[func()] // a rename's new name is gone from the kernel
 	}
 }
 

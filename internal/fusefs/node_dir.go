@@ -187,5 +187,28 @@ func (n *Node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if h := n.fsys.hooks.renamed.Load(); h != nil && err == nil {
 		(*h)()
 	}
+	if err == nil && n.fsys.leases {
+		go n.dropRenamedNames(name, np, newName, flags)
+	}
 	return n.fsys.fail("rename", err)
+}
+
+// dropRenamedNames makes the kernel forget the names a rename of this
+// mount changed, once it is done with them. The kernel moves the source's
+// dentry to the new name with the source's entry timeout: the lease this
+// mount held on the old directory. A lease on the new directory may not
+// cover it (refused while the mount owed a release, or shorter): a change
+// there by another mount then recalled nothing here, and a stat or open of
+// the new name was served by the dentry after the name had moved on
+// (TestStatAfterOwnRenameWithoutLeaseOnTarget). The invalidation waits for
+// the kernel's lock on the directory, which the rename holds until it has
+// moved the dentry; the next lookup of the name asks the server.
+func (n *Node) dropRenamedNames(name string, np *Node, newName string, flags uint32) {
+	_ = np.NotifyEntry(newName)
+	if flags&client.RenameExchange != 0 {
+		_ = n.NotifyEntry(name)
+	}
+	if h := n.fsys.hooks.renamedNames.Load(); h != nil {
+		(*h)()
+	}
 }
