@@ -30,10 +30,11 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	n.fsys.calls.lookups.Add(1)
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
-	// A recall of n from here on waits for the retried open this lookup
-	// may be part of (retry.go).
-	defer n.fsys.retries.looking(ctx, n.ino())()
 	l := n.entryLease(cctx, name)
+	// A recall of n from here on waits for the retried open this lookup
+	// may be part of (retry.go). Not during the lease's acquire: that may
+	// wait at the server for the change the recall is for.
+	defer n.fsys.retries.looking(ctx, n.ino())()
 	a, err := n.fsys.c.LookupAt(cctx, n.ino(), name)
 	if h := n.fsys.hooks.lookupAnswered.Load(); h != nil {
 		(*h)()
