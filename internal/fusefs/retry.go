@@ -56,12 +56,18 @@ type retryWalk struct {
 	// lookingIn is the directory a lookup of the thread is in (0:
 	// none): the walk's node there is not known yet.
 	lookingIn core.Ino
+	// stepped is when the walk last found its node or had its GETATTR
+	// answered: an OPEN that follows comes right after.
+	stepped time.Time
 }
 
 // retries are the threads the mount answered ESTALE, by pid.
 type retries struct {
 	mu sync.Mutex
 	m  map[uint32]*retryWalk
+	// getattrHold is how long after its last step a walk after a
+	// GETATTR's ESTALE holds recalls (0: getattrWalkHold; tests set it).
+	getattrHold time.Duration
 	// changed is closed when a walk ends or moves on (nil: nobody
 	// waits for that).
 	changed chan struct{}
@@ -166,7 +172,7 @@ func (r *retries) lookedUp(ctx context.Context, parent core.Ino, name string, no
 			// The walk looked its last name up again (LOOKUP_REVAL
 			// revalidates the dentry its first lookup made):
 			// still the retry's (TestRetryWalkLooksUpTheNameTwice).
-			w.node = node
+			w.node, w.stepped = node, time.Now()
 			r.changedLocked()
 			return
 		}
@@ -183,7 +189,7 @@ func (r *retries) lookedUp(ctx context.Context, parent core.Ino, name string, no
 			w.node = nil
 			return
 		}
-		w.node, w.parent, w.name = node, parent, name
+		w.node, w.parent, w.name, w.stepped = node, parent, name, time.Now()
 	}
 }
 
@@ -243,7 +249,7 @@ func (r *retries) retry(ctx context.Context, n *Node, op string) (retryWalk, boo
 	case op == "getattr" && w.op == "getattr":
 		// A stat's retry ends here; an open's permission check
 		// goes on with the OPEN (TestOpenRetryAfterItsPermissionCheck).
-		w.answered = true
+		w.answered, w.stepped = true, time.Now()
 	case op != "open" && (op == w.op || op != "getattr"):
 		r.endLocked(pid)
 	}
@@ -268,27 +274,56 @@ const retryOpenHold = 100 * time.Millisecond
 // openEnds ends the retry of the thread of ctx once its OPEN is answered.
 func (r *retries) openEnds(ctx context.Context) { r.forget(ctx) }
 
+// getattrWalkHold is how long a walk after a GETATTR's ESTALE holds
+// recalls after its last step. The GETATTR may have been an open's
+// permission check (with default_permissions, when the attributes timed
+// out), whose retried OPEN comes right after the retry's lookup or
+// GETATTR; or a stat's, whose retry sends nothing more once its lookup
+// gave it the attributes, and then a hold until retryOpenHold stalled the
+// other mount's change for nothing (make linz, thirteenth session: 211
+// changes waited 100 ms in one minute).
+const getattrWalkHold = 20 * time.Millisecond
+
 // openingIn reports whether a retried open's lookup went through one of
 // dirs and its OPEN has not been answered, and a channel closed when that
-// may have changed. A walk after a GETATTR answered ESTALE may be an
-// open's (its permission check) until its GETATTR is answered: it is held
-// too (TestOpenRetryHoldsTheName/getattr). A stat's walk that sends no
-// GETATTR (its lookup's attributes still valid) holds a recall of the
-// directory until the thread's next lookup ends it, retryOpenHold at
-// most.
-func (r *retries) openingIn(dirs map[core.Ino]bool) (bool, <-chan struct{}) {
+// may have changed; for a walk that may be an open's only for a while,
+// until when. A walk after a GETATTR's ESTALE may be an open's
+// (TestOpenRetryHoldsTheName/getattr) for getattrWalkHold after its last
+// step; a lookup of the walk in flight in one of dirs holds too, once the
+// server answered it (TestOpenRetryHoldsTheName/during-lookup).
+func (r *retries) openingIn(dirs map[core.Ino]bool) (busy bool, changed <-chan struct{}, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	hold := r.getattrHold
+	if hold == 0 {
+		hold = getattrWalkHold
+	}
+	now := time.Now()
 	for _, w := range r.m {
-		opening := w.op == "open" || w.op == "getattr" && !w.answered
-		if opening && (w.node != nil && dirs[w.parent] || dirs[w.lookingIn]) {
-			if r.changed == nil {
-				r.changed = make(chan struct{})
+		if dirs[w.lookingIn] && (w.op == "open" || w.op == "getattr") {
+			busy = true
+			continue
+		}
+		if w.node == nil || !dirs[w.parent] {
+			continue
+		}
+		switch {
+		case w.op == "open":
+			busy = true
+		case w.op == "getattr" && now.Sub(w.stepped) < hold:
+			busy = true
+			if end := w.stepped.Add(hold); until.IsZero() || end.Before(until) {
+				until = end
 			}
-			return true, r.changed
 		}
 	}
-	return false, nil
+	if !busy {
+		return false, nil, time.Time{}
+	}
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return true, r.changed, until
 }
 
 // waitOpens waits, at most retryOpenHold, until no retried open's lookup
@@ -301,17 +336,27 @@ func (fsys *fileSystem) waitOpens(keys []client.LeaseKey) {
 	t := time.NewTimer(retryOpenHold)
 	defer t.Stop()
 	for {
-		busy, changed := fsys.retries.openingIn(dirs)
+		busy, changed, until := fsys.retries.openingIn(dirs)
 		if !busy {
 			return
 		}
 		if h := fsys.hooks.heldRecall.Load(); h != nil {
 			(*h)()
 		}
+		var expired <-chan time.Time
+		var e *time.Timer
+		if !until.IsZero() {
+			e = time.NewTimer(time.Until(until))
+			expired = e.C
+		}
 		select {
 		case <-changed:
+		case <-expired:
 		case <-t.C:
 			return
+		}
+		if e != nil {
+			e.Stop()
 		}
 	}
 }
