@@ -119,7 +119,14 @@ type leaseCache struct {
 	// the layer above had invalidated its cache: each is a stall that the
 	// bound ended.
 	slowRecalls atomic.Uint64
-	mu          struct {
+	// answering counts the recalls not yet released; idle is closed when
+	// it comes down to zero (nil: nobody waits for that).
+	answering struct {
+		sync.Mutex
+		n    int
+		idle chan struct{}
+	}
+	mu struct {
 		sync.Mutex
 		held map[LeaseKey]*heldLease
 		// recalled is the latest grant recalled for each key: a reply
@@ -389,7 +396,9 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 	}
 	c.leases.mu.Unlock()
 	lost := c.wbLose(inos)
+	c.leases.answeringAdd(1)
 	go func() {
+		defer c.leases.answeringAdd(-1)
 		// Queued write-back changes reach the server before the lease
 		// goes: whoever the recall is for sees them.
 		c.wbFlushRecalled(lost)
@@ -410,6 +419,46 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 		}
 		c.release(server, session, inos, seqs)
 	}()
+}
+
+func (lc *leaseCache) answeringAdd(d int) {
+	a := &lc.answering
+	a.Lock()
+	defer a.Unlock()
+	if a.n += d; a.n == 0 && a.idle != nil {
+		close(a.idle)
+		a.idle = nil
+	}
+}
+
+// WaitRecalls waits, at most d, until the client has released every lease
+// recalled from it so far, and reports whether it did. A server refuses a
+// read lease at once to a client that owes a release while a change of the
+// key is in progress (the caller may be a request the invalidation that
+// release waits for is blocked behind); once it owes nothing, the server
+// has the acquire wait for the change instead, and what the caller then
+// reads is the change's result.
+func (c *Client) WaitRecalls(ctx context.Context, d time.Duration) bool {
+	a := &c.leases.answering
+	a.Lock()
+	if a.n == 0 {
+		a.Unlock()
+		return true
+	}
+	if a.idle == nil {
+		a.idle = make(chan struct{})
+	}
+	idle := a.idle
+	a.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-idle:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // release gives the grants seqs of leases inos back to server (one-way).

@@ -1581,3 +1581,80 @@ func TestStatAfterOwnRenameWithoutLeaseOnTarget(t *testing.T) {
 		t.Errorf("stat b/z on mount a after mount b renamed it away: %v, want ENOENT", err)
 	}
 }
+
+// TestOpenRetryWhoseLookupWasRefusedItsLease: the kernel's retry of an
+// open whose lookup the server refused a lease (this mount owed the
+// release of a lease another mount's change recalled, and the change was
+// in progress) must not fail with a second ESTALE when that change
+// replaces the name before the retried OPEN. With no lease, no recall held
+// the change until the OPEN, and the OPEN found the file gone and the name
+// holding another one (cause 10 of the twelfth session: runs 1 and 2 of
+// the twelfth session, 11 and 25 of the eleventh). The lookup now waits,
+// bounded, for this mount's recalls to be released, and asks for its lease
+// again: the server has it wait for the change, and the lookup finds its
+// result. The test holds mount a's recall until the retry's lookup waits.
+func TestOpenRetryWhoseLookupWasRefusedItsLease(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a+"/w", []byte("other"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Mount a holds a lease on the directory.
+	if _, err := os.Stat(a + "/f"); err != nil {
+		t.Fatal(err)
+	}
+	recalled, gate := make(chan struct{}), make(chan struct{})
+	var recalledOnce, gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(gate) }) }
+	defer openGate()
+	hookRecalled := func() {
+		recalledOnce.Do(func() {
+			close(recalled)
+			<-gate
+		})
+	}
+	ma.fsys.hooks.recalled.Store(&hookRecalled)
+	ma.fsys.hooks.retryLeaseWait.Store(&openGate)
+	// Mount b replaces f; its change waits for mount a's release, which
+	// waits at the gate.
+	errc := make(chan error, 1)
+	go func() { errc <- os.Rename(b+"/w", b+"/f") }()
+	select {
+	case <-recalled:
+	case err := <-errc:
+		t.Fatalf("rename on mount b returned before mount a's recall: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no recall on mount a within a minute")
+	}
+	// The mount answered the thread's OPEN ESTALE; the kernel's retry
+	// looks f up: the server refuses the lease (mount a owes a release).
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4248}, Cancel: make(chan struct{})}
+	ma.fsys.retries.estale(ctx, "open")
+	var entry fuse.EntryOut
+	ch, errno := ma.fsys.index.root.Lookup(ctx, "f", &entry)
+	if errno != 0 {
+		t.Fatalf("the retry's lookup of f: errno %v", errno)
+	}
+	node := ch.Operations().(*Node)
+	openGate()
+	if err := <-errc; err != nil {
+		t.Fatalf("rename on mount b: %v", err)
+	}
+	fh, _, errno := node.Open(ctx, syscall.O_RDONLY)
+	if errno != 0 {
+		t.Fatalf("the kernel's retried open, the name replaced during its lookup: errno %v, want 0", errno)
+	}
+	h := fh.(*handle)
+	defer h.Release(ctx)
+	buf := make([]byte, 16)
+	n, err := h.f.ReadAt(buf, 0)
+	if got := string(buf[:n]); (got != "other" && got != "v1") || err != nil && !errors.Is(err, io.EOF) {
+		t.Errorf("the retried open read %q, %v; want the file the lookup found", got, err)
+	}
+}

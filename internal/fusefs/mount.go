@@ -128,6 +128,7 @@ type fileSystem struct {
 		namesWait      atomic.Pointer[func()] // a recall of a directory found no change of this mount there; its names go next
 		lookupAnswered atomic.Pointer[func()] // a lookup's server answer is in; its node is not noted yet
 		renamedNames   atomic.Pointer[func()] // a rename's new name is gone from the kernel
+		retryLeaseWait atomic.Pointer[func()] // a retry's lookup, refused its lease, waits for this mount's recalls
 	}
 }
 

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -31,6 +32,9 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	cctx, cancel := n.fsys.callCtx(ctx)
 	defer cancel()
 	l := n.entryLease(cctx, name)
+	if l.Denied() && n.fsys.retries.pending(ctx) {
+		l = n.retryLease(cctx, name)
+	}
 	// A recall of n from here on waits for the retried open this lookup
 	// may be part of (retry.go). Not during the lease's acquire: that may
 	// wait at the server for the change the recall is for.
@@ -67,6 +71,33 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	n.fillEntryLeased(out, child, a, l, al)
 	return child, 0
+}
+
+// retryLeaseWait bounds how long the lookup of a kernel's retry after
+// ESTALE waits for this mount's recalls to be released before it asks
+// for its lease again.
+const retryLeaseWait = 50 * time.Millisecond
+
+// retryLease asks again for the lease of a lookup in the kernel's retry
+// after ESTALE that the server refused because this mount owed a release
+// while a change of the directory was in progress. Without a lease, no
+// recall holds the change until the retried OPEN (retry.go), and a change
+// that removed the file the lookup found left the OPEN nothing to open: a
+// second ESTALE reached open(2) (cause 10 of the twelfth session,
+// TestOpenRetryWhoseLookupWasRefusedItsLease). Once this mount's recalls
+// are released, the server has the acquire wait for the change, and the
+// lookup finds its result. The wait is bounded: the release may itself
+// wait for this lookup (the names' invalidation needs the kernel's lock on
+// the directory, which the lookup holds), and then the lookup goes on
+// without a lease, as before.
+func (n *Node) retryLease(ctx context.Context, name string) client.Lease {
+	if h := n.fsys.hooks.retryLeaseWait.Load(); h != nil {
+		(*h)()
+	}
+	if !n.fsys.c.WaitRecalls(ctx, retryLeaseWait) {
+		return client.Lease{}
+	}
+	return n.entryLease(ctx, name)
 }
 
 // ownAttrs reads again, under their lease, the attributes a lookup found
