@@ -816,11 +816,11 @@ func testOpenRetryHoldsTheName(t *testing.T, first string, duringLookup bool) {
 	var heldOnce sync.Once
 	hookHeld := func() { heldOnce.Do(func() { close(held) }) }
 	ma.fsys.hooks.heldRecall.Store(&hookHeld)
-	// A walk after a GETATTR's ESTALE holds recalls for a short while
-	// after its lookup (getattrWalkHold): long enough here for the other
-	// mount's rename to start.
+	// A walk holds recalls for a while after its lookup (getattrWalkHold,
+	// retryOpenHold): long enough here for the other mount's rename to
+	// start.
 	ma.fsys.retries.mu.Lock()
-	ma.fsys.retries.getattrHold = time.Minute
+	ma.fsys.retries.getattrHold, ma.fsys.retries.openHold = time.Minute, time.Minute
 	ma.fsys.retries.mu.Unlock()
 	// The mount answered the thread's OPEN (or the GETATTR of its
 	// permission check) ESTALE; the kernel looks the name up again.
