@@ -119,12 +119,14 @@ type leaseCache struct {
 	// the layer above had invalidated its cache: each is a stall that the
 	// bound ended.
 	slowRecalls atomic.Uint64
-	// answering counts the recalls not yet released; idle is closed when
-	// it comes down to zero (nil: nobody waits for that).
+	// answering counts the recalls not yet released, in all and by
+	// key; idle is closed when it comes down to zero (nil: nobody waits
+	// for that).
 	answering struct {
 		sync.Mutex
-		n    int
-		idle chan struct{}
+		n     int
+		byKey map[LeaseKey]int
+		idle  chan struct{}
 	}
 	mu struct {
 		sync.Mutex
@@ -396,9 +398,9 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 	}
 	c.leases.mu.Unlock()
 	lost := c.wbLose(inos)
-	c.leases.answeringAdd(1)
+	c.leases.answeringAdd(keys, 1)
 	go func() {
-		defer c.leases.answeringAdd(-1)
+		defer c.leases.answeringAdd(keys, -1)
 		// Queued write-back changes reach the server before the lease
 		// goes: whoever the recall is for sees them.
 		c.wbFlushRecalled(lost)
@@ -421,10 +423,18 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 	}()
 }
 
-func (lc *leaseCache) answeringAdd(d int) {
+func (lc *leaseCache) answeringAdd(keys []LeaseKey, d int) {
 	a := &lc.answering
 	a.Lock()
 	defer a.Unlock()
+	if a.byKey == nil {
+		a.byKey = make(map[LeaseKey]int)
+	}
+	for _, k := range keys {
+		if a.byKey[k] += d; a.byKey[k] == 0 {
+			delete(a.byKey, k)
+		}
+	}
 	if a.n += d; a.n == 0 && a.idle != nil {
 		close(a.idle)
 		a.idle = nil
@@ -432,15 +442,20 @@ func (lc *leaseCache) answeringAdd(d int) {
 }
 
 // WaitRecalls waits, at most d, until the client has released every lease
-// recalled from it so far, and reports whether it did. A server refuses a
-// read lease at once to a client that owes a release while a change of the
-// key is in progress (the caller may be a request the invalidation that
-// release waits for is blocked behind); once it owes nothing, the server
-// has the acquire wait for the change instead, and what the caller then
-// reads is the change's result.
-func (c *Client) WaitRecalls(ctx context.Context, d time.Duration) bool {
+// recalled from it so far, and reports whether it did; at once false if a
+// recall of key is among them. A server refuses a read lease at once to a
+// client that owes a release while a change of the key is in progress (the
+// caller may be a request the invalidation that release waits for is
+// blocked behind: a recall of the very key it asks for); once it owes
+// nothing, the server has the acquire wait for the change instead, and
+// what the caller then reads is the change's result.
+func (c *Client) WaitRecalls(ctx context.Context, d time.Duration, key LeaseKey) bool {
 	a := &c.leases.answering
 	a.Lock()
+	if a.byKey[key] > 0 {
+		a.Unlock()
+		return false
+	}
 	if a.n == 0 {
 		a.Unlock()
 		return true

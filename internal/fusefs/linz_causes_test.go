@@ -1584,31 +1584,53 @@ func TestStatAfterOwnRenameWithoutLeaseOnTarget(t *testing.T) {
 
 // TestOpenRetryWhoseLookupWasRefusedItsLease: the kernel's retry of an
 // open whose lookup the server refused a lease (this mount owed the
-// release of a lease another mount's change recalled, and the change was
-// in progress) must not fail with a second ESTALE when that change
-// replaces the name before the retried OPEN. With no lease, no recall held
-// the change until the OPEN, and the OPEN found the file gone and the name
-// holding another one (cause 10 of the twelfth session: runs 1 and 2 of
-// the twelfth session, 11 and 25 of the eleventh). The lookup now waits,
-// bounded, for this mount's recalls to be released, and asks for its lease
-// again: the server has it wait for the change, and the lookup finds its
-// result. The test holds mount a's recall until the retry's lookup waits.
+// release of a lease on another directory that another mount's change
+// recalled, and that change, a rename from there into the lookup's
+// directory, was in progress) must not fail with a second ESTALE when that
+// change replaces the name before the retried OPEN. With no lease on the
+// lookup's directory, no recall of it came to hold the change until the
+// OPEN, and the OPEN found the file gone and the name holding another one
+// (cause 10 of the twelfth session: runs 1 and 2 of the twelfth session,
+// 11 and 25 of the eleventh). The lookup now waits, bounded, for this
+// mount's recalls to be released, and asks for its lease again: the server
+// has it wait for the change, and the lookup finds its result. The test
+// holds mount a's recall until the retry's lookup waits.
 func TestOpenRetryWhoseLookupWasRefusedItsLease(t *testing.T) {
 	requireFUSE(t)
 	tc := startCluster(t)
 	ma := mount(t, tc.client(t), Options{})
 	a := ma.Dir()
 	b := mount(t, tc.client(t), Options{}).Dir()
-	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
+	// Made on mount b: mount a takes no lease on d1.
+	for _, d := range []string{b + "/d1", b + "/d2"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(b+"/d1/f", []byte("v1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(a+"/w", []byte("other"), 0o644); err != nil {
+	if err := os.WriteFile(b+"/d2/w", []byte("other"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// Mount a holds a lease on the directory.
-	if _, err := os.Stat(a + "/f"); err != nil {
+	// Mount a holds a lease on d2 and knows d1, with no lease on it (the
+	// lookup's read of d1's own record would take one).
+	if _, err := os.Stat(a + "/d2/w"); err != nil {
 		t.Fatal(err)
 	}
+	st, err := os.Stat(b + "/d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := core.Ino(st.Sys().(*syscall.Stat_t).Ino)
+	ma.fsys.c.SetLeaseRefuseHook(func(k client.LeaseKey) bool { return k.Ino == ino })
+	var d1Entry fuse.EntryOut
+	d1Inode, errno := ma.fsys.index.root.Lookup(&fuse.Context{Cancel: make(chan struct{})}, "d1", &d1Entry)
+	ma.fsys.c.SetLeaseRefuseHook(nil)
+	if errno != 0 {
+		t.Fatalf("lookup of d1 on mount a: errno %v", errno)
+	}
+	d1 := []*Node{d1Inode.Operations().(*Node)}
 	recalled, gate := make(chan struct{}), make(chan struct{})
 	var recalledOnce, gateOnce sync.Once
 	openGate := func() { gateOnce.Do(func() { close(gate) }) }
@@ -1621,10 +1643,10 @@ func TestOpenRetryWhoseLookupWasRefusedItsLease(t *testing.T) {
 	}
 	ma.fsys.hooks.recalled.Store(&hookRecalled)
 	ma.fsys.hooks.retryLeaseWait.Store(&openGate)
-	// Mount b replaces f; its change waits for mount a's release, which
-	// waits at the gate.
+	// Mount b moves d2/w over d1/f; its change (of d1 and d2) waits for
+	// mount a's release of d2, which waits at the gate.
 	errc := make(chan error, 1)
-	go func() { errc <- os.Rename(b+"/w", b+"/f") }()
+	go func() { errc <- os.Rename(b+"/d2/w", b+"/d1/f") }()
 	select {
 	case <-recalled:
 	case err := <-errc:
@@ -1633,13 +1655,14 @@ func TestOpenRetryWhoseLookupWasRefusedItsLease(t *testing.T) {
 		t.Fatal("no recall on mount a within a minute")
 	}
 	// The mount answered the thread's OPEN ESTALE; the kernel's retry
-	// looks f up: the server refuses the lease (mount a owes a release).
+	// looks d1/f up: the server refuses the lease (mount a owes a
+	// release, and a change of d1 is in progress).
 	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4248}, Cancel: make(chan struct{})}
 	ma.fsys.retries.estale(ctx, "open")
 	var entry fuse.EntryOut
-	ch, errno := ma.fsys.index.root.Lookup(ctx, "f", &entry)
+	ch, errno := d1[0].Lookup(ctx, "f", &entry)
 	if errno != 0 {
-		t.Fatalf("the retry's lookup of f: errno %v", errno)
+		t.Fatalf("the retry's lookup of d1/f: errno %v", errno)
 	}
 	node := ch.Operations().(*Node)
 	openGate()
