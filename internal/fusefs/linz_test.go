@@ -32,9 +32,9 @@ import (
 //	                    notification (to match a violation with what the
 //	                    mounts did)
 //
-// The random workload still finds a violation in most 60 s runs
-// (docs/design.md, "Leases as built", has the count and the windows left),
-// so it runs only when asked; the targeted histories (the model's own test,
+// The random workload takes minutes and may still find a violation now and
+// then (docs/design.md, "Leases as built", has the runs and the windows
+// left), so it runs only when asked; the targeted histories (the model's own test,
 // a mount without leases, the failure tests, and one deterministic test per
 // cause found, linz_causes_test.go and lease's
 // TestLeaseReadAcquireWhileOwing) run every time.
