@@ -215,6 +215,9 @@ type Client struct {
 	// steps (SetReadStepHook); nil outside tests.
 	hooks struct {
 		readStep atomic.Pointer[func()] // a read took one view's bytes; it may ask again
+		// refuseLease: true if a read lease on the key is to go as the
+		// server's refusal would (no lease)
+		refuseLease atomic.Pointer[func(LeaseKey) bool]
 	}
 
 	mu struct {

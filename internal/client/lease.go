@@ -119,7 +119,16 @@ type leaseCache struct {
 	// the layer above had invalidated its cache: each is a stall that the
 	// bound ended.
 	slowRecalls atomic.Uint64
-	mu          struct {
+	// answering counts the recalls not yet released, in all and by
+	// key; idle is closed when it comes down to zero (nil: nobody waits
+	// for that).
+	answering struct {
+		sync.Mutex
+		n     int
+		byKey map[LeaseKey]int
+		idle  chan struct{}
+	}
+	mu struct {
 		sync.Mutex
 		held map[LeaseKey]*heldLease
 		// recalled is the latest grant recalled for each key: a reply
@@ -217,6 +226,13 @@ func (c *Client) ReadLease(ctx context.Context, keys ...LeaseKey) Lease {
 	if c.leases.onRecall.Load() == nil {
 		return Lease{}
 	}
+	if h := c.hooks.refuseLease.Load(); h != nil {
+		for _, k := range keys {
+			if (*h)(k) {
+				return Lease{denied: true}
+			}
+		}
+	}
 	var out Lease
 	need := map[int][]uint64{}
 	c.leases.mu.Lock()
@@ -244,6 +260,18 @@ func (c *Client) ReadLease(ctx context.Context, keys ...LeaseKey) Lease {
 		out.held = append(out.held, got...)
 	}
 	return out
+}
+
+// SetLeaseRefuseHook makes ReadLease refuse every lease for which fn
+// returns true, as a server refuses one to a client that owes a release
+// while a change of the key is in progress; nil removes it. For tests
+// (fusefs).
+func (c *Client) SetLeaseRefuseHook(fn func(LeaseKey) bool) {
+	if fn == nil {
+		c.hooks.refuseLease.Store(nil)
+		return
+	}
+	c.hooks.refuseLease.Store(&fn)
 }
 
 // acquire asks server for read leases on inos; nil if it granted none.
@@ -370,7 +398,9 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 	}
 	c.leases.mu.Unlock()
 	lost := c.wbLose(inos)
+	c.leases.answeringAdd(keys, 1)
 	go func() {
+		defer c.leases.answeringAdd(keys, -1)
 		// Queued write-back changes reach the server before the lease
 		// goes: whoever the recall is for sees them.
 		c.wbFlushRecalled(lost)
@@ -393,9 +423,63 @@ func (c *Client) recalled(server int, session uint64, inos, seqs []uint64) {
 	}()
 }
 
+func (lc *leaseCache) answeringAdd(keys []LeaseKey, d int) {
+	a := &lc.answering
+	a.Lock()
+	defer a.Unlock()
+	if a.byKey == nil {
+		a.byKey = make(map[LeaseKey]int)
+	}
+	for _, k := range keys {
+		if a.byKey[k] += d; a.byKey[k] == 0 {
+			delete(a.byKey, k)
+		}
+	}
+	if a.n += d; a.n == 0 && a.idle != nil {
+		close(a.idle)
+		a.idle = nil
+	}
+}
+
+// WaitRecalls waits, at most d, until the client has released every lease
+// recalled from it so far, and reports whether it did; at once false if a
+// recall of key is among them. A server refuses a read lease at once to a
+// client that owes a release while a change of the key is in progress (the
+// caller may be a request the invalidation that release waits for is
+// blocked behind: a recall of the very key it asks for); once it owes
+// nothing, the server has the acquire wait for the change instead, and
+// what the caller then reads is the change's result.
+func (c *Client) WaitRecalls(ctx context.Context, d time.Duration, key LeaseKey) bool {
+	a := &c.leases.answering
+	a.Lock()
+	if a.byKey[key] > 0 {
+		a.Unlock()
+		return false
+	}
+	if a.n == 0 {
+		a.Unlock()
+		return true
+	}
+	if a.idle == nil {
+		a.idle = make(chan struct{})
+	}
+	idle := a.idle
+	a.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-idle:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
 // release gives the grants seqs of leases inos back to server (one-way).
 func (c *Client) release(server int, session uint64, inos, seqs []uint64) {
 	ctx, cancel := context.WithTimeout(c.life, releaseTimeout)
 	defer cancel()
-	_ = c.metas[server].Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: session, Keys: inos, Seqs: seqs})
+	err := c.metas[server].Send(ctx, weftpb.MethodLeaseRelease, &weftpb.LeaseReleaseRequest{Session: session, Keys: inos, Seqs: seqs})
+	c.log.Debug("lease released", "meta", server, "inos", inos, "seqs", seqs, "err", err)
 }

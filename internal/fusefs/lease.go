@@ -328,14 +328,21 @@ func (n *Node) forget() {
 		stale.undo()
 		return false
 	}
-	if deferNames() {
-		return
-	}
 	// The kernel may hold the directory's lock for a change of this mount
 	// whose request has not come yet (the lookup before a create): the
 	// names wait for the lock, and that change may wait, at a server, for
 	// this very recall. So once such a change starts, the names go after
-	// it instead.
+	// it instead. The channel that says a change started is taken before
+	// looking for one: a change that starts between the look and the wait
+	// must close it (one that did was missed, and the recall waited for
+	// the client's 500 ms bound: TestRecallDuringOwnChangeStarting).
+	started := n.fsys.index.changeStarted()
+	if deferNames() {
+		return
+	}
+	if h := n.fsys.hooks.namesWait.Load(); h != nil {
+		(*h)()
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -345,7 +352,8 @@ func (n *Node) forget() {
 		select {
 		case <-done:
 			return
-		case <-n.fsys.index.changeStarted():
+		case <-started:
+			started = n.fsys.index.changeStarted()
 			if deferNames() {
 				return
 			}

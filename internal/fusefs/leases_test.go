@@ -318,3 +318,67 @@ func TestSharedDirectoryNoStall(t *testing.T) {
 		t.Errorf("%d recalls waited out their bound: A and B waited for each other (slowest pair of renames %v)", n, slowest)
 	}
 }
+
+// TestRecallDuringOwnChangeStarting: a recall of a directory that finds
+// no change of this mount there sends the names' invalidation, which
+// waits for the kernel's lock on the directory; if a change of this mount
+// there starts meanwhile (the kernel holds the lock for it), the names go
+// after it and the lease is released at once. A change that started
+// between the recall's look for one and its wait was missed, and the
+// recall waited for the client's 500 ms bound while the other mount's
+// change waited for it (make linz: three times a minute once the
+// lease-term stalls were gone). The hook starts mount a's rename in that
+// window; the recall must not wait out its bound (counted, not timed).
+func TestRecallDuringOwnChangeStarting(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ca := tc.client(t)
+	ma := mount(t, ca, Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	if err := os.Mkdir(a+"/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a+"/d/y", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Mount a holds a lease on d.
+	if _, err := os.Stat(a + "/d/y"); err != nil {
+		t.Fatal(err)
+	}
+	renamed := make(chan error, 1)
+	var once sync.Once
+	hook := func() {
+		once.Do(func() {
+			go func() { renamed <- os.Rename(a+"/d/y", a+"/d/x") }()
+			// The rename's request has started its change (the
+			// kernel holds d's lock since before its lookups).
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				x := &ma.fsys.index
+				x.mu.Lock()
+				busy := len(x.busy) > 0
+				x.mu.Unlock()
+				if busy {
+					return
+				}
+			}
+		})
+	}
+	ma.fsys.hooks.namesWait.Store(&hook)
+	// Mount b's create in d recalls mount a's lease, and waits at the
+	// server for its release; mount a's rename waits there for b's create.
+	start := time.Now()
+	if err := os.WriteFile(b+"/d/z", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("mount b's create took %v", time.Since(start))
+	if err := <-renamed; err != nil {
+		t.Fatalf("rename on mount a: %v", err)
+	}
+	if n := ca.SlowRecalls(); n > 0 {
+		t.Errorf("%d recalls of mount a waited out their bound: the recall missed mount a's change starting", n)
+	}
+	if _, err := os.Stat(b + "/d/x"); err != nil {
+		t.Errorf("stat d/x on mount b after mount a's rename: %v", err)
+	}
+}

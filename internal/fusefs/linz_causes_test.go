@@ -774,7 +774,33 @@ func TestLookupOfFileKnownByAnotherName(t *testing.T) {
 // through it, so that the retry's lookup and open are one step for the
 // other mounts, as a local open's walk pins the inode it found. The test
 // makes the kernel's requests by calling the handlers.
+//
+// The ESTALE the kernel retries may also be the answer to the open's
+// permission check, a GETATTR (with default_permissions, when the
+// attributes timed out): the recall held only walks whose ESTALE was an
+// OPEN's, and a second ESTALE reached open(2) (make linz, thirteenth
+// session, run 8: GETATTR ESTALE, the retry's LOOKUP a "y" under a lease,
+// the recall of a released at once, OPEN ESTALE).
+//
+// And the recall may come while the retry's lookup is in flight, after the
+// server answered it and before the walk noted the node it found: the
+// recall was released at once (make linz, thirteenth session, run 11:
+// LOOKUP b "z" granted a lease that was recalled as the reply went out,
+// OPEN ESTALE).
 func TestOpenRetryHoldsTheName(t *testing.T) {
+	for _, tc := range []struct {
+		name, first  string
+		duringLookup bool
+	}{
+		{"open", "open", false},
+		{"getattr", "getattr", false},
+		{"during-lookup", "open", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testOpenRetryHoldsTheName(t, tc.first, tc.duringLookup) })
+	}
+}
+
+func testOpenRetryHoldsTheName(t *testing.T, first string, duringLookup bool) {
 	requireFUSE(t)
 	tc := startCluster(t)
 	ma := mount(t, tc.client(t), Options{})
@@ -790,25 +816,46 @@ func TestOpenRetryHoldsTheName(t *testing.T) {
 	var heldOnce sync.Once
 	hookHeld := func() { heldOnce.Do(func() { close(held) }) }
 	ma.fsys.hooks.heldRecall.Store(&hookHeld)
-	// The mount answered the thread's OPEN ESTALE; the kernel looks the
-	// name up again.
+	// A walk holds recalls for a while after its lookup (getattrWalkHold,
+	// retryOpenHold): long enough here for the other mount's rename to
+	// start.
+	ma.fsys.retries.mu.Lock()
+	ma.fsys.retries.getattrHold, ma.fsys.retries.openHold = time.Minute, time.Minute
+	ma.fsys.retries.mu.Unlock()
+	// The mount answered the thread's OPEN (or the GETATTR of its
+	// permission check) ESTALE; the kernel looks the name up again.
 	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4247}, Cancel: make(chan struct{})}
-	ma.fsys.retries.estale(ctx, "open")
+	ma.fsys.retries.estale(ctx, first)
+	// Another mount replaces the name before the retried OPEN: after the
+	// retry's lookup, or while it is in flight, once the server answered.
+	errc := make(chan error, 1)
+	var replaced error
+	replace := func() {
+		go func() { errc <- os.Rename(b+"/w", b+"/f") }()
+		select {
+		case <-held:
+		case err := <-errc:
+			errc <- err
+		case <-time.After(time.Minute):
+			replaced = errors.New("the rename on mount b neither returned nor recalled within a minute")
+		}
+	}
+	if duringLookup {
+		var once sync.Once
+		hook := func() { once.Do(replace) }
+		ma.fsys.hooks.lookupAnswered.Store(&hook)
+	}
 	var entry fuse.EntryOut
 	ch, errno := ma.fsys.index.root.Lookup(ctx, "f", &entry)
 	if errno != 0 {
 		t.Fatalf("the retry's lookup of f: errno %v", errno)
 	}
 	node := ch.Operations().(*Node)
-	// Another mount replaces the name before the retried OPEN.
-	errc := make(chan error, 1)
-	go func() { errc <- os.Rename(b+"/w", b+"/f") }()
-	select {
-	case <-held:
-	case err := <-errc:
-		errc <- err
-	case <-time.After(time.Minute):
-		t.Fatal("the rename on mount b neither returned nor recalled within a minute")
+	if !duringLookup {
+		replace()
+	}
+	if replaced != nil {
+		t.Fatal(replaced)
 	}
 	fh, _, errno := node.Open(ctx, syscall.O_RDONLY)
 	if errno != 0 {
@@ -1400,5 +1447,237 @@ func TestRevalidationOfNameThatMovedHere(t *testing.T) {
 	// The kernel's retry, from the path's start.
 	if _, errno := root.Lookup(ctx, "x", &out); errno != 0 || out.Ino != ino {
 		t.Errorf("the retry's lookup of x: errno %v ino %d, want 0 and ino %d", errno, out.Ino, ino)
+	}
+}
+
+// TestRecallOfOpenFileAfterOwnCloseRepointed: a close on this mount of a
+// file another mount renamed must not point the client's open state back
+// at the name go-fuse's tree still has for it. The FUSE layer re-pointed
+// the open state there before every flush, fsync and release (for a hard
+// link whose name this mount removed), over the place the client had
+// followed the file to; the recall of the file's real directory then
+// found no file open here in it (client.OpenIn), and the pages the kernel
+// held stayed (make linz, thirteenth session, run 4: reread(ino 458) ->
+// "A125", this mount's own write, from the kernel's pages 2.7 ms after
+// another mount's write "C113" and close returned; the recall of the
+// file's directory came during this mount's close, after its FLUSH had
+// re-pointed the open state to the old name).
+func TestRecallOfOpenFileAfterOwnCloseRepointed(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	a := mount(t, tc.client(t), Options{}).Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for _, d := range []string{a + "/d1", a + "/d2"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(a+"/d1/f", []byte("old1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(a + "/d1/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	reread := rereader(t, held)
+	reread("old1")
+	// A write descriptor of the same file on mount a.
+	w, err := os.OpenFile(a+"/d1/f", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// Mount b moves the file; mount a's reread follows it to d2 and reads
+	// it again under a lease on d2.
+	if err := os.Rename(b+"/d1/f", b+"/d2/f"); err != nil {
+		t.Fatal(err)
+	}
+	reread("old1")
+	// Mount a closes the write descriptor: FLUSH and RELEASE.
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Mount b changes the file where it is now: the recall of d2 must
+	// drop mount a's pages.
+	if err := os.WriteFile(b+"/d2/f", []byte("new2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread("new2")
+}
+
+// TestStatAfterOwnRenameWithoutLeaseOnTarget: after this mount renames a
+// file into a directory it holds no lease on, a stat of the new name must
+// not be served by the kernel's dentry once another mount has moved the
+// file away. The kernel moves the source's dentry to the new name with the
+// source's entry timeout (the lease on the old directory, up to 1.8 s);
+// with no lease on the new directory no recall reaches this mount when the
+// name changes there (make linz, thirteenth session, run 12: open(b/z) ->
+// the file 3 ms after another mount's rename of b/z to a/z returned; the
+// twelfth session's run 35 and the eleventh's run 13: stat). This mount's
+// leases on the new directory are refused here, as they were there (the
+// mount owed a release); and it finds the file under its newest name
+// too, so that go-fuse's tree has a valid name for the node, which a
+// request through the stale dentry is served by.
+func TestStatAfterOwnRenameWithoutLeaseOnTarget(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	for _, d := range []string{a + "/a", a + "/b"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(a+"/a/y", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Mount a knows a/y under its lease on a.
+	if _, err := os.Stat(a + "/a/y"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(b + "/b") // on mount b: mount a takes no lease on b
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirB := core.Ino(st.Sys().(*syscall.Stat_t).Ino)
+	ma.fsys.c.SetLeaseRefuseHook(func(k client.LeaseKey) bool { return k.Ino == dirB })
+	dropped := make(chan struct{}, 1)
+	hook := func() {
+		select {
+		case dropped <- struct{}{}:
+		default:
+		}
+	}
+	ma.fsys.hooks.renamedNames.Store(&hook)
+	if err := os.Rename(a+"/a/y", a+"/b/z"); err != nil {
+		t.Fatal(err)
+	}
+	// The mount drops the new name once the kernel has moved the dentry;
+	// the other mount's rename comes after that. The wait is bounded well
+	// below the dentry's timeout (1.8 s), which would end the test's
+	// point.
+	select {
+	case <-dropped:
+	case <-time.After(300 * time.Millisecond):
+		t.Log("the new name was not dropped within 300 ms")
+	}
+	if err := os.Rename(b+"/b/z", b+"/a/w"); err != nil {
+		t.Fatal(err)
+	}
+	// Mount a finds the file under its new name: go-fuse's tree has the
+	// node there too, and a request about it by path may go there.
+	if _, err := os.Stat(a + "/a/w"); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := os.Open(a + "/b/z"); !errors.Is(err, fs.ErrNotExist) {
+		if err == nil {
+			f.Close()
+		}
+		t.Errorf("open b/z on mount a after mount b renamed it away: %v, want ENOENT", err)
+	}
+	if _, err := os.Stat(a + "/b/z"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("stat b/z on mount a after mount b renamed it away: %v, want ENOENT", err)
+	}
+}
+
+// TestOpenRetryWhoseLookupWasRefusedItsLease: the kernel's retry of an
+// open whose lookup the server refused a lease (this mount owed the
+// release of a lease on another directory that another mount's change
+// recalled, and that change, a rename from there into the lookup's
+// directory, was in progress) must not fail with a second ESTALE when that
+// change replaces the name before the retried OPEN. With no lease on the
+// lookup's directory, no recall of it came to hold the change until the
+// OPEN, and the OPEN found the file gone and the name holding another one
+// (cause 10 of the twelfth session: runs 1 and 2 of the twelfth session,
+// 11 and 25 of the eleventh). The lookup now waits, bounded, for this
+// mount's recalls to be released, and asks for its lease again: the server
+// has it wait for the change, and the lookup finds its result. The test
+// holds mount a's recall until the retry's lookup waits.
+func TestOpenRetryWhoseLookupWasRefusedItsLease(t *testing.T) {
+	requireFUSE(t)
+	tc := startCluster(t)
+	ma := mount(t, tc.client(t), Options{})
+	a := ma.Dir()
+	b := mount(t, tc.client(t), Options{}).Dir()
+	// Made on mount b: mount a takes no lease on d1.
+	for _, d := range []string{b + "/d1", b + "/d2"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(b+"/d1/f", []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b+"/d2/w", []byte("other"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Mount a holds a lease on d2 and knows d1, with no lease on it (the
+	// lookup's read of d1's own record would take one).
+	if _, err := os.Stat(a + "/d2/w"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(b + "/d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := core.Ino(st.Sys().(*syscall.Stat_t).Ino)
+	ma.fsys.c.SetLeaseRefuseHook(func(k client.LeaseKey) bool { return k.Ino == ino })
+	var d1Entry fuse.EntryOut
+	d1Inode, errno := ma.fsys.index.root.Lookup(&fuse.Context{Cancel: make(chan struct{})}, "d1", &d1Entry)
+	ma.fsys.c.SetLeaseRefuseHook(nil)
+	if errno != 0 {
+		t.Fatalf("lookup of d1 on mount a: errno %v", errno)
+	}
+	d1 := []*Node{d1Inode.Operations().(*Node)}
+	recalled, gate := make(chan struct{}), make(chan struct{})
+	var recalledOnce, gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(gate) }) }
+	defer openGate()
+	hookRecalled := func() {
+		recalledOnce.Do(func() {
+			close(recalled)
+			<-gate
+		})
+	}
+	ma.fsys.hooks.recalled.Store(&hookRecalled)
+	ma.fsys.hooks.retryLeaseWait.Store(&openGate)
+	// Mount b moves d2/w over d1/f; its change (of d1 and d2) waits for
+	// mount a's release of d2, which waits at the gate.
+	errc := make(chan error, 1)
+	go func() { errc <- os.Rename(b+"/d2/w", b+"/d1/f") }()
+	select {
+	case <-recalled:
+	case err := <-errc:
+		t.Fatalf("rename on mount b returned before mount a's recall: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no recall on mount a within a minute")
+	}
+	// The mount answered the thread's OPEN ESTALE; the kernel's retry
+	// looks d1/f up: the server refuses the lease (mount a owes a
+	// release, and a change of d1 is in progress).
+	ctx := &fuse.Context{Caller: fuse.Caller{Pid: 4248}, Cancel: make(chan struct{})}
+	ma.fsys.retries.estale(ctx, "open")
+	var entry fuse.EntryOut
+	ch, errno := d1[0].Lookup(ctx, "f", &entry)
+	if errno != 0 {
+		t.Fatalf("the retry's lookup of d1/f: errno %v", errno)
+	}
+	node := ch.Operations().(*Node)
+	openGate()
+	if err := <-errc; err != nil {
+		t.Fatalf("rename on mount b: %v", err)
+	}
+	fh, _, errno := node.Open(ctx, syscall.O_RDONLY)
+	if errno != 0 {
+		t.Fatalf("the kernel's retried open, the name replaced during its lookup: errno %v, want 0", errno)
+	}
+	h := fh.(*handle)
+	defer h.Release(ctx)
+	buf := make([]byte, 16)
+	n, err := h.f.ReadAt(buf, 0)
+	if got := string(buf[:n]); (got != "other" && got != "v1") || err != nil && !errors.Is(err, io.EOF) {
+		t.Errorf("the retried open read %q, %v; want the file the lookup found", got, err)
 	}
 }

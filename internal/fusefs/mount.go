@@ -120,11 +120,15 @@ type fileSystem struct {
 	// hooks let a test hold the mount where the kernel's state and the
 	// servers' differ; nil outside tests.
 	hooks struct {
-		renamed       atomic.Pointer[func()] // a rename committed; its request has not returned
-		deferredNames atomic.Pointer[func()] // before the names of a deferred recall go
-		getattr       atomic.Pointer[func()] // a Getattr through a handle read the server
-		heldRecall    atomic.Pointer[func()] // a recall waits for a retried open (retry.go)
-		recalled      atomic.Pointer[func()] // a recall's invalidations are done; its lease is not yet released
+		renamed        atomic.Pointer[func()] // a rename committed; its request has not returned
+		deferredNames  atomic.Pointer[func()] // before the names of a deferred recall go
+		getattr        atomic.Pointer[func()] // a Getattr through a handle read the server
+		heldRecall     atomic.Pointer[func()] // a recall waits for a retried open (retry.go)
+		recalled       atomic.Pointer[func()] // a recall's invalidations are done; its lease is not yet released
+		namesWait      atomic.Pointer[func()] // a recall of a directory found no change of this mount there; its names go next
+		lookupAnswered atomic.Pointer[func()] // a lookup's server answer is in; its node is not noted yet
+		renamedNames   atomic.Pointer[func()] // a rename's new name is gone from the kernel
+		retryLeaseWait atomic.Pointer[func()] // a retry's lookup, refused its lease, waits for this mount's recalls
 	}
 }
 

@@ -153,7 +153,19 @@ func (n *Node) openFlags(h *handle, existing bool) uint32 {
 // parent keeps what the client tracked itself (its inode, or freed).
 func (h *handle) repoint() { h.node.repoint() }
 
+// repoint gives the client the name go-fuse's tree has for an open file
+// whose name the client lost (this mount removed the name it addressed a
+// hard-linked file by), before a request through its open state. A name
+// the client has wins: it follows the file when another mount renames it
+// (client.relocateOpen) and re-points it at this mount's own renames,
+// while go-fuse's tree keeps the name the kernel last looked up. Pointing
+// the open state back there left it out of the recalls of the file's real
+// directory (client.OpenIn), and the kernel's pages of the file stayed
+// after another mount changed it (TestRecallOfOpenFileAfterOwnCloseRepointed).
 func (n *Node) repoint() {
+	if _, ok := n.fsys.c.OpenPlace(n.ino()); ok {
+		return
+	}
 	if ref := n.ref(); ref.Parent != 0 {
 		n.fsys.c.RepointOpen(ref)
 	}

@@ -53,12 +53,22 @@ type retryWalk struct {
 	answered bool
 	parent   core.Ino
 	name     string
+	// lookingIn is the directory a lookup of the thread is in (0:
+	// none): the walk's node there is not known yet.
+	lookingIn core.Ino
+	// stepped is when the walk last found its node or had its GETATTR
+	// answered: an OPEN that follows comes right after.
+	stepped time.Time
 }
 
 // retries are the threads the mount answered ESTALE, by pid.
 type retries struct {
 	mu sync.Mutex
 	m  map[uint32]*retryWalk
+	// getattrHold and openHold are how long after its last step a walk
+	// after a GETATTR's or an OPEN's ESTALE holds recalls (0:
+	// getattrWalkHold, retryOpenHold; tests set them).
+	getattrHold, openHold time.Duration
 	// changed is closed when a walk ends or moves on (nil: nobody
 	// waits for that).
 	changed chan struct{}
@@ -163,7 +173,7 @@ func (r *retries) lookedUp(ctx context.Context, parent core.Ino, name string, no
 			// The walk looked its last name up again (LOOKUP_REVAL
 			// revalidates the dentry its first lookup made):
 			// still the retry's (TestRetryWalkLooksUpTheNameTwice).
-			w.node = node
+			w.node, w.stepped = node, time.Now()
 			r.changedLocked()
 			return
 		}
@@ -180,7 +190,35 @@ func (r *retries) lookedUp(ctx context.Context, parent core.Ino, name string, no
 			w.node = nil
 			return
 		}
-		w.node, w.parent, w.name = node, parent, name
+		w.node, w.parent, w.name, w.stepped = node, parent, name, time.Now()
+	}
+}
+
+// looking notes that the thread of ctx, if it is retrying, looks a name
+// up in dir until the returned function is called. A recall of dir that
+// comes between the server's answer and the walk noting the node it found
+// waits for the retried OPEN too (openingIn): it released at once, the
+// other mount's change replaced the name, and the OPEN got a second
+// ESTALE (TestOpenRetryHoldsTheName/during-lookup).
+func (r *retries) looking(ctx context.Context, dir core.Ino) (done func()) {
+	pid, ok := callerPid(ctx)
+	if !ok {
+		return func() {}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.m[pid]
+	if w == nil {
+		return func() {}
+	}
+	w.lookingIn = dir
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if w.lookingIn == dir {
+			w.lookingIn = 0
+			r.changedLocked()
+		}
 	}
 }
 
@@ -212,7 +250,7 @@ func (r *retries) retry(ctx context.Context, n *Node, op string) (retryWalk, boo
 	case op == "getattr" && w.op == "getattr":
 		// A stat's retry ends here; an open's permission check
 		// goes on with the OPEN (TestOpenRetryAfterItsPermissionCheck).
-		w.answered = true
+		w.answered, w.stepped = true, time.Now()
 	case op != "open" && (op == w.op || op != "getattr"):
 		r.endLocked(pid)
 	}
@@ -237,21 +275,69 @@ const retryOpenHold = 100 * time.Millisecond
 // openEnds ends the retry of the thread of ctx once its OPEN is answered.
 func (r *retries) openEnds(ctx context.Context) { r.forget(ctx) }
 
+// getattrWalkHold is how long a walk after a GETATTR's ESTALE holds
+// recalls after its last step. The GETATTR may have been an open's
+// permission check (with default_permissions, when the attributes timed
+// out), whose retried OPEN comes right after the retry's lookup or
+// GETATTR; or a stat's, whose retry sends nothing more once its lookup
+// gave it the attributes, and then a hold until retryOpenHold stalled the
+// other mount's change for nothing (make linz, thirteenth session: 211
+// changes waited 100 ms in one minute).
+const getattrWalkHold = 20 * time.Millisecond
+
 // openingIn reports whether a retried open's lookup went through one of
 // dirs and its OPEN has not been answered, and a channel closed when that
-// may have changed.
-func (r *retries) openingIn(dirs map[core.Ino]bool) (bool, <-chan struct{}) {
+// may have changed; for a walk that may be an open's only for a while,
+// until when. A walk after a GETATTR's ESTALE may be an open's
+// (TestOpenRetryHoldsTheName/getattr) for getattrWalkHold after its last
+// step; one after an OPEN's for retryOpenHold after it found its node (a
+// walk whose call ended without the OPEN, its lookup having found
+// nothing, stays until the thread's next lookups: it held every recall of
+// the directory of the file a later call of the thread found, each for
+// retryOpenHold, for as long as the thread made no other lookup; make
+// linz, thirteenth session, run 35: 67 recalls in a row). A lookup of the
+// walk in flight in one of dirs holds too, once the server answered it
+// (TestOpenRetryHoldsTheName/during-lookup).
+func (r *retries) openingIn(dirs map[core.Ino]bool) (busy bool, changed <-chan struct{}, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	hold, openHold := r.getattrHold, r.openHold
+	if hold == 0 {
+		hold = getattrWalkHold
+	}
+	if openHold == 0 {
+		openHold = retryOpenHold
+	}
+	now := time.Now()
 	for _, w := range r.m {
-		if w.op == "open" && w.node != nil && dirs[w.parent] {
-			if r.changed == nil {
-				r.changed = make(chan struct{})
+		if dirs[w.lookingIn] && (w.op == "open" || w.op == "getattr") {
+			busy = true
+			continue
+		}
+		if w.node == nil || !dirs[w.parent] {
+			continue
+		}
+		var window time.Duration
+		switch w.op {
+		case "open":
+			window = openHold
+		case "getattr":
+			window = hold
+		}
+		if end := w.stepped.Add(window); now.Before(end) {
+			busy = true
+			if until.IsZero() || end.Before(until) {
+				until = end
 			}
-			return true, r.changed
 		}
 	}
-	return false, nil
+	if !busy {
+		return false, nil, time.Time{}
+	}
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return true, r.changed, until
 }
 
 // waitOpens waits, at most retryOpenHold, until no retried open's lookup
@@ -264,17 +350,27 @@ func (fsys *fileSystem) waitOpens(keys []client.LeaseKey) {
 	t := time.NewTimer(retryOpenHold)
 	defer t.Stop()
 	for {
-		busy, changed := fsys.retries.openingIn(dirs)
+		busy, changed, until := fsys.retries.openingIn(dirs)
 		if !busy {
 			return
 		}
 		if h := fsys.hooks.heldRecall.Load(); h != nil {
 			(*h)()
 		}
+		var expired <-chan time.Time
+		var e *time.Timer
+		if !until.IsZero() {
+			e = time.NewTimer(time.Until(until))
+			expired = e.C
+		}
 		select {
 		case <-changed:
+		case <-expired:
 		case <-t.C:
 			return
+		}
+		if e != nil {
+			e.Stop()
 		}
 	}
 }

@@ -191,6 +191,7 @@ func (s *Service) recallLocked(k Key, kl *keyLeases, id uint64, skip Holder, mod
 		if ss != nil && ss.holder != nil {
 			recalls = append(recalls, recall{holder: ss.holder, session: sid, key: k, seq: g.seq})
 		}
+		s.log.Debug("lease recall", "session", sid, "key", k, "seq", g.seq, "for", id, "mode", mode, "holder", ss != nil && ss.holder != nil)
 	}
 	return recalls
 }
@@ -215,11 +216,13 @@ func (s *Service) Release(id uint64, keys []Key, seqs []uint64) {
 		}
 		g := kl.grants[id]
 		if g == nil || i < len(seqs) && seqs[i] != 0 && seqs[i] != g.seq {
+			s.log.Debug("lease release of a grant not held (expired, or acquired again)", "session", id, "key", k, "seqs", seqs)
 			continue
 		}
 		if !g.recalled.IsZero() {
 			s.metrics.recallLatency(now.Sub(g.recalled))
 		}
+		s.log.Debug("lease released", "session", id, "key", k, "seq", g.seq, "recalled", !g.recalled.IsZero())
 		s.dropGrantLocked(k, kl, id)
 	}
 }
@@ -245,9 +248,13 @@ func (s *Service) BeginChange(ctx context.Context, requester Holder, keys []Key)
 	}
 	s.mu.Unlock()
 	end = func() { s.endChange(keys) }
+	start := time.Now()
 	for {
 		wait, recalls := s.tryChange(requester, keys)
 		if wait == nil {
+			if d := time.Since(start); d > 100*time.Millisecond {
+				s.log.Debug("lease change waited", "keys", keys, "for", d)
+			}
 			return end, nil
 		}
 		sendRecalls(recalls)
@@ -302,6 +309,7 @@ func (s *Service) expireKeyLocked(k Key, kl *keyLeases, now time.Time) {
 		if !g.recalled.IsZero() {
 			s.metrics.expired()
 			s.mu.expired++
+			s.log.Debug("lease expired after a recall", "session", sid, "key", k, "seq", g.seq, "recalled", g.recalled)
 		}
 		s.dropGrantLocked(k, kl, sid)
 	}

@@ -88,6 +88,7 @@ func (s *Service) HandleAcquire(ctx context.Context, req *weftpb.LeaseAcquireReq
 
 // HandleRelease serves the one-way LeaseRelease.
 func (s *Service) HandleRelease(_ context.Context, req *weftpb.LeaseReleaseRequest) {
+	s.log.Debug("lease release received", "session", req.Session, "keys", req.Keys, "seqs", req.Seqs)
 	keys := make([]Key, len(req.Keys))
 	for i, k := range req.Keys {
 		keys[i] = Key(k)

@@ -102,6 +102,9 @@ type connConfig struct {
 	authorize func(method uint16, peer any) error
 	// transport names what carries the frames (Conn.Transport).
 	transport string
+	// takeoverDelay overrides the package's takeoverDelay (tests); 0
+	// keeps it.
+	takeoverDelay time.Duration
 }
 
 type connKey struct{}
@@ -499,19 +502,30 @@ const takeoverDelay = 20 * time.Microsecond
 // runInline runs a handler on the reading goroutine. If it runs longer than
 // takeoverDelay, takeOverReading starts a new reader, and runInline reports
 // that this goroutine must stop reading once the handler returns.
+//
+// The timer is the reader's, not the handler's: once a takeover has
+// happened, the new reader may have armed it for a handler of its own, so
+// a retiring reader leaves it alone. (It used to stop it: the new reader's
+// handler then ran with no takeover to come, and a handler that waits for
+// a later frame on the same connection, a change waiting for the lease
+// release its client sent next, waited for the lease term.)
 func (c *Conn) runInline(serve func()) (retire bool) {
 	c.rd.mu.Lock()
 	c.rd.mu.inline = true
 	gen := c.rd.mu.gen
 	c.rd.mu.Unlock()
-	c.rd.takeover.Reset(takeoverDelay)
+	d := takeoverDelay
+	if c.cfg.takeoverDelay > 0 {
+		d = c.cfg.takeoverDelay
+	}
+	c.rd.takeover.Reset(d)
 
 	serve()
 
-	c.rd.takeover.Stop()
 	c.rd.mu.Lock()
 	retire = c.rd.mu.gen != gen
 	if !retire {
+		c.rd.takeover.Stop()
 		c.rd.mu.inline = false
 	}
 	c.rd.mu.Unlock()

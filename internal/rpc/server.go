@@ -59,6 +59,10 @@ type ServerOptions struct {
 	// RecordsOnLoopback, with IntegrityOnly, refuses the bare loopback
 	// path (loopback.go): every connection keeps the record layer.
 	RecordsOnLoopback bool
+
+	// takeoverDelay overrides how long a connection's reader runs a
+	// handler itself before another goroutine reads on (tests).
+	takeoverDelay time.Duration
 }
 
 // DefaultFrameTimeout is the default FrameTimeout: ample for the largest
@@ -230,6 +234,8 @@ func (s *Server) setup(nc net.Conn) {
 		peerID:       peerID,
 		authorize:    s.opts.Authorize,
 		transport:    transport,
+
+		takeoverDelay: s.opts.takeoverDelay,
 	})
 	s.mu.conns[c] = struct{}{}
 	s.wg.Add(1) // the read loop; we still hold our own count, so not from zero
