@@ -240,10 +240,7 @@ func TestGetattrOfFileRenamedElsewhere(t *testing.T) {
 // scheduler did for 25 ms in the run that found it.
 func TestChmodThroughStaleDentry(t *testing.T) {
 	requireFUSE(t)
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	for _, d := range []string{a + "/a", a + "/b", b + "/c"} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -319,10 +316,7 @@ func TestChmodThroughStaleDentry(t *testing.T) {
 // window between a path walk and its GETATTR is the kernel's.
 func TestStatOfOpenFileReplacedElsewhere(t *testing.T) {
 	requireFUSE(t)
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	if err := os.WriteFile(a+"/z", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -439,10 +433,7 @@ func TestRecallOfOpenFileWhoseNameWasReused(t *testing.T) {
 // -> "stale file handle" when a/x was renamed over twice during the call).
 func TestChmodRetryOfReplacedName(t *testing.T) {
 	requireFUSE(t)
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -503,10 +494,7 @@ func TestOpenRetryOfMovedFile(t *testing.T) {
 }
 
 func openRetryOfMovedFile(t *testing.T, replaced bool) {
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -581,10 +569,7 @@ func TestRetryEndsWithItsCall(t *testing.T) {
 }
 
 func retryEndsWithItsCall(t *testing.T, op string) {
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -703,10 +688,7 @@ func TestRereadOfOpenFileWhoseNameThisMountReused(t *testing.T) {
 // requests by calling the handlers, as TestChmodRetryOfReplacedName does.
 func TestLookupOfFileKnownByAnotherName(t *testing.T) {
 	requireFUSE(t)
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	for _, d := range []string{"/d1", "/d2"} {
 		if err := os.Mkdir(a+d, 0o755); err != nil {
 			t.Fatal(err)
@@ -802,10 +784,7 @@ func TestOpenRetryHoldsTheName(t *testing.T) {
 
 func testOpenRetryHoldsTheName(t *testing.T, first string, duringLookup bool) {
 	requireFUSE(t)
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -934,10 +913,7 @@ func TestStatOfOpenFileRemovedElsewhere(t *testing.T) {
 // the kernel's requests by calling the handlers.
 func TestLookupsOfOneFileUnderTwoNames(t *testing.T) {
 	requireFUSE(t)
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	for _, d := range []string{"/d1", "/d2"} {
 		if err := os.Mkdir(a+d, 0o755); err != nil {
 			t.Fatal(err)
@@ -1028,10 +1004,7 @@ func TestLookupsOfOneFileUnderTwoNames(t *testing.T) {
 // the thread through its cached dentry is still no retry.
 func TestOpenRetryAfterItsPermissionCheck(t *testing.T) {
 	requireFUSE(t)
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -1072,10 +1045,7 @@ func TestOpenRetryAfterItsPermissionCheck(t *testing.T) {
 // the log: SETATTR ESTALE, LOOKUP b "x" twice, two inodes, SETATTR ESTALE).
 func TestRetryWalkLooksUpTheNameTwice(t *testing.T) {
 	requireFUSE(t)
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	if err := os.WriteFile(a+"/f", []byte("v1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -1286,10 +1256,7 @@ func TestRereadAfterOvertakenLookup(t *testing.T) { testRereadOvertaken(t, true)
 // whose reply the kernel never sees (a dropped reply).
 func testRereadOvertaken(t *testing.T, lookupFirst bool) {
 	requireFUSE(t)
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	if err := os.WriteFile(a+"/f", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -1410,10 +1377,7 @@ func TestReadAfterLeaseRanOut(t *testing.T) {
 // ESTALE, then the retry's lookup is answered).
 func TestRevalidationOfNameThatMovedHere(t *testing.T) {
 	requireFUSE(t)
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	for name, content := range map[string]string{"z": "moved", "x": "replaced"} {
 		if err := os.WriteFile(a+"/"+name, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
@@ -1521,10 +1485,7 @@ func TestRecallOfOpenFileAfterOwnCloseRepointed(t *testing.T) {
 // request through the stale dentry is served by.
 func TestStatAfterOwnRenameWithoutLeaseOnTarget(t *testing.T) {
 	requireFUSE(t)
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	for _, d := range []string{a + "/a", a + "/b"} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -1597,10 +1558,7 @@ func TestStatAfterOwnRenameWithoutLeaseOnTarget(t *testing.T) {
 // holds mount a's recall until the retry's lookup waits.
 func TestOpenRetryWhoseLookupWasRefusedItsLease(t *testing.T) {
 	requireFUSE(t)
-	tc := startCluster(t)
-	ma := mount(t, tc.client(t), Options{})
-	a := ma.Dir()
-	b := mount(t, tc.client(t), Options{}).Dir()
+	ma, a, b := twoMounts(t)
 	// Made on mount b: mount a takes no lease on d1.
 	for _, d := range []string{b + "/d1", b + "/d2"} {
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -1680,4 +1638,13 @@ func TestOpenRetryWhoseLookupWasRefusedItsLease(t *testing.T) {
 	if got := string(buf[:n]); (got != "other" && got != "v1") || err != nil && !errors.Is(err, io.EOF) {
 		t.Errorf("the retried open read %q, %v; want the file the lookup found", got, err)
 	}
+}
+
+// twoMounts mounts one new cluster twice, with default options: the first
+// mount and both mount points.
+func twoMounts(t *testing.T) (ma *Mount, a, b string) {
+	t.Helper()
+	tc := startCluster(t)
+	ma = mount(t, tc.client(t), Options{})
+	return ma, ma.Dir(), mount(t, tc.client(t), Options{}).Dir()
 }
