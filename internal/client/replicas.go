@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,16 +34,74 @@ import (
 // it rather than waiting for ever. A replica that was slow or failed is
 // suspect for suspectFor: reads ask it last, so that a stopped store costs
 // one ReplicaTimeout per suspectFor, not one per chunk read.
+//
+// A chunk read that failed on every replica is answered with the same
+// error for failedReadMemory: the kernel sends one read(2) as several
+// READs (readahead, then each page again), and each would otherwise wait
+// StoreTimeout for the same stopped store, so that the read(2) failed
+// after three of them (TestMountReplicaLostAndStopped: 8.6 s).
 
-// suspectFor is how long a replica that was slow or failed is asked last.
-const suspectFor = 30 * time.Second
+const (
+	// suspectFor is how long a replica that was slow or failed is asked
+	// last.
+	suspectFor = 30 * time.Second
+	// failedReadMemory is how long a chunk read that failed on every
+	// replica is not tried again.
+	failedReadMemory = time.Second
+	// maxFailedReads bounds how many such failures are remembered.
+	maxFailedReads = 4096
+)
 
-// suspects remembers the stores that were slow or failed lately.
+// suspects remembers the stores that were slow or failed lately, and the
+// chunk reads that failed on every replica.
 type suspects struct {
-	until []atomic.Int64 // by store id: unix nanoseconds
+	until  []atomic.Int64 // by store id: unix nanoseconds
+	memory time.Duration  // failedReadMemory (tests set it)
+	nfail  atomic.Int32   // len(failed), for the reads that find none
+	mu     sync.Mutex
+	failed map[stripeKey]failedRead // by ino and chunk index
 }
 
-func newSuspects(n int) *suspects { return &suspects{until: make([]atomic.Int64, n)} }
+type failedRead struct {
+	err error
+	at  time.Time
+}
+
+func newSuspects(n int) *suspects {
+	return &suspects{until: make([]atomic.Int64, n), memory: failedReadMemory, failed: map[stripeKey]failedRead{}}
+}
+
+// recentFailure is the error of chunk k's last read if it failed on every
+// replica within the memory; nil otherwise.
+func (sp *suspects) recentFailure(k stripeKey) error {
+	if sp.nfail.Load() == 0 {
+		return nil
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	f, ok := sp.failed[k]
+	if !ok {
+		return nil
+	}
+	if time.Since(f.at) >= sp.memory {
+		delete(sp.failed, k)
+		sp.nfail.Store(int32(len(sp.failed)))
+		return nil
+	}
+	return f.err
+}
+
+// readFailed remembers that chunk k's read failed on every replica with
+// err.
+func (sp *suspects) readFailed(k stripeKey, err error) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if len(sp.failed) >= maxFailedReads {
+		clear(sp.failed)
+	}
+	sp.failed[k] = failedRead{err: err, at: time.Now()}
+	sp.nfail.Store(int32(len(sp.failed)))
+}
 
 // mark makes store s suspect for suspectFor from now.
 func (sp *suspects) mark(s int) { sp.until[s].Store(time.Now().Add(suspectFor).UnixNano()) }
@@ -142,6 +201,10 @@ func (c *Client) readReplicas(ctx context.Context, ino core.Ino, index uint64, r
 		r     replicaRead
 		err   error
 	}
+	key := stripeKey{ino, index}
+	if err := c.suspects.recentFailure(key); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // the replicas still asked give up
 	reps = c.suspects.order(reps)
@@ -196,7 +259,9 @@ func (c *Client) readReplicas(ctx context.Context, ino core.Ino, index uint64, r
 		}
 	}
 	if failed != nil {
-		return nil, errs.Wrap(errs.IO, "read chunk", chunkName(ino, index), failed)
+		err := errs.Wrap(errs.IO, "read chunk", chunkName(ino, index), failed)
+		c.suspects.readFailed(key, err)
+		return nil, err
 	}
 	if err := c.lostIfWritten(ino, index); err != nil {
 		return nil, err

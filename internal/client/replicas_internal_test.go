@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weftfs/weft/internal/errs"
+	"github.com/weftfs/weft/internal/waitfor"
 )
 
 func TestCheckReplica(t *testing.T) {
@@ -111,4 +113,35 @@ func TestReadReplicasHonoursCancel(t *testing.T) {
 	if !errs.Is(err, errs.Timeout) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("read past the caller's deadline: %v, want Timeout", err)
 	}
+}
+
+// TestReadReplicasRemembersAFailure: a chunk read that failed on every
+// replica fails again at once for failedReadMemory, without asking the
+// stores (the kernel's next READs of the same read(2) would each wait
+// StoreTimeout), and asks them again after it.
+func TestReadReplicasRemembersAFailure(t *testing.T) {
+	c := &Client{cfg: Config{ReplicaTimeout: 20 * time.Millisecond, StoreTimeout: 200 * time.Millisecond}, log: slog.New(slog.DiscardHandler)}
+	c.suspects = newSuspects(2)
+	c.suspects.memory = 300 * time.Millisecond
+	var asked atomic.Int32
+	read := func(index uint64) error {
+		_, err := c.readReplicas(context.Background(), 1, index, []int{0, 1}, func(ctx context.Context, s int) (replicaRead, error) {
+			asked.Add(1)
+			return replicaRead{}, errs.E(errs.Unavailable, "dial")
+		})
+		return err
+	}
+	if err := read(0); !errs.Is(err, errs.IO) || asked.Load() != 2 {
+		t.Fatalf("first read: %v after asking %d stores, want EIO after 2", err, asked.Load())
+	}
+	if err := read(0); !errs.Is(err, errs.IO) || asked.Load() != 2 {
+		t.Fatalf("read again at once: %v after asking %d stores in all, want EIO and no store asked", err, asked.Load())
+	}
+	if err := read(1); !errs.Is(err, errs.IO) || asked.Load() != 4 {
+		t.Fatalf("another chunk: %v after asking %d stores in all, want its own stores asked", err, asked.Load())
+	}
+	waitfor.Until(t, 5*time.Second, "the failure forgotten and the stores asked again", func() bool {
+		_ = read(0)
+		return asked.Load() > 4
+	})
 }
