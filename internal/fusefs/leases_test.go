@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -348,20 +349,19 @@ func TestRecallDuringOwnChangeStarting(t *testing.T) {
 	}
 	renamed := make(chan error, 1)
 	var once sync.Once
+	var neverStarted atomic.Bool
 	hook := func() {
 		once.Do(func() {
 			go func() { renamed <- os.Rename(a+"/d/y", a+"/d/x") }()
 			// The rename's request has started its change (the
 			// kernel holds d's lock since before its lookups).
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			started := waitfor.Poll(10*time.Second, func() bool {
 				x := &ma.fsys.index
 				x.mu.Lock()
-				busy := len(x.busy) > 0
-				x.mu.Unlock()
-				if busy {
-					return
-				}
-			}
+				defer x.mu.Unlock()
+				return len(x.busy) > 0
+			})
+			neverStarted.Store(!started)
 		})
 	}
 	ma.fsys.hooks.namesWait.Store(&hook)
@@ -372,6 +372,9 @@ func TestRecallDuringOwnChangeStarting(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("mount b's create took %v", time.Since(start))
+	if neverStarted.Load() {
+		t.Error("mount a's rename did not start its change within 10 s of the hook")
+	}
 	if err := <-renamed; err != nil {
 		t.Fatalf("rename on mount a: %v", err)
 	}

@@ -12,32 +12,43 @@ import (
 // Until polls cond until it is true, failing tb if within passes first.
 func Until(tb testing.TB, within time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	NoError(tb, within, what, func() error {
+	if !Poll(within, cond) {
+		tb.Fatalf("not within %v: %s", within, what)
+	}
+}
+
+// Poll polls cond until it is true or within passes, and reports which:
+// Until for a goroutine other than the test's (a hook the system under
+// test calls), which must not fail the test itself.
+func Poll(within time.Duration, cond func() bool) bool {
+	err := poll(within, func() error {
 		if cond() {
 			return nil
 		}
 		return errNotYet
 	})
+	return err == nil
 }
 
 // NoError polls try until it returns nil, failing tb with the last error if
 // within passes first.
 func NoError(tb testing.TB, within time.Duration, what string, try func() error) {
 	tb.Helper()
+	if err := poll(within, try); err != nil {
+		tb.Fatalf("not within %v: %s: %v", within, what, err)
+	}
+}
+
+// poll calls try until it returns nil or within passes; the last error.
+func poll(within time.Duration, try func() error) error {
 	deadline := time.Now().Add(within)
 	// Poll often at first (most conditions hold soon), then back off so a
 	// slow condition does not spin.
 	every := time.Millisecond
 	for {
 		err := try()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			if err == errNotYet {
-				tb.Fatalf("not within %v: %s", within, what)
-			}
-			tb.Fatalf("not within %v: %s: %v", within, what, err)
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
 		t := time.NewTimer(every)
 		<-t.C
